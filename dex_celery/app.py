@@ -1,0 +1,223 @@
+"""`Dex`: binds tools, settings, the ledger and the store to one Celery app.
+
+One object per deployment, created where the Celery app is (see `config/celery_app.py`). It owns
+the per-process connections, re-made after a fork so prefork children never share a socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import redis
+from celery import Celery, signals
+
+from dex_celery.errors import DuplicateTool, UnknownTool
+from dex_celery.ledger.keys import KeySpace
+from dex_celery.ledger.ledger import Ledger
+from dex_celery.policy import ToolPolicy, check_registration
+from dex_celery.settings import Settings
+from dex_celery.store.repository import Store
+from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
+
+if TYPE_CHECKING:
+    from dex_celery.client import DexClient
+    from dex_celery.dispatch import Dispatcher
+
+log = logging.getLogger("dex_celery")
+
+#: Celery task name of the sweeper (run by beat every `Settings.sweep_interval`).
+SWEEP_TASK = "dex.sweep"
+
+
+def configure_celery(app: Celery, settings: Settings) -> None:
+    """The Celery options dex-celery relies on (DESIGN.md, "Celery options by class").
+
+    JSON only (S9.2); results live in the ledger and SQL, not in a result backend; events on
+    for Flower; one message prefetched per process so a long tool does not hold others back.
+    """
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        event_serializer="json",
+        task_ignore_result=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        broker_connection_retry_on_startup=True,
+    )
+    if not app.conf.broker_url or app.conf.broker_url.startswith("amqp://guest@localhost"):
+        app.conf.broker_url = settings.effective_broker_url
+
+
+class Dex:
+    """The registry of tools of one Celery app and the services they are recorded in."""
+
+    def __init__(self, celery: Celery, settings: Settings | None = None) -> None:
+        self.celery = celery
+        self.settings = settings or Settings.from_env()
+        self.keys = KeySpace(self.settings.key_prefix)
+        self.store = Store(self.settings.database_url)
+        self._tools: dict[str, Tool] = {}
+        self._pid = 0
+        self._ledger: Ledger | None = None
+        self._epoch: str | None = None
+        self._lock = threading.Lock()
+        configure_celery(celery, self.settings)
+        self._register_sweep_task()
+        signals.task_failure.connect(self._on_task_failure, weak=False)
+
+    # --- tools ---------------------------------------------------------------------------------
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        policy: ToolPolicy | None = None,
+        annotations: Mapping[str, Any] | None = None,
+    ) -> Callable[[ToolFunction], ToolFunction]:
+        """Register a function as a tool: `fn(ctx: ToolContext, **arguments) -> JSON value`.
+
+        The Celery task is `dex.tool.<name>`. Configuration errors (S1.6) raise here, at import.
+        """
+
+        def register(fn: ToolFunction) -> ToolFunction:
+            tool = Tool(
+                name=name or fn.__name__,
+                function=fn,
+                policy=policy or ToolPolicy(),
+                annotations=MappingProxyType(dict(annotations or {})),
+                description=(fn.__doc__ or "").strip(),
+            )
+            self.add_tool(tool)
+            return fn
+
+        return register
+
+    def add_tool(self, tool: Tool) -> None:
+        from dex_celery.worker import run_attempt
+
+        check_registration(tool.name, tool.policy, tool.annotations)
+        if tool.name in self._tools:
+            raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
+        self._tools[tool.name] = tool
+        effect = tool.policy.effect
+        # Late ack only where a redelivered message is harmless; a tool whose class depends on
+        # the session default is treated as a write here (the ledger still retries reads).
+        late_ack = effect is not None and effect.retryable
+
+        def execute(key: str, attempt: int, arguments: dict[str, Any]) -> None:
+            run_attempt(self, tool, key, attempt, arguments)
+
+        execute.__name__ = execute.__qualname__ = tool.name
+        execute.__doc__ = tool.description
+        self.celery.task(
+            name=tool.task_name,
+            acks_late=late_ack,
+            reject_on_worker_lost=False,
+            ignore_result=True,
+            typing=False,
+        )(execute)
+
+    def get_tool(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise UnknownTool(f"no tool named {name!r} is registered (known: {known})") from None
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return MappingProxyType(self._tools)
+
+    # --- per-process services ------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None or self._pid != os.getpid():
+            with self._lock:
+                if self._ledger is None or self._pid != os.getpid():
+                    client = redis.Redis.from_url(
+                        self.settings.redis_url,
+                        decode_responses=True,
+                        socket_timeout=10,
+                        socket_connect_timeout=5,
+                        health_check_interval=30,
+                    )
+                    self._ledger = Ledger(
+                        client,
+                        keys=self.keys,
+                        events_maxlen=self.settings.events_maxlen,
+                        finished_ttl=self.settings.finished_ttl,
+                    )
+                    self._epoch = None
+                    self._pid = os.getpid()
+        return self._ledger
+
+    def epoch(self, *, refresh: bool = False) -> str:
+        """This ledger's life id (see `KeySpace.epoch`); cached per process."""
+        if self._epoch is None or refresh:
+            self._epoch = self.ledger.epoch(candidate=uuid.uuid4().hex)
+        return self._epoch
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        from dex_celery.dispatch import Dispatcher
+
+        return Dispatcher(self)
+
+    def client(self) -> DexClient:
+        from dex_celery.client import DexClient
+
+        return DexClient(self)
+
+    # --- Celery wiring -------------------------------------------------------------------------
+
+    def beat_schedule(self) -> dict[str, dict[str, Any]]:
+        """Entries for `app.conf.beat_schedule`: the sweeper, expiring if not run in time."""
+        interval = self.settings.sweep_interval
+        return {
+            "dex-sweep": {
+                "task": SWEEP_TASK,
+                "schedule": interval,
+                "options": {"expires": max(1.0, interval * 2)},
+            }
+        }
+
+    def _register_sweep_task(self) -> None:
+        def sweep() -> dict[str, int]:
+            from dex_celery.sweep import Sweeper
+
+            return Sweeper(self).sweep_once().as_dict()
+
+        self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False)(sweep)
+
+    def _on_task_failure(
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        exception: BaseException | None = None,
+        **_: Any,
+    ) -> None:
+        """The fast path for a pool child that died while its parent lives (DESIGN crash table).
+
+        Celery's parent process reports `WorkerLostError` through `task_failure` when the message
+        was not requeued; the attempt is marked lost now instead of when its lease lapses.
+        """
+        from billiard.exceptions import WorkerLostError
+
+        if sender is None or task_id is None or getattr(sender, "app", None) is not self.celery:
+            return
+        if not str(getattr(sender, "name", "")).startswith(TASK_PREFIX):
+            return
+        if not isinstance(exception, WorkerLostError):
+            return
+        from dex_celery.worker import on_worker_lost
+
+        on_worker_lost(self, task_id, str(exception))

@@ -1,0 +1,157 @@
+"""The client: what an agent loop, a support tool or a script talks to.
+
+`DexClient` is synchronous, for Celery tasks and scripts; `AsyncDexClient` offers the same calls
+as coroutines (the shape the seed's `report_unknown_outcomes` expects, S8.3) by running them in a
+thread, since SQLAlchemy and redis-py calls here are short and blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dex_celery.dispatch import CallRequest
+from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
+from dex_celery.ids import CallKey
+from dex_celery.policy import EffectClass
+from dex_celery.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+
+class DexClient:
+    def __init__(self, dex: Dex) -> None:
+        self.dex = dex
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def open_session(
+        self, session_id: str, *, default_effect: EffectClass | str | None = None
+    ) -> SessionRecord:
+        """Create a session (or return it); its default effect applies to unclassified tools."""
+        from dex_celery.ids import validate_id
+
+        validate_id("session id", session_id)
+        effect = EffectClass.parse(default_effect) if default_effect is not None else None
+        return self.dex.store.open_session(session_id, effect)
+
+    def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        calls, messages = self.dex.store.snapshot(session_id)
+        return AgentSnapshot(
+            session_id=session_id, tool_calls=tuple(calls), messages=tuple(messages)
+        )
+
+    def send_user_message(self, session_id: str, text: str) -> bool:
+        """Append a user message to the history (S7.4); True once it is recorded."""
+        self._check_text(text)
+        self.dex.store.append_message(session_id, MessageRole.USER, text)
+        return True
+
+    def add_message(self, session_id: str, role: MessageRole, text: str) -> None:
+        self._check_text(text)
+        self.dex.store.append_message(session_id, MessageRole(role), text)
+
+    def _check_text(self, text: object) -> None:
+        if not isinstance(text, str):
+            raise InvalidText(f"message text must be a string, got {type(text).__name__}")
+        if not text.strip():
+            raise InvalidText("message text must not be empty")
+        size = len(text.encode())
+        if size > self.dex.settings.max_text_bytes:
+            raise InvalidText(
+                f"message text is {size} bytes; the limit is {self.dex.settings.max_text_bytes}"
+            )
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def request_call(
+        self,
+        session_id: str,
+        turn_id: str,
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+    ) -> ToolCallRecord:
+        """Record and dispatch one call; the same ids twice are one call (S2.3)."""
+        return self.request_calls(
+            [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments)]
+        )[0]
+
+    def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """Several calls of one turn in one transaction; all are refused if one is bad."""
+        return self.dex.dispatcher.request(requests)
+
+    def get_call(self, key: str) -> ToolCallRecord:
+        CallKey.parse(key)
+        record = self.dex.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r}")
+        return record
+
+    def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
+        """Block until every call in `keys` has ended; `CallTimeout` after `timeout` seconds.
+
+        Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
+        """
+        deadline = time.monotonic() + timeout
+        ledger = self.dex.ledger
+        position = "$"
+        while True:
+            records = [self.get_call(k) for k in keys]
+            if all(r.finished for r in records):
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                waiting = [r.key for r in records if not r.finished]
+                raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
+            block = int(min(remaining, 1.0) * 1000) or 1
+            reply: Any = ledger.client.xread(
+                {self.dex.keys.events: position}, block=block, count=100
+            )
+            for _stream, entries in reply or []:
+                if entries:
+                    position = entries[-1][0]
+
+
+class AsyncDexClient:
+    """Coroutine versions of `DexClient`'s calls (S8.3)."""
+
+    def __init__(self, dex: Dex) -> None:
+        self.sync = DexClient(dex)
+
+    async def open_session(
+        self, session_id: str, *, default_effect: EffectClass | str | None = None
+    ) -> SessionRecord:
+        return await asyncio.to_thread(
+            self.sync.open_session, session_id, default_effect=default_effect
+        )
+
+    async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        return await asyncio.to_thread(self.sync.get_agent_snapshot, session_id)
+
+    async def send_user_message(self, session_id: str, text: str) -> bool:
+        return await asyncio.to_thread(self.sync.send_user_message, session_id, text)
+
+    async def request_call(
+        self,
+        session_id: str,
+        turn_id: str,
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+    ) -> ToolCallRecord:
+        return await asyncio.to_thread(
+            self.sync.request_call, session_id, turn_id, tool_call_id, tool_name, arguments
+        )
+
+    async def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        return await asyncio.to_thread(self.sync.request_calls, requests)
+
+    async def get_call(self, key: str) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.get_call, key)
+
+    async def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
+        return await asyncio.to_thread(self.sync.wait, keys, timeout=timeout)

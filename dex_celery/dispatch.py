@@ -1,0 +1,242 @@
+"""Requests become records, records become attempts, ledger steps become actions.
+
+`Dispatcher.request` is the client's side of DESIGN.md's flow (validate, record, open, publish).
+`Dispatcher.apply` is shared by the worker, the fast path and the sweeper: whoever wins a ledger
+transition acts on its step (publish the next attempt, record the outcome, keep a late result).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dex_celery.errors import (
+    ArgumentsTooLarge,
+    InvalidArguments,
+    PublishError,
+    UnknownCall,
+)
+from dex_celery.ids import CallKey
+from dex_celery.ledger.ledger import OpenResult, Step, StepKind
+from dex_celery.outcomes import CallStatus, EndReason, error_text
+from dex_celery.policy import PolicySnapshot, resolve_policy
+from dex_celery.records import ToolCallRecord
+from dex_celery.redact import redacted_kwargs_repr
+from dex_celery.store.repository import NewCall, Outcome, arguments_json
+from dex_celery.tools import TASK_PREFIX
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.dispatch")
+
+_PUBLISH_RETRY = {
+    "max_retries": 3,
+    "interval_start": 0.0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """One tool call the model asked for."""
+
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: Mapping[str, Any] | str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptMessage:
+    """What a Celery message of one attempt carries; enough to publish a retry."""
+
+    tool_name: str
+    key: str
+    arguments: Mapping[str, Any]
+    policy: PolicySnapshot
+
+
+def parse_arguments(
+    arguments: Mapping[str, Any] | str, *, limit: int
+) -> tuple[dict[str, Any], str]:
+    """Arguments must be a JSON object within the size limit (S9.3). Returns (dict, JSON text)."""
+    if isinstance(arguments, str | bytes):
+        try:
+            value = json.loads(arguments)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidArguments(f"tool arguments are not valid JSON: {e}") from e
+    else:
+        value = arguments
+    if not isinstance(value, Mapping):
+        raise InvalidArguments(f"tool arguments must be a JSON object, got {type(value).__name__}")
+    try:
+        text = arguments_json(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidArguments(f"tool arguments cannot be encoded as JSON: {e}") from e
+    size = len(text.encode())
+    if size > limit:
+        raise ArgumentsTooLarge(f"tool arguments are {size} bytes; the limit is {limit} bytes")
+    return dict(value), text
+
+
+class Dispatcher:
+    def __init__(self, dex: Dex) -> None:
+        self.dex = dex
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """Record and dispatch calls of one turn in one transaction; duplicates return as is.
+
+        Everything is validated before anything is written, so a bad request in the batch
+        leaves no record of any of them (S9.3).
+        """
+        settings = self.dex.settings
+        prepared: list[tuple[NewCall, dict[str, Any]]] = []
+        seen: set[str] = set()
+        for req in requests:
+            key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
+            tool = self.dex.get_tool(req.tool_name)
+            arguments, text = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
+            if key.key in seen:
+                continue
+            seen.add(key.key)
+
+            def resolve(default: Any, tool: Any = tool) -> PolicySnapshot:
+                return resolve_policy(tool.policy, tool.annotations, default, settings)
+
+            prepared.append((NewCall(key, tool.name, text, resolve), arguments))
+        if not prepared:
+            return []
+        epoch = self.dex.epoch()
+        results = self.dex.store.insert_calls([n for n, _ in prepared], epoch=epoch)
+        by_key = {n.key.key: args for n, args in prepared}
+        records: list[ToolCallRecord] = []
+        for record, created in results:
+            if created:
+                self._announce_request(record)
+                if record.status is CallStatus.PENDING:
+                    self.start(record, by_key[record.key])
+            records.append(record)
+        return records
+
+    def _announce_request(self, record: ToolCallRecord) -> None:
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            self.dex.ledger.announce(
+                {"type": "tool_call_requested", "key": record.key, "effect": record.effect.value}
+            )
+            self.dex.ledger.announce(
+                {
+                    "type": "tool_call_awaiting_approval",
+                    "key": record.key,
+                    "deadline": str(record.approval_deadline or ""),
+                }
+            )
+
+    def start(self, record: ToolCallRecord, arguments: Mapping[str, Any] | None = None) -> None:
+        """Open attempt 1 and publish it. Safe to call twice: only one open succeeds."""
+        ledger = self.dex.ledger
+        result = ledger.open(record.key, record.policy, epoch=self.dex.epoch())
+        if result is OpenResult.EPOCH_CHANGED:
+            # Redis was restarted or replaced since this process last looked; this call cannot
+            # have run (it was never opened), so open it under the new ledger's epoch.
+            result = ledger.open(record.key, record.policy, epoch=self.dex.epoch(refresh=True))
+        if result is not OpenResult.OPENED:
+            log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)
+            return
+        if arguments is None:
+            arguments = json.loads(record.arguments)
+        message = AttemptMessage(record.tool_name, record.key, arguments, record.policy)
+        self.publish(message, attempt=1, countdown=0.0)
+
+    # --- attempts ------------------------------------------------------------------------------
+
+    def publish(self, message: AttemptMessage, *, attempt: int, countdown: float) -> None:
+        """Send attempt `attempt`; if the broker refuses it, the attempt ends as never reached."""
+        key = CallKey.parse(message.key)
+        kwargs = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
+        try:
+            self.dex.celery.send_task(
+                TASK_PREFIX + message.tool_name,
+                kwargs=kwargs,
+                task_id=key.task_id(attempt),
+                countdown=countdown if countdown > 0 else None,
+                soft_time_limit=message.policy.start_to_close,
+                argsrepr="()",
+                kwargsrepr=redacted_kwargs_repr(kwargs, message.policy.secret_arguments),
+                add_to_parent=False,
+                retry=True,
+                retry_policy=_PUBLISH_RETRY,
+            )
+        except Exception as e:  # kombu raises several unrelated types for a broker that is down
+            error = PublishError(f"could not publish attempt {attempt} of {message.key}: {e}")
+            log.warning("%s", error)
+            step = self.dex.ledger.expire(
+                message.key,
+                attempt,
+                unpublished=True,
+                detail=f"the broker refused the message: {e}",
+            )
+            self.apply(message.key, step, message=message)
+
+    def apply(
+        self,
+        key: str,
+        step: Step,
+        *,
+        message: AttemptMessage | None = None,
+        result: str | None = None,
+    ) -> None:
+        """Act on the step a ledger transition returned. Only the transition's winner calls this."""
+        if step.kind is StepKind.RETRY:
+            if message is None:
+                message = self._message_from_record(key)
+            log.info("retrying %s: attempt %d in %.2fs", key, step.attempt, step.delay)
+            self.publish(message, attempt=step.attempt, countdown=step.delay)
+        elif step.kind is StepKind.FINISHED:
+            self.record(key, step, result=result)
+
+    def record(self, key: str, step: Step, *, result: str | None = None) -> None:
+        """Write a decided outcome to SQL, then release the ledger entry and announce it."""
+        status = CallStatus(step.status)
+        if status is CallStatus.SUCCEEDED and result is None:
+            entry = self.dex.ledger.read(key)
+            result = entry.result if entry is not None else None
+        error = error_text(status, EndReason(step.reason), step.detail, step.attempt)
+        outcome = Outcome(
+            status=status,
+            error=error,
+            result=result if status is CallStatus.SUCCEEDED else None,
+            attempts=step.attempt,
+            attempt_log=_log_json(step.log),
+        )
+        self.dex.store.record_outcome(key, outcome)
+        self.dex.ledger.recorded(key, status=status.value, error=error)
+
+    def _message_from_record(self, key: str) -> AttemptMessage:
+        record = self.dex.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r} in the store")
+        return AttemptMessage(record.tool_name, key, json.loads(record.arguments), record.policy)
+
+
+def _log_json(log_text: str) -> str:
+    entries = []
+    for item in filter(None, log_text.split(";")):
+        n, state, owner, claimed, ended = item.split("|")
+        entries.append(
+            {
+                "attempt": int(n),
+                "state": state,
+                "owner": owner or None,
+                "claimed_at": float(claimed) if claimed else None,
+                "ended_at": float(ended),
+            }
+        )
+    return json.dumps(entries)

@@ -1,0 +1,128 @@
+"""The one exception tree of dex-celery.
+
+Every error the library raises on purpose is a `DexError`. Errors about what a caller passed in
+are also `ValueError`s (or `LookupError`s for unknown names), so code written against the
+standard hierarchy keeps working. Retry behaviour travels as attributes (`retryable`) rather
+than as a parallel hierarchy, the way Temporal's `ApplicationError(non_retryable=...)` does.
+"""
+
+from __future__ import annotations
+
+
+class DexError(Exception):
+    """Base of every error dex-celery raises on purpose."""
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+class ConfigurationError(DexError):
+    """The deployment or a tool registration is wrong; raised at start-up, not per call."""
+
+
+class PolicyError(ConfigurationError, ValueError):
+    """A `ToolPolicy` contradicts the effect class it declares (S1.6)."""
+
+
+class UnknownEffectClass(PolicyError):
+    """An effect class string that is not one of the four of S1.2."""
+
+
+class DuplicateTool(ConfigurationError):
+    """Two tools registered under one name on the same app."""
+
+
+# --- bad input of one request (S9.3) -------------------------------------------------------
+
+
+class InvalidRequest(DexError, ValueError):
+    """A request was refused before anything was recorded (S2.2, S9.3)."""
+
+
+class InvalidId(InvalidRequest):
+    """A session, turn or tool-call id that would make the idempotency key ambiguous (S2.2)."""
+
+
+class InvalidArguments(InvalidRequest):
+    """Tool arguments that are not a JSON object, or that exceed the size limit."""
+
+
+class ArgumentsTooLarge(InvalidArguments):
+    """Tool arguments larger than `Settings.max_argument_bytes`."""
+
+
+class InvalidText(InvalidRequest):
+    """A message text that is empty, not text, or over the size limit."""
+
+
+class UnknownTool(DexError, LookupError):
+    """No tool is registered under the requested name."""
+
+
+class UnknownSession(DexError, LookupError):
+    """No session with this id exists."""
+
+
+class UnknownCall(DexError, LookupError):
+    """No tool call with this idempotency key exists."""
+
+
+# --- approvals (S6.3) ----------------------------------------------------------------------
+
+
+class ApprovalError(DexError):
+    """A decision on a call that cannot take it; nothing was changed."""
+
+
+class NotAwaitingApproval(ApprovalError):
+    """The call is not waiting for a decision (never needed one, or was decided already)."""
+
+
+class AlreadyDecided(NotAwaitingApproval):
+    """Someone decided this call before; the first decision stands."""
+
+
+class ApprovalDeadlinePassed(ApprovalError):
+    """The approval deadline passed before the decision arrived; the call is rejected."""
+
+
+# --- infrastructure ------------------------------------------------------------------------
+
+
+class LedgerError(DexError):
+    """The Redis ledger answered something the state machine does not allow."""
+
+
+class PublishError(DexError):
+    """The broker refused the attempt's message after every publish retry."""
+
+
+class CallTimeout(DexError, TimeoutError):
+    """A wait for calls to end ran out before they all ended."""
+
+
+# --- raised by tools -----------------------------------------------------------------------
+
+
+class ToolError(DexError):
+    """A failure the tool reports on purpose; its message is what the model will read.
+
+    `retryable=True` asks for another attempt, which only `read` and `idempotent_write` tools
+    get (S3.1); for other classes the call ends `failed` with this message.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+class RetryableToolError(ToolError):
+    """A transient failure: try again after backoff if the effect class allows it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
+class AttemptCancelled(DexError):
+    """Raised by `ToolContext.heartbeat(raise_if_cancelled=True)` once the attempt is fenced."""

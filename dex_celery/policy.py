@@ -1,0 +1,192 @@
+"""Tool policies (S1): effect classes, approval defaults, precedence and the recorded snapshot.
+
+A `ToolPolicy` is what a tool author declares; a `PolicySnapshot` is what applied to one call
+when it was requested (S1.5). Only the snapshot is consulted after the request, so changing a
+tool's policy never changes a call already recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from dex_celery.errors import PolicyError, UnknownEffectClass
+from dex_celery.settings import Settings
+
+
+class EffectClass(StrEnum):
+    """What a tool does to the world; decides retries and approval defaults (S1.2)."""
+
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    NON_IDEMPOTENT_WRITE = "non_idempotent_write"
+    UNCLASSIFIED = "unclassified"
+
+    @classmethod
+    def parse(cls, value: EffectClass | str) -> EffectClass:
+        """Accept the exact string values only; anything else is a typed error (S9.3)."""
+        if isinstance(value, EffectClass):
+            return value
+        try:
+            return cls(value)
+        except ValueError as e:
+            allowed = ", ".join(c.value for c in cls)
+            raise UnknownEffectClass(
+                f"unknown effect class {value!r}; expected one of: {allowed}"
+            ) from e
+
+    @property
+    def retryable(self) -> bool:
+        """Only tools whose repetition is harmless get more than one attempt (S3.1, S3.2)."""
+        return self in (EffectClass.READ, EffectClass.IDEMPOTENT_WRITE)
+
+    @property
+    def approval_by_default(self) -> bool:
+        """S1.3's default table."""
+        return not self.retryable
+
+
+class EffectSource(StrEnum):
+    """Where a call's effect class came from, kept in the snapshot for people reading it."""
+
+    POLICY = "policy"
+    TOOL_METADATA = "tool_metadata"
+    SESSION_DEFAULT = "session_default"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """What a tool author declares. Unset fields fall back to metadata, then to `Settings`.
+
+    `secret_arguments` names argument keys whose values never reach Flower or logs (S9.2).
+    """
+
+    effect: EffectClass | None = None
+    requires_approval: bool | None = None
+    max_attempts: int | None = None
+    backoff_initial: float | None = None
+    backoff_max: float | None = None
+    schedule_to_start: float | None = None
+    start_to_close: float | None = None
+    heartbeat_timeout: float | None = None
+    approval_timeout: float | None = None
+    secret_arguments: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.effect is not None:
+            object.__setattr__(self, "effect", EffectClass.parse(self.effect))
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise PolicyError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        for name in (
+            "backoff_initial",
+            "backoff_max",
+            "schedule_to_start",
+            "start_to_close",
+            "heartbeat_timeout",
+            "approval_timeout",
+        ):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise PolicyError(f"{name} must be positive, got {value!r}")
+        if isinstance(self.secret_arguments, str):
+            raise PolicyError("secret_arguments must be a tuple of argument names, not a string")
+
+
+def effect_from_annotations(annotations: Mapping[str, Any] | None) -> EffectClass | None:
+    """MCP tool annotations to an effect class, or None when the tool carries no hints (S1.4).
+
+    `readOnlyHint` → read; `idempotentHint` (not read-only) → idempotent_write; hints present
+    but neither → non_idempotent_write.
+    """
+    if not annotations:
+        return None
+    hints = ("readOnlyHint", "idempotentHint", "destructiveHint", "openWorldHint")
+    if not any(h in annotations for h in hints):
+        return None
+    if annotations.get("readOnlyHint") is True:
+        return EffectClass.READ
+    if annotations.get("idempotentHint") is True:
+        return EffectClass.IDEMPOTENT_WRITE
+    return EffectClass.NON_IDEMPOTENT_WRITE
+
+
+def check_registration(
+    name: str, policy: ToolPolicy, annotations: Mapping[str, Any] | None
+) -> None:
+    """S1.6: asking for retries of a single-attempt class is a configuration error."""
+    effect = policy.effect or effect_from_annotations(annotations)
+    if effect is not None and not effect.retryable and (policy.max_attempts or 1) > 1:
+        raise PolicyError(
+            f"tool {name!r} is {effect.value} but asks for max_attempts={policy.max_attempts}; "
+            "a call that may repeat its effect runs at most once (S1.6, S3.2). Make the tool "
+            "idempotent (pass the idempotency key to the service) and declare idempotent_write."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySnapshot:
+    """The rules that applied to one call when it was requested (S1.5)."""
+
+    effect: EffectClass
+    effect_source: EffectSource
+    requires_approval: bool
+    max_attempts: int
+    backoff_initial: float
+    backoff_max: float
+    schedule_to_start: float
+    start_to_close: float
+    heartbeat_timeout: float
+    approval_timeout: float
+    secret_arguments: tuple[str, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PolicySnapshot:
+        raw = json.loads(text)
+        raw["effect"] = EffectClass.parse(raw["effect"])
+        raw["effect_source"] = EffectSource(raw["effect_source"])
+        raw["secret_arguments"] = tuple(raw["secret_arguments"])
+        return cls(**raw)
+
+
+def resolve_policy(
+    policy: ToolPolicy | None,
+    annotations: Mapping[str, Any] | None,
+    session_default: EffectClass | None,
+    settings: Settings,
+) -> PolicySnapshot:
+    """Apply S1.3 and S1.4: explicit policy, then tool metadata, then the session default."""
+    policy = policy or ToolPolicy()
+    metadata_effect = effect_from_annotations(annotations)
+    if policy.effect is not None:
+        effect, source = policy.effect, EffectSource.POLICY
+    elif metadata_effect is not None:
+        effect, source = metadata_effect, EffectSource.TOOL_METADATA
+    elif session_default is not None:
+        effect, source = EffectClass.parse(session_default), EffectSource.SESSION_DEFAULT
+    else:
+        effect, source = EffectClass.UNCLASSIFIED, EffectSource.NONE
+    requires_approval = (
+        effect.approval_by_default if policy.requires_approval is None else policy.requires_approval
+    )
+    # A single-attempt class never gets a second attempt, whatever else was asked (S3.2).
+    max_attempts = (policy.max_attempts or settings.max_attempts) if effect.retryable else 1
+    return PolicySnapshot(
+        effect=effect,
+        effect_source=source,
+        requires_approval=requires_approval,
+        max_attempts=max_attempts,
+        backoff_initial=policy.backoff_initial or settings.backoff_initial,
+        backoff_max=policy.backoff_max or settings.backoff_max,
+        schedule_to_start=policy.schedule_to_start or settings.schedule_to_start,
+        start_to_close=policy.start_to_close or settings.start_to_close,
+        heartbeat_timeout=policy.heartbeat_timeout or settings.heartbeat_timeout,
+        approval_timeout=policy.approval_timeout or settings.approval_timeout,
+        secret_arguments=policy.secret_arguments,
+    )

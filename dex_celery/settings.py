@@ -1,0 +1,143 @@
+"""The one settings object, built from the environment.
+
+Every default is written once, here, beside the environment variable that overrides it. The
+defaults are chosen so that a worker killed mid-call gets its terminal record within
+`2 * heartbeat_timeout + sweep_interval` (5 + 5 + 2 = 12 s, under the 15 s target).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from dex_celery.errors import ConfigurationError
+
+#: Where the ledger, the events stream and (by default) the broker live.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: The system of record. A SQLite file in the working directory unless configured.
+DEFAULT_DATABASE_URL = "sqlite:///dex-celery.db"
+#: Largest JSON encoding of one call's arguments (S9.3).
+DEFAULT_MAX_ARGUMENT_BYTES = 1024 * 1024
+#: Largest user message text accepted by `send_user_message`.
+DEFAULT_MAX_TEXT_BYTES = 64 * 1024
+#: How long an attempt may wait in the queue before a worker claims it (S3.5).
+DEFAULT_SCHEDULE_TO_START = 60.0
+#: How long an attempt may run (S3.5); also Celery's soft time limit for the attempt.
+DEFAULT_START_TO_CLOSE = 300.0
+#: How long a running attempt's lease lasts without a heartbeat (S3.5).
+DEFAULT_HEARTBEAT_TIMEOUT = 5.0
+#: How long a call may wait for a person's decision (S3.5, S6).
+DEFAULT_APPROVAL_TIMEOUT = 24 * 3600.0
+#: Attempts of a `read` / `idempotent_write` call unless its policy says otherwise.
+DEFAULT_MAX_ATTEMPTS = 3
+#: First retry delay; doubled per attempt, capped, with full jitter.
+DEFAULT_BACKOFF_INITIAL = 0.5
+DEFAULT_BACKOFF_MAX = 30.0
+#: Beat interval of the sweeper.
+DEFAULT_SWEEP_INTERVAL = 2.0
+#: Items one sweep handles per index; the rest wait for the next sweep.
+DEFAULT_SWEEP_BATCH = 500
+#: A finished outcome not yet in SQL is written by the sweeper after this long.
+DEFAULT_UNRECORDED_GRACE = 5.0
+#: A SQL call in flight without a ledger entry is examined after this long.
+DEFAULT_ORPHAN_GRACE = 10.0
+#: How long a finished call's ledger entry stays in Redis (evidence for `calls show`).
+DEFAULT_FINISHED_TTL = 3600
+#: Approximate length cap of the events stream.
+DEFAULT_EVENTS_MAXLEN = 100_000
+#: Prefix of every Redis key the ledger writes.
+DEFAULT_KEY_PREFIX = "dex"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Deployment settings; build with `Settings.from_env()` and change with `replace()`."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    broker_url: str | None = None
+    database_url: str = DEFAULT_DATABASE_URL
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    schedule_to_start: float = DEFAULT_SCHEDULE_TO_START
+    start_to_close: float = DEFAULT_START_TO_CLOSE
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff_initial: float = DEFAULT_BACKOFF_INITIAL
+    backoff_max: float = DEFAULT_BACKOFF_MAX
+    sweep_interval: float = DEFAULT_SWEEP_INTERVAL
+    sweep_batch: int = DEFAULT_SWEEP_BATCH
+    unrecorded_grace: float = DEFAULT_UNRECORDED_GRACE
+    orphan_grace: float = DEFAULT_ORPHAN_GRACE
+    finished_ttl: int = DEFAULT_FINISHED_TTL
+    events_maxlen: int = DEFAULT_EVENTS_MAXLEN
+
+    def __post_init__(self) -> None:
+        positive = (
+            "max_argument_bytes",
+            "max_text_bytes",
+            "schedule_to_start",
+            "start_to_close",
+            "heartbeat_timeout",
+            "approval_timeout",
+            "max_attempts",
+            "sweep_interval",
+            "sweep_batch",
+            "finished_ttl",
+            "events_maxlen",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(
+                    f"setting {name} must be positive, got {getattr(self, name)!r}"
+                )
+        if not self.key_prefix or "{" in self.key_prefix or "}" in self.key_prefix:
+            raise ConfigurationError(
+                f"key_prefix {self.key_prefix!r} must be non-empty, without braces"
+            )
+
+    @property
+    def effective_broker_url(self) -> str:
+        """The broker defaults to the ledger's Redis: one service to run."""
+        return self.broker_url or self.redis_url
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read `DEX_<FIELD>` variables (e.g. `DEX_REDIS_URL`, `DEX_HEARTBEAT_TIMEOUT`)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            raw = env.get(env_name(field.name))
+            if raw is None:
+                continue
+            values[field.name] = _parse(field.name, raw, field.type)
+        values.update(overrides)
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable that sets a field: `heartbeat_timeout` -> `DEX_HEARTBEAT_TIMEOUT`."""
+    return "DEX_" + field_name.upper()
+
+
+def env_names() -> frozenset[str]:
+    """Every environment variable the settings read (checked against docker-compose.yml)."""
+    return frozenset(env_name(f.name) for f in fields(Settings))
+
+
+def _parse(name: str, raw: str, annotation: object) -> Any:
+    kind = str(annotation)
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError as e:
+        raise ConfigurationError(f"{env_name(name)}={raw!r} is not a number") from e
+    return raw or None if "None" in kind else raw

@@ -1,0 +1,1 @@
+"""The SQL system of record."""

@@ -1,0 +1,475 @@
+"""The system of record: sessions, messages and tool-call records in SQL.
+
+Every write that ends a call is a conditional update (`WHERE status IN (...)`) in the same
+transaction as its TOOL message, so an outcome lands once however many writers (worker, sweeper,
+approver) race to record it, and a refused write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    RowMapping,
+    Table,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.pool import NullPool
+
+from dex_celery.errors import UnknownSession
+from dex_celery.ids import CallKey
+from dex_celery.outcomes import CallStatus, tool_output
+from dex_celery.policy import EffectClass, PolicySnapshot
+from dex_celery.records import (
+    ApprovalDecision,
+    Message,
+    MessageRole,
+    SessionRecord,
+    ToolCallRecord,
+)
+from dex_celery.store.schema import messages, metadata, sessions, tool_calls
+
+Resolver = Callable[[EffectClass | None], PolicySnapshot]
+
+
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    """A validated request, ready to be recorded."""
+
+    key: CallKey
+    tool_name: str
+    arguments: str
+    resolve: Resolver
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A terminal outcome to record, with what the model should read."""
+
+    status: CallStatus
+    error: str
+    result: str | None = None
+    attempts: int = 0
+    attempt_log: str | None = None
+
+
+def make_engine(url: str) -> Engine:
+    """An engine tuned for many processes writing: WAL and a busy timeout for SQLite."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+class Store:
+    """Repository over one database. Safe to share between threads; re-made after a fork."""
+
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self.clock = clock
+        self._engine: Engine | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        # A pooled connection must never cross a fork (Celery's prefork children).
+        if self._engine is None or self._pid != os.getpid():
+            with self._lock:
+                if self._engine is None or self._pid != os.getpid():
+                    if self._engine is not None:
+                        self._engine.dispose(close=False)
+                    self._engine = make_engine(self.url)
+                    self._pid = os.getpid()
+        return self._engine
+
+    def create_schema(self) -> None:
+        """For tests and the embedded demo; production runs `dex-celery db upgrade` (Alembic)."""
+        metadata.create_all(self.engine)
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def open_session(
+        self, session_id: str, default_effect: EffectClass | None = None
+    ) -> SessionRecord:
+        with self.engine.begin() as conn:
+            _insert_ignore(
+                conn,
+                sessions,
+                id=session_id,
+                default_effect=default_effect.value if default_effect else None,
+                created_at=self.clock(),
+            )
+            row = conn.execute(select(sessions).where(sessions.c.id == session_id)).mappings().one()
+        return _session(row)
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        with self.engine.connect() as conn:
+            row = (
+                conn.execute(select(sessions).where(sessions.c.id == session_id)).mappings().first()
+            )
+        if row is None:
+            raise UnknownSession(f"no session {session_id!r}")
+        return _session(row)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def insert_calls(
+        self,
+        new_calls: Sequence[NewCall],
+        *,
+        epoch: str,
+    ) -> list[tuple[ToolCallRecord, bool]]:
+        """Record new calls in one transaction; a key already recorded returns its record (S2.3).
+
+        Returns (record, created) per request, in order.
+        """
+        now = self.clock()
+        out: list[tuple[ToolCallRecord, bool]] = []
+        with self.engine.begin() as conn:
+            defaults: dict[str, EffectClass | None] = {}
+            for new in new_calls:
+                sid = new.key.session_id
+                if sid not in defaults:
+                    defaults[sid] = self._session_default(conn, sid, now)
+                existing = (
+                    conn.execute(select(tool_calls).where(tool_calls.c.key == new.key.key))
+                    .mappings()
+                    .first()
+                )
+                if existing is not None:
+                    out.append((_call(existing), False))
+                    continue
+                snapshot = new.resolve(defaults[sid])
+                status = (
+                    CallStatus.AWAITING_APPROVAL
+                    if snapshot.requires_approval
+                    else CallStatus.PENDING
+                )
+                values: dict[str, Any] = dict(
+                    key=new.key.key,
+                    session_id=sid,
+                    turn_id=new.key.turn_id,
+                    tool_call_id=new.key.tool_call_id,
+                    tool_name=new.tool_name,
+                    arguments=new.arguments,
+                    effect=snapshot.effect.value,
+                    requires_approval=int(snapshot.requires_approval),
+                    policy=snapshot.to_json(),
+                    status=status.value,
+                    attempts=0,
+                    ledger_epoch=epoch,
+                    requested_at=now,
+                    approval_deadline=(
+                        now + snapshot.approval_timeout if snapshot.requires_approval else None
+                    ),
+                )
+                if _insert_ignore(conn, tool_calls, **values):
+                    out.append((_call(values), True))
+                else:  # a concurrent request of the same call won (S2.3)
+                    row = (
+                        conn.execute(select(tool_calls).where(tool_calls.c.key == new.key.key))
+                        .mappings()
+                        .one()
+                    )
+                    out.append((_call(row), False))
+        return out
+
+    def _session_default(self, conn: Connection, session_id: str, now: float) -> EffectClass | None:
+        default = conn.execute(
+            select(sessions.c.default_effect).where(sessions.c.id == session_id)
+        ).first()
+        if default is None:
+            conn.execute(
+                insert(sessions).values(id=session_id, default_effect=None, created_at=now)
+            )
+            return None
+        return EffectClass.parse(default[0]) if default[0] else None
+
+    # --- outcomes ------------------------------------------------------------------------------
+
+    def record_outcome(
+        self,
+        key: str,
+        outcome: Outcome,
+        *,
+        from_statuses: Iterable[CallStatus] = (CallStatus.PENDING,),
+        decision: ApprovalDecision | None = None,
+    ) -> bool:
+        """End a call and append its TOOL message, once. False if it had already ended."""
+        now = self.clock()
+        values: dict[str, Any] = dict(
+            status=outcome.status.value,
+            error=outcome.error or None,
+            result=outcome.result,
+            finished_at=now,
+        )
+        if outcome.attempts:
+            values["attempts"] = outcome.attempts
+        if outcome.attempt_log is not None:
+            values["attempt_log"] = outcome.attempt_log
+        if decision is not None:
+            values.update(
+                decision=decision.decision,
+                decided_by=decision.decided_by,
+                decided_at=decision.decided_at,
+                decision_note=decision.note,
+            )
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(tool_calls)
+                .where(tool_calls.c.key == key)
+                .where(tool_calls.c.status.in_([s.value for s in from_statuses]))
+                .values(**values)
+                .returning(
+                    tool_calls.c.session_id,
+                    tool_calls.c.turn_id,
+                    tool_calls.c.tool_call_id,
+                    tool_calls.c.tool_name,
+                    tool_calls.c.arguments,
+                )
+            ).first()
+            if row is None:
+                return False
+            conn.execute(
+                insert(messages).values(
+                    session_id=row.session_id,
+                    role=MessageRole.TOOL.value,
+                    text=None,
+                    tool_output=tool_output(outcome.status, outcome.result, outcome.error),
+                    turn_id=row.turn_id,
+                    tool_call_id=row.tool_call_id,
+                    tool_name=row.tool_name,
+                    tool_arguments=row.arguments,
+                    call_key=key,
+                    created_at=now,
+                )
+            )
+        return True
+
+    def record_late_result(self, key: str, late: str) -> None:
+        """Evidence from a fenced attempt (S5.2); never touches status, error or result."""
+        with self.engine.begin() as conn:
+            conn.execute(update(tool_calls).where(tool_calls.c.key == key).values(late_result=late))
+
+    def record_attempts(self, key: str, attempts: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(tool_calls).where(tool_calls.c.key == key).values(attempts=attempts)
+            )
+
+    def decide(self, key: str, decision: ApprovalDecision, *, now: float) -> bool:
+        """Approve: awaiting_approval -> pending, only before the deadline. One winner."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(tool_calls)
+                .where(tool_calls.c.key == key)
+                .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+                .where(tool_calls.c.approval_deadline > now)
+                .values(
+                    status=CallStatus.PENDING.value,
+                    decision=decision.decision,
+                    decided_by=decision.decided_by,
+                    decided_at=decision.decided_at,
+                    decision_note=decision.note,
+                )
+            )
+            return bool(result.rowcount == 1)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_call(self, key: str) -> ToolCallRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tool_calls).where(tool_calls.c.key == key)).mappings().first()
+        return _call(row) if row is not None else None
+
+    def list_calls(
+        self,
+        *,
+        status: CallStatus | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ToolCallRecord]:
+        query = (
+            select(tool_calls).order_by(tool_calls.c.requested_at, tool_calls.c.key).limit(limit)
+        )
+        if status is not None:
+            query = query.where(tool_calls.c.status == status.value)
+        if session_id is not None:
+            query = query.where(tool_calls.c.session_id == session_id)
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
+    def in_flight_before(self, before: float, *, limit: int) -> list[ToolCallRecord]:
+        """Calls recorded as pending since before `before`: the orphan check's candidates."""
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.status == CallStatus.PENDING.value)
+            .where(tool_calls.c.requested_at < before)
+            .order_by(tool_calls.c.requested_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
+    def approvals_due(self, now: float, *, limit: int) -> list[ToolCallRecord]:
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+            .where(tool_calls.c.approval_deadline <= now)
+            .order_by(tool_calls.c.approval_deadline)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
+    def count_calls(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(tool_calls)).scalar_one())
+
+    def snapshot(self, session_id: str) -> tuple[list[ToolCallRecord], list[Message]]:
+        with self.engine.connect() as conn:
+            if (
+                conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+                is None
+            ):
+                raise UnknownSession(f"no session {session_id!r}")
+            calls = [
+                _call(r)
+                for r in conn.execute(
+                    select(tool_calls)
+                    .where(tool_calls.c.session_id == session_id)
+                    .order_by(tool_calls.c.requested_at, tool_calls.c.key)
+                ).mappings()
+            ]
+            history = [
+                _message(r)
+                for r in conn.execute(
+                    select(messages)
+                    .where(messages.c.session_id == session_id)
+                    .order_by(messages.c.id)
+                ).mappings()
+            ]
+        return calls, history
+
+    def append_message(self, session_id: str, role: MessageRole, text: str) -> Message:
+        now = self.clock()
+        with self.engine.begin() as conn:
+            if (
+                conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+                is None
+            ):
+                raise UnknownSession(f"no session {session_id!r}")
+            result = conn.execute(
+                insert(messages).values(
+                    session_id=session_id, role=role.value, text=text, created_at=now
+                )
+            )
+            new_id = result.inserted_primary_key[0] if result.inserted_primary_key else 0
+        return Message(role=role, text=text, id=int(new_id), created_at=now)
+
+
+def _insert_ignore(conn: Connection, table: Table, **values: Any) -> bool:
+    """INSERT that does nothing on a primary-key conflict; True if the row was inserted.
+
+    A plain INSERT caught on IntegrityError would abort a PostgreSQL transaction.
+    """
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        stmt: Any = pg_insert(table).values(**values).on_conflict_do_nothing()
+    elif dialect == "sqlite":
+        stmt = sqlite_insert(table).values(**values).on_conflict_do_nothing()
+    else:
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(table).values(**values))
+            return True
+        except IntegrityError:
+            return False
+    return bool(conn.execute(stmt).rowcount == 1)
+
+
+def _session(row: RowMapping) -> SessionRecord:
+    effect = row["default_effect"]
+    return SessionRecord(
+        id=row["id"],
+        default_effect=EffectClass.parse(effect) if effect else None,
+        created_at=row["created_at"],
+    )
+
+
+def _call(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
+    decision = None
+    if row.get("decision"):
+        decision = ApprovalDecision(
+            decision=row["decision"],
+            decided_by=row["decided_by"] or "",
+            decided_at=row["decided_at"] or 0.0,
+            note=row.get("decision_note"),
+        )
+    return ToolCallRecord(
+        key=row["key"],
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
+        arguments=row["arguments"],
+        policy=PolicySnapshot.from_json(row["policy"]),
+        status=CallStatus(row["status"]),
+        error=row.get("error"),
+        result=row.get("result"),
+        attempts=row.get("attempts") or 0,
+        requested_at=row["requested_at"],
+        finished_at=row.get("finished_at"),
+        approval_deadline=row.get("approval_deadline"),
+        approval=decision,
+        late_result=row.get("late_result"),
+        attempt_log=row.get("attempt_log"),
+        ledger_epoch=row.get("ledger_epoch"),
+    )
+
+
+def _message(row: RowMapping) -> Message:
+    return Message(
+        role=MessageRole(row["role"]),
+        text=row["text"],
+        tool_output=row["tool_output"],
+        turn_id=row["turn_id"],
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
+        tool_arguments=row["tool_arguments"],
+        id=row["id"],
+        created_at=row["created_at"],
+    )
+
+
+def arguments_json(arguments: object) -> str:
+    """Canonical JSON for storing arguments (sorted keys, no spaces, no NaN or Infinity)."""
+    return json.dumps(
+        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )

@@ -1,0 +1,89 @@
+"""The SQL schema (SQLAlchemy Core). Alembic migrations are generated from this metadata.
+
+Times are stored as Unix seconds (floats): deadlines are compared in SQL the same way on SQLite
+and PostgreSQL, and they match the ledger's clock.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+_id = BigInteger().with_variant(Integer(), "sqlite")
+
+sessions = Table(
+    "dex_sessions",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("default_effect", String(32), nullable=True),
+    Column("created_at", Float, nullable=False),
+)
+
+messages = Table(
+    "dex_messages",
+    metadata,
+    Column("id", _id, primary_key=True, autoincrement=True),
+    Column("session_id", String(200), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("text", Text, nullable=True),
+    Column("tool_output", Text, nullable=True),
+    Column("turn_id", String(200), nullable=True),
+    Column("tool_call_id", String(200), nullable=True),
+    Column("tool_name", String(200), nullable=True),
+    Column("tool_arguments", Text, nullable=True),
+    # The call a TOOL message reports; unique, so an outcome is appended once however many
+    # writers race to record it.
+    Column("call_key", String(620), nullable=True, unique=True),
+    Column("created_at", Float, nullable=False),
+    Index("ix_dex_messages_session", "session_id", "id"),
+)
+
+tool_calls = Table(
+    "dex_tool_calls",
+    metadata,
+    Column("key", String(620), primary_key=True),
+    Column("session_id", String(200), nullable=False),
+    Column("turn_id", String(200), nullable=False),
+    Column("tool_call_id", String(200), nullable=False),
+    Column("tool_name", String(200), nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("effect", String(32), nullable=False),
+    Column("requires_approval", Integer, nullable=False),
+    Column("policy", Text, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("error", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("attempt_log", Text, nullable=True),
+    Column("late_result", Text, nullable=True),
+    Column("ledger_epoch", String(64), nullable=True),
+    Column("requested_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Column("approval_deadline", Float, nullable=True),
+    Column("decision", String(16), nullable=True),
+    Column("decided_by", String(200), nullable=True),
+    Column("decided_at", Float, nullable=True),
+    Column("decision_note", Text, nullable=True),
+    Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
+    # The sweeper's scans of calls in flight and of approvals past their deadline read only
+    # rows in those statuses, never history.
+    Index("ix_dex_tool_calls_status", "status", "requested_at"),
+    Index("ix_dex_tool_calls_approval", "status", "approval_deadline"),
+)

@@ -1,0 +1,78 @@
+"""What a tool author writes against: the registered tool and the context each attempt gets."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dex_celery.errors import AttemptCancelled
+from dex_celery.ids import CallKey
+from dex_celery.policy import ToolPolicy
+
+#: The prefix of every tool's Celery task name: `dex.tool.<name>` (shown in Flower).
+TASK_PREFIX = "dex.tool."
+
+ToolFunction = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A registered tool: its function, declared policy and framework metadata (S1.4)."""
+
+    name: str
+    function: ToolFunction
+    policy: ToolPolicy
+    annotations: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    description: str = ""
+
+    @property
+    def task_name(self) -> str:
+        return TASK_PREFIX + self.name
+
+
+class ToolContext:
+    """Handed to the tool as its first argument for every attempt.
+
+    `idempotency_key` is the same for every attempt of one call (S2.1): pass it to every service
+    the tool writes to; that is what makes a retry, or the double run of S5.1, harmless.
+    """
+
+    def __init__(
+        self,
+        key: CallKey,
+        attempt: int,
+        *,
+        beat: Callable[[], bool] | None = None,
+    ) -> None:
+        self.call = key
+        self.attempt = attempt
+        self._cancelled = threading.Event()
+        self._beat = beat
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.call.key
+
+    @property
+    def session_id(self) -> str:
+        return self.call.session_id
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the system has fenced this attempt (timed out or presumed lost): stop."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def heartbeat(self, *, raise_if_cancelled: bool = False) -> bool:
+        """Renew this attempt's lease now; returns False (or raises) if it was fenced (S3.4)."""
+        alive = self._beat() if self._beat is not None else not self.cancelled
+        if not alive:
+            self.cancel()
+            if raise_if_cancelled:
+                raise AttemptCancelled(f"attempt {self.attempt} of {self.call} was cancelled")
+        return alive

@@ -1,0 +1,170 @@
+"""The worker's side of an attempt: claim, heartbeat, run, finish, record.
+
+The claim happens before any tool code; a refused claim raises Celery's `Ignore`, so a stale or
+redelivered message is acknowledged and dropped without running (S3.2, S3.3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
+
+from dex_celery.errors import DexError, ToolError
+from dex_celery.ids import CallKey, parse_task_id
+from dex_celery.ledger.ledger import Cause, Ledger, StepKind
+from dex_celery.tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.worker")
+
+#: Exceptions a tool raises that mean "try again later" without being a ToolError.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+class HeartbeatPump:
+    """One thread per worker process renews the leases of every attempt it runs (S3.4).
+
+    One script call per beat for all running attempts keeps the cost off the per-call path.
+    An attempt found fenced (timed out, presumed lost) gets `cancelled` and is no longer renewed.
+    """
+
+    def __init__(self, ledger: Ledger, interval: float) -> None:
+        self.ledger = ledger
+        self.interval = interval
+        self._running: dict[str, tuple[str, ToolContext]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, key: str, fence: str, ctx: ToolContext) -> None:
+        with self._lock:
+            self._running[key] = (fence, ctx)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="dex-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._running.pop(key, None)
+
+    def beat(self, key: str) -> bool:
+        """Renew one attempt now (a tool's own heartbeat); False if it was fenced."""
+        with self._lock:
+            entry = self._running.get(key)
+        if entry is None:
+            return False
+        fenced = self.ledger.heartbeat([(key, entry[0])])
+        if key in fenced:
+            self._fence({key})
+            return False
+        return True
+
+    def _fence(self, keys: set[str]) -> None:
+        with self._lock:
+            for key in keys:
+                entry = self._running.pop(key, None)
+                if entry is not None:
+                    entry[1].cancel()
+                    log.warning("attempt of %s was fenced; the tool is told to stop", key)
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(self.interval)
+            with self._lock:
+                batch = [(k, fence) for k, (fence, _) in self._running.items()]
+            if not batch:
+                continue
+            try:
+                self._fence(self.ledger.heartbeat(batch))
+            except Exception:  # a Redis blip must not kill the thread; the lease has slack
+                log.exception("heartbeat failed; retrying in %.1fs", self.interval)
+
+
+_pumps: dict[int, HeartbeatPump] = {}
+_pumps_lock = threading.Lock()
+
+
+def heartbeat_pump(dex: Dex) -> HeartbeatPump:
+    """The pump of this process (re-made in each prefork child)."""
+    pid = os.getpid()
+    with _pumps_lock:
+        pump = _pumps.get(pid)
+        if pump is None or pump.ledger is not dex.ledger:
+            pump = HeartbeatPump(dex.ledger, dex.settings.heartbeat_timeout / 3)
+            _pumps.clear()
+            _pumps[pid] = pump
+        return pump
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> None:
+    """Body of every `dex.tool.<name>` task."""
+    call = CallKey.parse(key)
+    fence = uuid.uuid4().hex
+    claim = dex.ledger.claim(key, attempt, owner=owner_id(), fence=fence)
+    if not claim.ok:
+        log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
+        raise Ignore()
+    pump = heartbeat_pump(dex)
+    ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
+    pump.add(key, fence, ctx)
+    try:
+        cause, payload = _call_tool(tool, ctx, arguments)
+    finally:
+        pump.remove(key)
+    step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+    if step.kind is StepKind.LATE or step.late_result:
+        # Fenced, or past start-to-close: the outcome stands; this is evidence only (S5.2).
+        log.warning("attempt %d of %s finished too late; kept as a late result", attempt, key)
+        dex.store.record_late_result(
+            key, json.dumps({"attempt": attempt, "cause": cause.value, "payload": payload})
+        )
+    if step.kind is not StepKind.LATE:
+        # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.
+        dex.dispatcher.apply(key, step, result=payload if cause is Cause.OK else None)
+
+
+def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:
+    try:
+        value = tool.function(ctx, **arguments)
+    except SoftTimeLimitExceeded:
+        return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
+    except ToolError as e:
+        return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), e.message
+    except TRANSIENT_ERRORS as e:
+        return Cause.RETRYABLE, f"{type(e).__name__}: {e}"
+    except Exception as e:
+        log.exception("tool %s raised", tool.name)
+        return Cause.TOOL_ERROR, f"{type(e).__name__}: {e}"
+    try:
+        return Cause.OK, json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        return Cause.TOOL_ERROR, f"the tool returned a value that is not JSON: {e}"
+
+
+def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:
+    """Mark the attempt of a dead pool child lost now (or expired, if it died before its claim)."""
+    try:
+        call, attempt = parse_task_id(task_id)
+    except DexError:
+        log.warning("WorkerLostError for a task id that is not ours: %r", task_id)
+        return
+    step = dex.ledger.lose(
+        call.key, attempt, worker_lost=True, detail=f"the pool process died: {detail}"
+    )
+    log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
+    dex.dispatcher.apply(call.key, step)

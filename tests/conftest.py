@@ -1,0 +1,91 @@
+"""Fixtures: a private redis-server per test session, a fresh database and ledger per test,
+real Celery prefork workers, and a sweeper running in the test process."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from dex_celery import Dex, Settings
+from dex_celery.sweep import run_forever
+from tests.support.processes import RedisServer, Worker
+from tests.support.toolapp import LOG_ENV, make_app
+
+# Tight settings so crash tests finish in seconds; the defaults are measured in bench/.
+TEST_TIMINGS = {
+    "DEX_HEARTBEAT_TIMEOUT": "1.5",
+    "DEX_SCHEDULE_TO_START": "5",
+    "DEX_SWEEP_INTERVAL": "0.2",
+    "DEX_UNRECORDED_GRACE": "1",
+    "DEX_ORPHAN_GRACE": "1",
+    "DEX_BACKOFF_INITIAL": "0.1",
+    "DEX_BACKOFF_MAX": "0.5",
+}
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
+    """Environment shared by the test process and the workers it starts."""
+    redis.Redis.from_url(redis_server.url).flushall()
+    tool_log = tmp_path / "tool-log"
+    tool_log.mkdir()
+    return {
+        "DEX_REDIS_URL": redis_server.url,
+        "DEX_DATABASE_URL": f"sqlite:///{tmp_path / 'dex.db'}",
+        "DEX_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
+        LOG_ENV: str(tool_log),
+        **TEST_TIMINGS,
+    }
+
+
+@pytest.fixture
+def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _app, dex = make_app(Settings.from_env(env))
+    dex.store.create_schema()
+    return dex
+
+
+@pytest.fixture
+def start_worker(env: dict[str, str]) -> Iterator[Callable[..., Worker]]:
+    workers: list[Worker] = []
+
+    def start(*, concurrency: int = 2, extra_env: dict[str, str] | None = None) -> Worker:
+        worker = Worker({**env, **(extra_env or {})}, Path(env[LOG_ENV]), concurrency).start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture
+def sweeper(dex: Dex) -> Iterator[threading.Event]:
+    """The sweeper loop of `dex-celery sweep --loop`, in a thread of the test process."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run_forever, args=(dex,), kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    yield stop
+    stop.set()
+    thread.join(timeout=10)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(
+        "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    )

@@ -1,0 +1,133 @@
+"""The Celery app that test workers run: tools that keep their own side-effect log.
+
+Each tool appends one line per execution to `$DEX_TEST_TOOL_LOG/<key>.log` (key with `/`
+replaced), written by the tool itself, so crash tests can count real executions independently of
+the ledger and SQL. Tools that must be killed mid-run wait for a release file or a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, signals
+
+from dex_celery import (
+    Dex,
+    EffectClass,
+    RetryableToolError,
+    Settings,
+    ToolContext,
+    ToolError,
+    ToolPolicy,
+)
+from dex_celery.errors import AttemptCancelled
+
+LOG_ENV = "DEX_TEST_TOOL_LOG"
+
+
+def log_dir() -> Path:
+    path = Path(os.environ.get(LOG_ENV, "/tmp/dex-test-tool-log"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log_file(key: str) -> Path:
+    return log_dir() / (key.replace("/", "__") + ".log")
+
+
+def executions(key: str) -> list[str]:
+    """Lines the tool itself wrote for `key`: `start <attempt> <pid>` / `end <attempt> <pid>`."""
+    path = log_file(key)
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _note(ctx: ToolContext, what: str) -> None:
+    with log_file(ctx.idempotency_key).open("a") as f:
+        f.write(f"{what} {ctx.attempt} {os.getpid()} {ctx.idempotency_key}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _hold(ctx: ToolContext, seconds: float) -> None:
+    """Run for `seconds`, or until the test drops `<log>/release`; the kill lands in here."""
+    deadline = time.monotonic() + seconds
+    release = log_dir() / "release"
+    while time.monotonic() < deadline and not release.exists():
+        time.sleep(0.05)
+
+
+def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
+    settings = settings or Settings.from_env()
+    app = Celery("dex_test_tools")
+    dex = Dex(app, settings)
+
+    def slow(ctx: ToolContext, seconds: float = 30.0, value: Any = "done") -> Any:
+        _note(ctx, "start")
+        _hold(ctx, seconds)
+        _note(ctx, "end")
+        return value
+
+    for effect in EffectClass:
+        dex.tool(f"slow_{effect.value}", policy=ToolPolicy(effect=effect, requires_approval=False))(
+            slow
+        )
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def echo(ctx: ToolContext, **arguments: Any) -> Any:
+        _note(ctx, "start")
+        return {"key": ctx.idempotency_key, "attempt": ctx.attempt, "arguments": arguments}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE))
+    def failing(ctx: ToolContext, message: str = "the order does not exist") -> Any:
+        _note(ctx, "start")
+        raise ToolError(message)
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, max_attempts=3, backoff_initial=0.1))
+    def flaky_read(ctx: ToolContext, fail_times: int = 1) -> Any:
+        _note(ctx, "start")
+        if ctx.attempt <= fail_times:
+            raise RetryableToolError(f"transient failure on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, start_to_close=1.5
+        )
+    )
+    def overtime(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """Ignores its soft time limit, as tool code that cannot be stopped would (S5.1)."""
+        _note(ctx, "start")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.05)
+            except Exception:  # SoftTimeLimitExceeded: keep going, like uncooperative code
+                continue
+        _note(ctx, "end")
+        return "late value"
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, heartbeat_timeout=2.0))
+    def cooperative(ctx: ToolContext, seconds: float = 30.0) -> Any:
+        _note(ctx, "start")
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                ctx.heartbeat(raise_if_cancelled=True)
+                time.sleep(0.1)
+        except AttemptCancelled:
+            _note(ctx, "cancelled")
+            raise
+        return "finished"
+
+    return app, dex
+
+
+app, dex = make_app()
+
+
+@signals.worker_ready.connect
+def _announce_ready(sender: Any = None, **_: Any) -> None:
+    (log_dir() / f"ready-{os.getpid()}").write_text(str(time.time()))

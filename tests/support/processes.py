@@ -174,10 +174,8 @@ class Worker:
         if self.process is not None and self.process.poll() is None:
             self.kill_all()
         elif self.process is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)  # orphans of a dead main process
-            except ProcessLookupError:
-                pass
         self.process = None
 
     def log(self) -> str:

@@ -5,11 +5,16 @@
 -- ARGV[6] events maxlen
 -- Returns {1, heartbeat timeout, start-to-close} or {0, reason}. A refused claim is counted
 -- in the field 'refused' so tests and operators can see stale deliveries being turned away.
+-- The same claim repeated (same attempt and fence) succeeds again without changing anything.
 local now = tonumber(ARGV[5])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, 'unknown'}
 end
-local f = redis.call('HMGET', KEYS[1], 'status', 'n', 'state', 'deadline', 'hb', 's2c')
+local f = redis.call('HMGET', KEYS[1], 'status', 'n', 'state', 'deadline', 'hb', 's2c', 'fence')
+if f[1] == 'active' and f[2] == ARGV[2] and f[3] == 'running' and f[7] == ARGV[4] then
+  -- The same claim again (redis-py retries a command whose reply was lost): it holds already.
+  return {1, f[5], f[6]}
+end
 local reason = nil
 if f[1] ~= 'active' then
   reason = 'finished'

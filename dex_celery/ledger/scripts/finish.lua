@@ -8,9 +8,15 @@
 -- otherwise the payload is kept as a late result and announced (S5.2), never as the outcome.
 -- A result reported after the start-to-close deadline counts as a time-out, with the payload
 -- kept as a late result; the step then ends with the marker 'late_result'.
+-- The fence that finished is kept in 'done_fence', so a repeat of the same finish is {'noop'}.
 local now = tonumber(ARGV[4])
 local f = redis.call('HMGET', KEYS[1], 'state', 'n', 'fence')
 if f[1] ~= 'running' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
+  if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'done_fence') == ARGV[3] then
+    -- The same finish again (redis-py retries a command whose reply was lost): it was applied
+    -- already; it is neither a late result nor a second outcome.
+    return {'noop'}
+  end
   if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('HSET', KEYS[1], 'late', cjson.encode({attempt = tonumber(ARGV[2]),
       cause = ARGV[5], payload = ARGV[6], at = now}))
@@ -39,7 +45,7 @@ elseif cause == 'timed_out' then
   state = 'timed_out'
 end
 log_attempt(KEYS[1], ARGV[2], state, now)
-redis.call('HSET', KEYS[1], 'state', state)
+redis.call('HSET', KEYS[1], 'state', state, 'done_fence', ARGV[3])
 if cause == 'ok' then
   redis.call('HSET', KEYS[1], 'result', ARGV[6])
 end

@@ -21,6 +21,12 @@ from dex_celery.errors import DuplicateTool, UnknownTool
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.policy import ToolPolicy, check_registration
+from dex_celery.reconcile import (
+    RECONCILE_INTERVAL,
+    RECONCILE_TASK,
+    AnyOutcomeCheck,
+    OutcomeChecks,
+)
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
@@ -28,6 +34,7 @@ from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
 if TYPE_CHECKING:
     from dex_celery.client import DexClient
     from dex_celery.dispatch import Dispatcher
+    from dex_celery.reconcile import _F
 
 log = logging.getLogger("dex_celery")
 
@@ -71,6 +78,9 @@ class Dex:
         self._lock = threading.Lock()
         configure_celery(celery, self.settings)
         self._register_sweep_task()
+        #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
+        self.outcome_checks = OutcomeChecks()
+        self._register_reconcile_task()
         signals.task_failure.connect(self._on_task_failure, weak=False)
 
     # --- tools ---------------------------------------------------------------------------------
@@ -117,8 +127,10 @@ class Dex:
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
+        # shared=False: tasks belong to this Celery app only, not to every app in the process.
         self.celery.task(
             name=tool.task_name,
+            shared=False,
             acks_late=late_ack,
             reject_on_worker_lost=False,
             ignore_result=True,
@@ -179,16 +191,43 @@ class Dex:
 
     # --- Celery wiring -------------------------------------------------------------------------
 
-    def beat_schedule(self) -> dict[str, dict[str, Any]]:
-        """Entries for `app.conf.beat_schedule`: the sweeper, expiring if not run in time."""
+    def beat_schedule(
+        self, *, reconcile_interval: float = RECONCILE_INTERVAL
+    ) -> dict[str, dict[str, Any]]:
+        """Entries for `app.conf.beat_schedule`: the sweeper and the reconcile job (S8.4), each
+        expiring if not run in time."""
         interval = self.settings.sweep_interval
         return {
             "dex-sweep": {
                 "task": SWEEP_TASK,
                 "schedule": interval,
                 "options": {"expires": max(1.0, interval * 2)},
-            }
+            },
+            "dex-reconcile": {
+                "task": RECONCILE_TASK,
+                "schedule": reconcile_interval,
+                "options": {"expires": max(1.0, reconcile_interval * 2)},
+            },
         }
+
+    # --- outcome checks (S8; dex_celery/reconcile.py) -------------------------------------------
+
+    def outcome_check(self, tool_name: str) -> Callable[[_F], _F]:
+        """Decorator: `check(key, arguments_json) -> report text | CannotTellYet`, sync or async."""
+        return self.outcome_checks.decorator(tool_name)
+
+    def register_outcome_check(self, tool_name: str, check: AnyOutcomeCheck) -> None:
+        self.outcome_checks.register(tool_name, check)
+
+    def _register_reconcile_task(self) -> None:
+        def reconcile() -> dict[str, int]:
+            from dex_celery.reconcile import reconcile_once
+
+            return reconcile_once(self).as_dict()
+
+        self.celery.task(name=RECONCILE_TASK, ignore_result=True, acks_late=False, shared=False)(
+            reconcile
+        )
 
     def _register_sweep_task(self) -> None:
         def sweep() -> dict[str, int]:
@@ -196,7 +235,9 @@ class Dex:
 
             return Sweeper(self).sweep_once().as_dict()
 
-        self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False)(sweep)
+        self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False, shared=False)(
+            sweep
+        )
 
     def _on_task_failure(
         self,

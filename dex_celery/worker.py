@@ -40,14 +40,14 @@ class HeartbeatPump:
     def __init__(self, ledger: Ledger, interval: float) -> None:
         self.ledger = ledger
         self.interval = interval
-        self._running: dict[str, tuple[str, ToolContext]] = {}
+        self._running: dict[str, tuple[str, ToolContext, float]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, key: str, fence: str, ctx: ToolContext) -> None:
+    def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
         with self._lock:
-            self._running[key] = (fence, ctx)
+            self._running[key] = (fence, ctx, heartbeat_timeout)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="dex-heartbeat", daemon=True
@@ -78,11 +78,17 @@ class HeartbeatPump:
                     entry[1].cancel()
                     log.warning("attempt of %s was fenced; the tool is told to stop", key)
 
+    def _next_interval(self) -> float:
+        """A third of the shortest heartbeat timeout among the running attempts' policies."""
+        with self._lock:
+            shortest = min((hb for _, _, hb in self._running.values()), default=self.interval * 3)
+        return min(self.interval, shortest / 3)
+
     def _loop(self) -> None:
         while True:
-            self._wake.wait(self.interval)
+            self._wake.wait(self._next_interval())
             with self._lock:
-                batch = [(k, fence) for k, (fence, _) in self._running.items()]
+                batch = [(k, fence) for k, (fence, _, _) in self._running.items()]
             if not batch:
                 continue
             try:
@@ -121,7 +127,7 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
-    pump.add(key, fence, ctx)
+    pump.add(key, fence, ctx, claim.heartbeat_timeout)
     try:
         cause, payload = _call_tool(tool, ctx, arguments)
     finally:

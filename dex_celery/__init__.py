@@ -4,7 +4,9 @@ Reads and idempotent writes are retried; non-idempotent writes run at most once;
 in exactly one record (`succeeded`, `failed`, `rejected`, `outcome_unknown`).
 """
 
+from dex_celery.agent_loop import ModelToolCall, run_tool_calls, run_tool_calls_async
 from dex_celery.app import Dex, configure_celery
+from dex_celery.approvals import Approvals, PendingApproval
 from dex_celery.client import AsyncDexClient, DexClient
 from dex_celery.dispatch import CallRequest
 from dex_celery.errors import (
@@ -16,13 +18,18 @@ from dex_celery.errors import (
     CallTimeout,
     ConfigurationError,
     DexError,
+    DuplicateOutcomeCheck,
     DuplicateTool,
     InvalidArguments,
+    InvalidCheckResult,
+    InvalidDecision,
+    InvalidEventPosition,
     InvalidId,
     InvalidRequest,
     InvalidText,
     LedgerError,
     NotAwaitingApproval,
+    OutcomeCheckError,
     PolicyError,
     PublishError,
     RetryableToolError,
@@ -32,9 +39,19 @@ from dex_celery.errors import (
     UnknownSession,
     UnknownTool,
 )
+from dex_celery.events import AgentEvent, AgentEvents, EventType
 from dex_celery.ids import CallKey
 from dex_celery.outcomes import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
 from dex_celery.policy import EffectClass, PolicySnapshot, ToolPolicy
+from dex_celery.reconcile import (
+    CannotTellYet,
+    OutcomeCheck,
+    OutcomeChecks,
+    ReconcileReport,
+    SessionMessenger,
+    reconcile_once,
+    report_unknown_outcomes,
+)
 from dex_celery.records import AgentSnapshot, Message, MessageRole, ToolCallRecord
 from dex_celery.settings import Settings
 from dex_celery.tools import ToolContext
@@ -42,10 +59,13 @@ from dex_celery.tools import ToolContext
 __all__ = [
     "DID_NOT_RUN",
     "OUTCOME_UNKNOWN_TOOL_RESULT",
+    "AgentEvent",
+    "AgentEvents",
     "AgentSnapshot",
     "AlreadyDecided",
     "ApprovalDeadlinePassed",
     "ApprovalError",
+    "Approvals",
     "ArgumentsTooLarge",
     "AsyncDexClient",
     "AttemptCancelled",
@@ -53,24 +73,37 @@ __all__ = [
     "CallRequest",
     "CallStatus",
     "CallTimeout",
+    "CannotTellYet",
     "ConfigurationError",
     "Dex",
     "DexClient",
     "DexError",
+    "DuplicateOutcomeCheck",
     "DuplicateTool",
     "EffectClass",
+    "EventType",
     "InvalidArguments",
+    "InvalidCheckResult",
+    "InvalidDecision",
+    "InvalidEventPosition",
     "InvalidId",
     "InvalidRequest",
     "InvalidText",
     "LedgerError",
     "Message",
     "MessageRole",
+    "ModelToolCall",
     "NotAwaitingApproval",
+    "OutcomeCheck",
+    "OutcomeCheckError",
+    "OutcomeChecks",
+    "PendingApproval",
     "PolicyError",
     "PolicySnapshot",
     "PublishError",
+    "ReconcileReport",
     "RetryableToolError",
+    "SessionMessenger",
     "Settings",
     "ToolCallRecord",
     "ToolContext",
@@ -81,4 +114,8 @@ __all__ = [
     "UnknownSession",
     "UnknownTool",
     "configure_celery",
+    "reconcile_once",
+    "report_unknown_outcomes",
+    "run_tool_calls",
+    "run_tool_calls_async",
 ]

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
+from dex_celery.events import START, AgentEvent, AgentEvents
 from dex_celery.ids import CallKey
 from dex_celery.policy import EffectClass
 from dex_celery.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
+    from dex_celery.approvals import PendingApproval
 
 
 class DexClient:
@@ -115,6 +117,52 @@ class DexClient:
                 if entries:
                     position = entries[-1][0]
 
+    # --- approvals (S6; dex_celery/approvals.py) -----------------------------------------------
+
+    def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
+        """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
+        from dex_celery.approvals import Approvals
+
+        return Approvals(self.dex).approve(key, approver, note)
+
+    def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
+        """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
+        from dex_celery.approvals import Approvals
+
+        return Approvals(self.dex).reject(key, approver, reason)
+
+    def pending_approvals(
+        self, session_id: str | None = None, *, limit: int = 100
+    ) -> list[PendingApproval]:
+        """Calls waiting for a decision, oldest first, secret arguments redacted."""
+        from dex_celery.approvals import Approvals
+
+        return Approvals(self.dex).pending(session_id, limit=limit)
+
+    # --- end of approvals ----------------------------------------------------------------------
+
+    # --- events (S7.3; dex_celery/events.py) ---------------------------------------------------
+
+    def events(
+        self,
+        after: str = START,
+        *,
+        session_id: str | None = None,
+        types: Collection[str] | None = None,
+        follow: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[AgentEvent]:
+        """AgentEvents after position `after` (`"0"` from the start, `"$"` from now).
+
+        Keep the `position` of the last event handled and pass it as `after` to resume. Stops
+        once caught up, unless `follow` (then waits for new events up to `timeout` seconds).
+        """
+        return AgentEvents.of(self.dex).iterate(
+            after, session_id=session_id, types=types, follow=follow, timeout=timeout
+        )
+
+    # --- end of events -------------------------------------------------------------------------
+
 
 class AsyncDexClient:
     """Coroutine versions of `DexClient`'s calls (S8.3)."""
@@ -155,3 +203,36 @@ class AsyncDexClient:
 
     async def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
         return await asyncio.to_thread(self.sync.wait, keys, timeout=timeout)
+
+    # --- approvals (S6; dex_celery/approvals.py) -----------------------------------------------
+
+    async def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.approve, key, approver, note)
+
+    async def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.reject, key, approver, reason)
+
+    async def pending_approvals(
+        self, session_id: str | None = None, *, limit: int = 100
+    ) -> list[PendingApproval]:
+        return await asyncio.to_thread(self.sync.pending_approvals, session_id, limit=limit)
+
+    # --- end of approvals ----------------------------------------------------------------------
+
+    # --- events (S7.3; dex_celery/events.py) ---------------------------------------------------
+
+    def events(
+        self,
+        after: str = START,
+        *,
+        session_id: str | None = None,
+        types: Collection[str] | None = None,
+        follow: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
+        return AgentEvents.of(self.sync.dex).aiterate(
+            after, session_id=session_id, types=types, follow=follow, timeout=timeout
+        )
+
+    # --- end of events -------------------------------------------------------------------------

@@ -71,7 +71,16 @@ class UnknownCall(DexError, LookupError):
 
 
 class ApprovalError(DexError):
-    """A decision on a call that cannot take it; nothing was changed."""
+    """A decision on a call that cannot take it; nothing was changed.
+
+    `key` names the call and `status` is the status it was found in, so a caller can tell the
+    cases apart without parsing the message.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, status: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.status = status
 
 
 class NotAwaitingApproval(ApprovalError):
@@ -79,11 +88,33 @@ class NotAwaitingApproval(ApprovalError):
 
 
 class AlreadyDecided(NotAwaitingApproval):
-    """Someone decided this call before; the first decision stands."""
+    """Someone decided this call before; the first decision stands.
+
+    `decision` ("approved" or "rejected"), `decided_by` and `decided_at` say which decision won.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        status: str | None = None,
+        decision: str | None = None,
+        decided_by: str | None = None,
+        decided_at: float | None = None,
+    ) -> None:
+        super().__init__(message, key=key, status=status)
+        self.decision = decision
+        self.decided_by = decided_by
+        self.decided_at = decided_at
 
 
 class ApprovalDeadlinePassed(ApprovalError):
     """The approval deadline passed before the decision arrived; the call is rejected."""
+
+
+class InvalidDecision(InvalidRequest):
+    """A decision without a usable approver name, or with an oversized note or reason."""
 
 
 # --- infrastructure ------------------------------------------------------------------------
@@ -99,6 +130,25 @@ class PublishError(DexError):
 
 class CallTimeout(DexError, TimeoutError):
     """A wait for calls to end ran out before they all ended."""
+
+
+# --- events and reconciliation (S7.3, S8) ---------------------------------------------------
+
+
+class InvalidEventPosition(InvalidRequest):
+    """A position in the events stream that is not `0`, `$` or a stream id `<ms>-<seq>`."""
+
+
+class DuplicateOutcomeCheck(ConfigurationError):
+    """Two outcome checks registered for one tool; the second would silently win."""
+
+
+class OutcomeCheckError(DexError):
+    """An outcome check could not give a usable answer; the call stays open for the next run."""
+
+
+class InvalidCheckResult(OutcomeCheckError):
+    """An outcome check returned something other than report text or `CannotTellYet`."""
 
 
 # --- raised by tools -----------------------------------------------------------------------

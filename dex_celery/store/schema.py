@@ -87,3 +87,23 @@ tool_calls = Table(
     Index("ix_dex_tool_calls_status", "status", "requested_at"),
     Index("ix_dex_tool_calls_approval", "status", "approval_deadline"),
 )
+
+# One row per `outcome_unknown` call the reconcile beat job has surfaced (S8.4): it is what makes
+# "surfaced once" and "reported once" hold across runs and across two runners at once.
+# `state` is `open` until the real outcome was sent to the session, then `reported`.
+unknown_outcomes = Table(
+    "dex_unknown_outcomes",
+    metadata,
+    Column("call_key", String(620), primary_key=True),
+    Column("session_id", String(200), nullable=False),
+    Column("tool_name", String(200), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("surfaced_at", Float, nullable=False),
+    Column("checks", Integer, nullable=False, default=0),
+    Column("last_checked_at", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("report", Text, nullable=True),
+    Column("reported_at", Float, nullable=True),
+    # The runs read only open rows of tools that have a check.
+    Index("ix_dex_unknown_outcomes_open", "state", "tool_name"),
+)

@@ -75,6 +75,10 @@ def parse_arguments(
         value = arguments
     if not isinstance(value, Mapping):
         raise InvalidArguments(f"tool arguments must be a JSON object, got {type(value).__name__}")
+    bad_names = [k for k in value if not isinstance(k, str)]
+    if bad_names:
+        # They become keyword arguments of the tool; JSON would silently turn 1 into "1".
+        raise InvalidArguments(f"tool argument names must be strings, got {bad_names[0]!r}")
     try:
         text = arguments_json(value)
     except (TypeError, ValueError) as e:
@@ -142,11 +146,15 @@ class Dispatcher:
     def start(self, record: ToolCallRecord, arguments: Mapping[str, Any] | None = None) -> None:
         """Open attempt 1 and publish it. Safe to call twice: only one open succeeds."""
         ledger = self.dex.ledger
-        result = ledger.open(record.key, record.policy, epoch=self.dex.epoch())
+        # A call that waited for approval announced its request already.
+        announce = record.approval is None
+        result = ledger.open(record.key, record.policy, epoch=self.dex.epoch(), announce=announce)
         if result is OpenResult.EPOCH_CHANGED:
             # Redis was restarted or replaced since this process last looked; this call cannot
             # have run (it was never opened), so open it under the new ledger's epoch.
-            result = ledger.open(record.key, record.policy, epoch=self.dex.epoch(refresh=True))
+            result = ledger.open(
+                record.key, record.policy, epoch=self.dex.epoch(refresh=True), announce=announce
+            )
         if result is not OpenResult.OPENED:
             log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)
             return

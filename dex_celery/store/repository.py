@@ -205,10 +205,14 @@ class Store:
             select(sessions.c.default_effect).where(sessions.c.id == session_id)
         ).first()
         if default is None:
-            conn.execute(
-                insert(sessions).values(id=session_id, default_effect=None, created_at=now)
-            )
-            return None
+            # Insert-or-ignore: two first requests of a new session may race here (S2.3).
+            if _insert_ignore(conn, sessions, id=session_id, default_effect=None, created_at=now):
+                return None
+            default = conn.execute(
+                select(sessions.c.default_effect).where(sessions.c.id == session_id)
+            ).first()
+            if default is None:
+                return None
         return EffectClass.parse(default[0]) if default[0] else None
 
     # --- outcomes ------------------------------------------------------------------------------
@@ -220,8 +224,13 @@ class Store:
         *,
         from_statuses: Iterable[CallStatus] = (CallStatus.PENDING,),
         decision: ApprovalDecision | None = None,
+        deadline_after: float | None = None,
     ) -> bool:
-        """End a call and append its TOOL message, once. False if it had already ended."""
+        """End a call and append its TOOL message, once. False if it had already ended.
+
+        `deadline_after` (a person's rejection) also requires the approval deadline to be later
+        than that time, so a rejection and the deadline's expiry cannot both claim the call.
+        """
         now = self.clock()
         values: dict[str, Any] = dict(
             status=outcome.status.value,
@@ -240,13 +249,16 @@ class Store:
                 decided_at=decision.decided_at,
                 decision_note=decision.note,
             )
+        query = (
+            update(tool_calls)
+            .where(tool_calls.c.key == key)
+            .where(tool_calls.c.status.in_([s.value for s in from_statuses]))
+        )
+        if deadline_after is not None:
+            query = query.where(tool_calls.c.approval_deadline > deadline_after)
         with self.engine.begin() as conn:
             row = conn.execute(
-                update(tool_calls)
-                .where(tool_calls.c.key == key)
-                .where(tool_calls.c.status.in_([s.value for s in from_statuses]))
-                .values(**values)
-                .returning(
+                query.values(**values).returning(
                     tool_calls.c.session_id,
                     tool_calls.c.turn_id,
                     tool_calls.c.tool_call_id,
@@ -283,23 +295,49 @@ class Store:
                 update(tool_calls).where(tool_calls.c.key == key).values(attempts=attempts)
             )
 
-    def decide(self, key: str, decision: ApprovalDecision, *, now: float) -> bool:
-        """Approve: awaiting_approval -> pending, only before the deadline. One winner."""
+    def decide(
+        self, key: str, decision: ApprovalDecision, *, now: float, epoch: str | None = None
+    ) -> bool:
+        """Approve: awaiting_approval -> pending, only before the deadline. One winner.
+
+        `epoch` is the ledger life the approved call is about to be opened in; recording it lets
+        the orphan check tell "approved, never opened" from "Redis lost it" even when the ledger
+        changed while the call waited.
+        """
+        values: dict[str, Any] = dict(
+            status=CallStatus.PENDING.value,
+            decision=decision.decision,
+            decided_by=decision.decided_by,
+            decided_at=decision.decided_at,
+            decision_note=decision.note,
+        )
+        if epoch is not None:
+            values["ledger_epoch"] = epoch
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(tool_calls)
                 .where(tool_calls.c.key == key)
                 .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
                 .where(tool_calls.c.approval_deadline > now)
-                .values(
-                    status=CallStatus.PENDING.value,
-                    decision=decision.decision,
-                    decided_by=decision.decided_by,
-                    decided_at=decision.decided_at,
-                    decision_note=decision.note,
-                )
+                .values(**values)
             )
             return bool(result.rowcount == 1)
+
+    def pending_approvals(
+        self, now: float, *, session_id: str | None = None, limit: int = 100
+    ) -> list[ToolCallRecord]:
+        """Calls waiting for a decision whose deadline has not passed, oldest request first."""
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+            .where(tool_calls.c.approval_deadline > now)
+            .order_by(tool_calls.c.requested_at, tool_calls.c.key)
+            .limit(limit)
+        )
+        if session_id is not None:
+            query = query.where(tool_calls.c.session_id == session_id)
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -411,7 +449,8 @@ def _insert_ignore(conn: Connection, table: Table, **values: Any) -> bool:
             return True
         except IntegrityError:
             return False
-    return bool(conn.execute(stmt).rowcount == 1)
+    # SQLAlchemy reports an INSERT's rowcount only when asked to (psycopg gives -1 otherwise).
+    return bool(conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1)
 
 
 def _session(row: RowMapping) -> SessionRecord:

@@ -26,6 +26,12 @@ from dex_celery import (
 from dex_celery.errors import AttemptCancelled
 
 LOG_ENV = "DEX_TEST_TOOL_LOG"
+#: Set to `1` in a worker's environment: every tool task blocks in `task_prerun`, before its claim,
+#: until `<log>/release-prerun` exists (crash tests of "delivered, not claimed", S4.2).
+BLOCK_BEFORE_CLAIM_ENV = "DEX_TEST_BLOCK_BEFORE_CLAIM"
+#: Seconds: a short Kombu `visibility_timeout`, with the restore sweep every second, so a test can
+#: make the broker redeliver the unacknowledged messages of a killed worker quickly.
+VISIBILITY_TIMEOUT_ENV = "DEX_TEST_VISIBILITY_TIMEOUT"
 
 
 def log_dir() -> Path:
@@ -63,6 +69,13 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
     settings = settings or Settings.from_env()
     app = Celery("dex_test_tools")
     dex = Dex(app, settings)
+    visibility = os.environ.get(VISIBILITY_TIMEOUT_ENV)
+    if visibility:
+        app.conf.broker_transport_options = {
+            "visibility_timeout": float(visibility),
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
 
     def slow(ctx: ToolContext, seconds: float = 30.0, value: Any = "done") -> Any:
         _note(ctx, "start")
@@ -122,6 +135,26 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
             raise
         return "finished"
 
+    # Approvals (S1.3, S6): writes that wait for a person before they run.
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE))
+    def guarded_write(ctx: ToolContext, value: Any = "done") -> Any:
+        """A non-idempotent write without an approval override: asks a person (S1.3)."""
+        _note(ctx, "start")
+        return value
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=1.0))
+    def guarded_write_short(ctx: ToolContext, value: Any = "done") -> Any:
+        """Like `guarded_write`, but its approval deadline passes one second after the request."""
+        _note(ctx, "start")
+        return value
+
+    # Secrets (S9.2): `api_token` never reaches Flower, logs or `calls show`.
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, secret_arguments=("api_token",)))
+    def with_secret(ctx: ToolContext, query: str = "", api_token: str = "") -> Any:
+        """A read that authenticates with a token passed as an argument."""
+        _note(ctx, "start")
+        return {"query": query, "token_length": len(api_token)}
+
     return app, dex
 
 
@@ -131,3 +164,22 @@ app, dex = make_app()
 @signals.worker_ready.connect
 def _announce_ready(sender: Any = None, **_: Any) -> None:
     (log_dir() / f"ready-{os.getpid()}").write_text(str(time.time()))
+
+
+def prerun_marker(task_id: str) -> Path:
+    """Written by a worker started with `DEX_TEST_BLOCK_BEFORE_CLAIM=1` once it holds `task_id`."""
+    return log_dir() / ("prerun-" + task_id.replace("/", "__").replace("#", "-"))
+
+
+@signals.task_prerun.connect
+def _block_before_claim(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
+    """Hold a delivered tool task before its claim (test hook; inactive unless the env says so)."""
+    if os.environ.get(BLOCK_BEFORE_CLAIM_ENV) != "1" or task_id is None:
+        return
+    if not str(getattr(sender, "name", "")).startswith("dex.tool."):
+        return
+    prerun_marker(task_id).write_text(str(os.getpid()))
+    release = log_dir() / "release-prerun"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not release.exists():
+        time.sleep(0.05)

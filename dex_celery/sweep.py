@@ -179,9 +179,7 @@ class Sweeper:
 
     def _orphans(self, now: float) -> tuple[int, int, int]:
         """SQL calls in flight with no ledger entry: never opened, or Redis lost its data."""
-        candidates = self.dex.store.in_flight_before(
-            now - self.dex.settings.orphan_grace, limit=self.dex.settings.sweep_batch
-        )
+        candidates = self._next_orphan_page(now)
         if not candidates:
             return 0, 0, 0
         exists = self.dex.ledger.exists([c.key for c in candidates])
@@ -202,6 +200,28 @@ class Sweeper:
                 errors += 1
                 log.exception("could not resolve orphaned call %s", record.key)
         return reopened, ended, errors
+
+    def _next_orphan_page(self, now: float) -> list[ToolCallRecord]:
+        """One page of calls in flight, continuing where the previous sweep stopped.
+
+        Paging keeps one sweep's cost bounded by `sweep_batch` while every call in flight is
+        still looked at within (in-flight calls / sweep_batch) sweeps, however long the backlog.
+        """
+        client, cursor_key = self.dex.ledger.client, self.dex.keys.orphan_cursor
+        raw = client.get(cursor_key)
+        after: tuple[float, str] | None = None
+        if raw:
+            at, _, key = str(raw).partition("|")
+            after = (float(at), key)
+        limit = self.dex.settings.sweep_batch
+        page = self.dex.store.in_flight_before(
+            now - self.dex.settings.orphan_grace, limit=limit, after=after
+        )
+        if len(page) < limit:
+            client.delete(cursor_key)  # the end: start from the oldest next time
+        else:
+            client.set(cursor_key, f"{page[-1].requested_at!r}|{page[-1].key}")
+        return page
 
     def _end_after_data_loss(self, record: ToolCallRecord) -> bool:
         """The ledger that knew whether this write reached a worker is gone: be conservative."""

@@ -17,6 +17,8 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:epoch`                  | string | random id of this ledger's life; a new one means Redis  |
 |                              |        | lost its data                                           |
 | `dex:events`                 | stream | AgentEvents (S7.3)                                      |
+| `dex:cursor:orphans`         | string | where the orphan check's paging through calls in flight |
+|                              |        | stopped: `<requested_at>|<key>`                         |
 
 `<key>` is the idempotency key `session/turn/call`; wrapping it in braces makes it the hash
 tag, so everything of one call lands in one slot if the data is ever sharded. The indexes are
@@ -65,3 +67,7 @@ class KeySpace:
     @property
     def events(self) -> str:
         return f"{self.prefix}:events"
+
+    @property
+    def orphan_cursor(self) -> str:
+        return f"{self.prefix}:cursor:orphans"

@@ -20,10 +20,12 @@ from sqlalchemy import (
     Engine,
     RowMapping,
     Table,
+    and_,
     create_engine,
     event,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -363,15 +365,29 @@ class Store:
         with self.engine.connect() as conn:
             return [_call(r) for r in conn.execute(query).mappings()]
 
-    def in_flight_before(self, before: float, *, limit: int) -> list[ToolCallRecord]:
-        """Calls recorded as pending since before `before`: the orphan check's candidates."""
+    def in_flight_before(
+        self, before: float, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[ToolCallRecord]:
+        """Calls recorded as pending since before `before`: the orphan check's candidates.
+
+        Ordered by (requested_at, key); `after` continues from the last row of a previous page,
+        so a sweeper pages through a long backlog instead of rereading its oldest rows.
+        """
         query = (
             select(tool_calls)
             .where(tool_calls.c.status == CallStatus.PENDING.value)
             .where(tool_calls.c.requested_at < before)
-            .order_by(tool_calls.c.requested_at)
+            .order_by(tool_calls.c.requested_at, tool_calls.c.key)
             .limit(limit)
         )
+        if after is not None:
+            at, key = after
+            query = query.where(
+                or_(
+                    tool_calls.c.requested_at > at,
+                    and_(tool_calls.c.requested_at == at, tool_calls.c.key > key),
+                )
+            )
         with self.engine.connect() as conn:
             return [_call(r) for r in conn.execute(query).mappings()]
 

@@ -22,7 +22,6 @@ from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.policy import ToolPolicy, check_registration
 from dex_celery.reconcile import (
-    RECONCILE_INTERVAL,
     RECONCILE_TASK,
     AnyOutcomeCheck,
     OutcomeChecks,
@@ -192,11 +191,12 @@ class Dex:
     # --- Celery wiring -------------------------------------------------------------------------
 
     def beat_schedule(
-        self, *, reconcile_interval: float = RECONCILE_INTERVAL
+        self, *, reconcile_interval: float | None = None
     ) -> dict[str, dict[str, Any]]:
         """Entries for `app.conf.beat_schedule`: the sweeper and the reconcile job (S8.4), each
-        expiring if not run in time."""
+        expiring if not run in time. Intervals come from `Settings` unless given here."""
         interval = self.settings.sweep_interval
+        reconcile_interval = reconcile_interval or self.settings.reconcile_interval
         return {
             "dex-sweep": {
                 "task": SWEEP_TASK,
@@ -235,9 +235,7 @@ class Dex:
 
             return Sweeper(self).sweep_once().as_dict()
 
-        self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False, shared=False)(
-            sweep
-        )
+        self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False, shared=False)(sweep)
 
     def _on_task_failure(
         self,

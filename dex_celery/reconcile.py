@@ -38,6 +38,7 @@ from dex_celery.errors import (
 from dex_celery.events import AgentEvents, EventType
 from dex_celery.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT
 from dex_celery.records import AgentSnapshot, Message, MessageRole
+from dex_celery.settings import DEFAULT_CHECK_TIMEOUT
 from dex_celery.store.unknowns import UnknownOutcomes
 
 if TYPE_CHECKING:
@@ -47,11 +48,8 @@ log = logging.getLogger("dex_celery.reconcile")
 
 #: Celery task name of the reconcile beat job.
 RECONCILE_TASK = "dex.reconcile"
-#: How often beat runs it (seconds). Unknown outcomes are rare and checks call other services,
-#: so this is slower than the sweeper.
-RECONCILE_INTERVAL = 30.0
-#: How long one async check may take before it counts as a failure of this run.
-CHECK_TIMEOUT = 30.0
+#: Default of `run_check`'s timeout; the beat job passes `Settings.check_timeout`.
+CHECK_TIMEOUT = DEFAULT_CHECK_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +287,7 @@ def reconcile_once(
                     counts["already_reported"] += 1
                 continue
             try:
-                answer = run_check(check, key, record.arguments)
+                answer = run_check(check, key, record.arguments, timeout=dex.settings.check_timeout)
                 text = "" if isinstance(answer, CannotTellYet) else format_report(answer, key)
                 if text:
                     dex.client()._check_text(text)  # the size limit of any user message

@@ -37,6 +37,11 @@ DEFAULT_BACKOFF_INITIAL = 0.5
 DEFAULT_BACKOFF_MAX = 30.0
 #: Beat interval of the sweeper.
 DEFAULT_SWEEP_INTERVAL = 2.0
+#: Beat interval of the reconcile job (S8.4); unknown outcomes are rare and checks call other
+#: services, so it runs less often than the sweeper.
+DEFAULT_RECONCILE_INTERVAL = 30.0
+#: How long one async outcome check may take before it counts as a failure of that run.
+DEFAULT_CHECK_TIMEOUT = 30.0
 #: Items one sweep handles per index; the rest wait for the next sweep.
 DEFAULT_SWEEP_BATCH = 500
 #: A finished outcome not yet in SQL is written by the sweeper after this long.
@@ -69,6 +74,8 @@ class Settings:
     backoff_initial: float = DEFAULT_BACKOFF_INITIAL
     backoff_max: float = DEFAULT_BACKOFF_MAX
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL
+    reconcile_interval: float = DEFAULT_RECONCILE_INTERVAL
+    check_timeout: float = DEFAULT_CHECK_TIMEOUT
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     unrecorded_grace: float = DEFAULT_UNRECORDED_GRACE
     orphan_grace: float = DEFAULT_ORPHAN_GRACE
@@ -85,6 +92,8 @@ class Settings:
             "approval_timeout",
             "max_attempts",
             "sweep_interval",
+            "reconcile_interval",
+            "check_timeout",
             "sweep_batch",
             "finished_ttl",
             "events_maxlen",

@@ -1,0 +1,429 @@
+"""`dex-celery calls list|show`, `dex-celery sweep`, `dex-celery reconcile`.
+
+What an operator reads when a model says "the tool did something odd": every call's status, the
+policy that applied when it was requested (S1.5), each attempt with the worker that ran it and
+when, a late result kept as evidence (S5.2), and the messages the model read. `--json` gives the
+same data for scripts; secret argument values are redacted in both (S9.2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import click
+import redis
+import sqlalchemy.exc
+
+from dex_celery.app import Dex
+from dex_celery.cli import DexContext, pass_context
+from dex_celery.ledger.ledger import LedgerCall
+from dex_celery.outcomes import CallStatus
+from dex_celery.reconcile import ReconcileReport
+from dex_celery.records import Message, MessageRole, ToolCallRecord
+from dex_celery.redact import redact
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def format_time(value: float | None) -> str:
+    if not value:
+        return "-"
+    return (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        + f".{int(value * 1000) % 1000:03d}"
+    )
+
+
+def shorten(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain aligned table: readable in a terminal, a log file and a CI transcript alike."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def shown_arguments(record: ToolCallRecord) -> Any:
+    """The call's arguments with the values of its policy's secret arguments replaced."""
+    try:
+        value = json.loads(record.arguments)
+    except ValueError:
+        return record.arguments
+    if isinstance(value, dict):
+        return redact(value, record.policy.secret_arguments)
+    return value
+
+
+def call_summary(record: ToolCallRecord) -> dict[str, Any]:
+    return {
+        "key": record.key,
+        "session_id": record.session_id,
+        "turn_id": record.turn_id,
+        "tool_call_id": record.tool_call_id,
+        "tool": record.tool_name,
+        "effect": record.effect.value,
+        "status": record.status.value,
+        "attempts": record.attempts,
+        "requested_at": record.requested_at,
+        "finished_at": record.finished_at,
+        "error": record.error,
+    }
+
+
+def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str, Any]]:
+    """Finished attempts from the SQL attempt log (or the ledger's, if SQL has none yet), and
+    the current attempt when the ledger still holds one in flight."""
+    attempts: list[dict[str, Any]] = []
+    if record.attempt_log:
+        try:
+            attempts = list(json.loads(record.attempt_log))
+        except ValueError:
+            attempts = []
+    if not attempts and entry is not None:
+        attempts = [
+            {
+                "attempt": e.attempt,
+                "state": e.state,
+                "owner": e.owner or None,
+                "claimed_at": e.claimed_at,
+                "ended_at": e.ended_at,
+            }
+            for e in entry.log
+        ]
+    if entry is None or entry.state not in ("enqueued", "running"):
+        return attempts
+    if all(a.get("attempt") != entry.attempt for a in attempts):
+        attempts.append(
+            {
+                "attempt": entry.attempt,
+                "state": entry.state,
+                "owner": entry.owner or None,
+                "claimed_at": None,
+                "ended_at": None,
+            }
+        )
+    return attempts
+
+
+def _ledger_view(entry: LedgerCall | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    view = dataclasses.asdict(entry)
+    view.pop("log", None)
+    return view
+
+
+def _messages_of(record: ToolCallRecord, history: Sequence[Message]) -> list[dict[str, Any]]:
+    """The TOOL message reporting this call, and user messages that mention its key (reports
+    sent by reconciliation, S8.1)."""
+    out = []
+    for m in history:
+        mine = m.role is MessageRole.TOOL and (m.turn_id, m.tool_call_id) == (
+            record.turn_id,
+            record.tool_call_id,
+        )
+        mentions = m.role is MessageRole.USER and record.key in (m.text or "")
+        if mine or mentions:
+            out.append(
+                {
+                    "id": m.id,
+                    "role": m.role.value,
+                    "text": m.text,
+                    "tool_output": m.tool_output,
+                    "created_at": m.created_at,
+                }
+            )
+    return out
+
+
+def call_details(dex: Dex, record: ToolCallRecord) -> dict[str, Any]:
+    ledger_error = None
+    try:
+        entry = dex.ledger.read(record.key)
+    except redis.RedisError as e:  # SQL alone still answers; say why the ledger part is missing
+        entry, ledger_error = None, f"{type(e).__name__}: {e}"
+    _calls, history = dex.store.snapshot(record.session_id)
+    details = call_summary(record)
+    details.update(
+        arguments=shown_arguments(record),
+        result=record.result,
+        policy=json.loads(record.policy.to_json()),
+        approval_deadline=record.approval_deadline,
+        approval=dataclasses.asdict(record.approval) if record.approval else None,
+        attempt_log=_attempts(record, entry),
+        ledger=_ledger_view(entry),
+        ledger_error=ledger_error,
+        late_result=_late(record.late_result or (entry.late if entry else None)),
+        ledger_epoch=record.ledger_epoch,
+        messages=_messages_of(record, history),
+    )
+    return details
+
+
+def _late(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def render_details(d: dict[str, Any]) -> str:
+    lines = [
+        f"call      {d['key']}",
+        f"tool      {d['tool']}  ({d['effect']})",
+        f"status    {d['status']}",
+        f"arguments {json.dumps(d['arguments'], ensure_ascii=False)}",
+        f"requested {format_time(d['requested_at'])}",
+        f"finished  {format_time(d['finished_at'])}",
+    ]
+    if d["error"]:
+        lines.append(f"error     {d['error']}")
+    if d["result"] is not None:
+        lines.append(f"result    {shorten(d['result'], 200)}")
+    policy = d["policy"]
+    lines.append(
+        "policy    "
+        + ", ".join(
+            f"{k}={policy[k]}"
+            for k in (
+                "effect",
+                "effect_source",
+                "requires_approval",
+                "max_attempts",
+                "schedule_to_start",
+                "start_to_close",
+                "heartbeat_timeout",
+                "approval_timeout",
+            )
+        )
+        + (
+            f", secret_arguments={','.join(policy['secret_arguments'])}"
+            if policy["secret_arguments"]
+            else ""
+        )
+    )
+    if d["approval_deadline"] or d["approval"]:
+        approval = d["approval"]
+        decided = (
+            f"{approval['decision']} by {approval['decided_by']} at "
+            f"{format_time(approval['decided_at'])}"
+            + (f": {approval['note']}" if approval["note"] else "")
+            if approval
+            else "not decided"
+        )
+        lines.append(f"approval  deadline {format_time(d['approval_deadline'])}; {decided}")
+    lines.append("attempts")
+    if not d["attempt_log"]:
+        lines.append("  (none)")
+    rows = [
+        [
+            str(a.get("attempt")),
+            str(a.get("state")),
+            str(a.get("owner") or "-"),
+            format_time(a.get("claimed_at")),
+            format_time(a.get("ended_at")),
+        ]
+        for a in d["attempt_log"]
+    ]
+    if rows:
+        table = render_table(["#", "state", "owner", "claimed", "ended"], rows)
+        lines.extend("  " + row for row in table.splitlines())
+    if d["late_result"] is not None:
+        lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
+    ledger = d["ledger"]
+    lines.append(
+        "ledger    "
+        + (
+            f"status={ledger['status'] or '-'} attempt={ledger['attempt']} state={ledger['state']}"
+            f" owner={ledger['owner'] or '-'}"
+            if ledger
+            else f"unavailable ({d['ledger_error']})"
+            if d.get("ledger_error")
+            else "(no entry: finished and expired, or never opened)"
+        )
+    )
+    lines.append("messages")
+    if not d["messages"]:
+        lines.append("  (none)")
+    for m in d["messages"]:
+        text = m["tool_output"] if m["role"] == "tool" else m["text"]
+        lines.append(f"  [{m['role']}] {format_time(m['created_at'])}  {shorten(text, 300)}")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def database_errors(dex: Dex) -> Iterator[None]:
+    """A database without the schema (or none at all) is a one-line error, not a traceback."""
+    try:
+        yield
+    except sqlalchemy.exc.DBAPIError as e:
+        raise click.ClickException(
+            f"cannot read the calls at {dex.settings.database_url}: {e.orig}. "
+            "Is DEX_DATABASE_URL right, and has `dex-celery db upgrade` run?"
+        ) from e
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+# --- calls -------------------------------------------------------------------------------------
+
+
+@click.group("calls")
+def calls() -> None:
+    """Inspect tool calls: their status, policy, attempts and messages."""
+
+
+@calls.command("list")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in CallStatus]),
+    help="Only calls with this status.",
+)
+@click.option("--session", "session_id", help="Only calls of this session.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_context
+def calls_list(
+    ctx: DexContext, status: str | None, session_id: str | None, limit: int, as_json: bool
+) -> None:
+    """List calls, oldest first."""
+    with database_errors(ctx.dex):
+        records = ctx.dex.store.list_calls(
+            status=CallStatus(status) if status else None, session_id=session_id, limit=limit
+        )
+    if as_json:
+        emit_json([call_summary(r) for r in records])
+        return
+    if not records:
+        click.echo("no calls")
+        return
+    rows = [
+        [
+            r.key,
+            r.tool_name,
+            r.effect.value,
+            r.status.value,
+            str(r.attempts),
+            format_time(r.requested_at),
+            shorten(r.error, 60),
+        ]
+        for r in records
+    ]
+    click.echo(
+        render_table(["KEY", "TOOL", "EFFECT", "STATUS", "ATTEMPTS", "REQUESTED", "ERROR"], rows)
+    )
+
+
+@calls.command("show")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_context
+def calls_show(ctx: DexContext, key: str, as_json: bool) -> None:
+    """Everything known about one call (KEY is session/turn/call)."""
+    with database_errors(ctx.dex):
+        record = ctx.dex.client().get_call(key)
+        details = call_details(ctx.dex, record)
+    if as_json:
+        emit_json(details)
+    else:
+        click.echo(render_details(details))
+
+
+# --- sweep -------------------------------------------------------------------------------------
+
+
+@click.command("sweep")
+@click.option("--loop", is_flag=True, help="Keep sweeping every sweep_interval until Ctrl-C.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_context
+def sweep(ctx: DexContext, loop: bool, as_json: bool) -> None:
+    """Run the sweeper now: lost, expired and timed-out attempts, unrecorded outcomes, approvals
+    past their deadline. Beat runs the same sweep every sweep_interval."""
+    from dex_celery.sweep import Sweeper, run_forever
+
+    dex = ctx.dex
+    if not loop:
+        report = Sweeper(dex).sweep_once()
+        if as_json:
+            emit_json(report.as_dict())
+        else:
+            moved = ", ".join(f"{k}={v}" for k, v in report.as_dict().items() if v) or "nothing due"
+            click.echo(f"sweep: {moved}")
+        return
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    click.echo(f"sweeping every {dex.settings.sweep_interval}s; Ctrl-C stops", err=True)
+    try:
+        run_forever(dex, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --- reconcile ---------------------------------------------------------------------------------
+
+
+@click.command("reconcile")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_context
+def reconcile(ctx: DexContext, as_json: bool) -> None:
+    """One reconciliation pass now: surface new outcome_unknown calls, ask each tool's outcome
+    check, and report what really happened to the session (S8). Beat runs it periodically."""
+    from dex_celery.reconcile import reconcile_once
+
+    report = reconcile_once(ctx.dex)
+    value = reconcile_details(ctx.dex, report)
+    if as_json:
+        emit_json(value)
+    else:
+        click.echo(render_reconcile(value))
+
+
+def reconcile_details(dex: Dex, report: ReconcileReport) -> dict[str, Any]:
+    """The run's counts, the keys it touched, and the text of each report it sent."""
+    from dex_celery.store.unknowns import UnknownOutcomes
+
+    repo = UnknownOutcomes(dex.store)
+    reports = []
+    for key in report.reported_keys:
+        row = repo.get(key)
+        reports.append({"key": key, "report": row.report if row else None})
+    return {
+        **report.as_dict(),
+        "surfaced_keys": list(report.surfaced_keys),
+        "error_keys": list(report.error_keys),
+        "reports": reports,
+    }
+
+
+def render_reconcile(value: dict[str, Any]) -> str:
+    counts = ", ".join(f"{k}={v}" for k, v in value.items() if isinstance(v, int))
+    lines = [f"reconcile: {counts}"]
+    lines.extend(f"  surfaced {k}" for k in value["surfaced_keys"])
+    lines.extend(f"  reported {r['key']}: {r['report']}" for r in value["reports"])
+    lines.extend(f"  check failed for {k} (asked again next run)" for k in value["error_keys"])
+    return "\n".join(lines)
+
+
+commands: list[click.Command] = [calls, sweep, reconcile]

@@ -1,0 +1,182 @@
+"""`dex-celery dev`, `dex-celery demo`, `dex-celery db upgrade|downgrade|current`.
+
+`dev` is the whole local stack in one command; `demo` runs a scripted agent session against it
+and prints one call of each outcome; `db` runs the Alembic migrations with the database URL
+from the settings (production never uses `create_all`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+import click
+
+from dex_celery.cli import EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
+from dex_celery.localstack import LocalStack, PrerequisiteMissing
+from dex_celery.settings import Settings, env_name
+
+DATABASE_URL_ENV = env_name("database_url")
+
+
+def celery_module(app_path: str) -> str:
+    """`config.celery_app:dex` -> `config.celery_app`, the module `celery -A` imports."""
+    return app_path.partition(":")[0]
+
+
+def expanded_node_name(name: str) -> str:
+    return name.replace("%h", socket.gethostname())
+
+
+def worker_answers(ctx: DexContext, node: str) -> bool:
+    try:
+        replies = ctx.dex.celery.control.ping(destination=[node], timeout=0.5)
+    except Exception:  # the broker is still coming up
+        return False
+    return any(node in reply for reply in replies or [])
+
+
+def prepare_database(echo: Any) -> None:
+    """Bring the configured database to the newest schema (Alembic), as production does."""
+    from dex_celery.store.migrate import upgrade
+
+    url = Settings.from_env().database_url
+    revision = upgrade(url)
+    echo(f"database: {url} (schema at revision {revision})")
+
+
+def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+# --- dev -----------------------------------------------------------------------------------------
+
+
+@click.command("dev")
+@click.option("--flower", is_flag=True, help="Start Flower too.")
+@click.option("--flower-port", type=int, default=5555, show_default=True)
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=2, show_default=True)
+@pass_context
+def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> None:
+    """The whole local stack: Redis (the configured one, or a private redis-server), a prefork
+    worker and beat, and with --flower, Flower. Ctrl-C stops everything it started."""
+    echo = click.echo
+    stack = LocalStack(
+        celery_module(ctx.app_path),
+        concurrency=concurrency,
+        flower_port=flower_port if flower else None,
+        echo=echo,
+    )
+    line_buffered()
+    # Explicit handlers: a shell may start us with SIGINT ignored (`dex-celery dev &`).
+    previous = {
+        sig: signal.signal(sig, _raise_keyboard_interrupt)
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        try:
+            stack.start_redis()
+            os.environ[env_name("redis_url")] = stack.redis_url
+            prepare_database(echo)
+            stack.start_celery()
+            node = expanded_node_name(stack.worker_name)
+            stack.wait_for_worker(lambda: worker_answers(ctx, node))
+        except PrerequisiteMissing as e:
+            stack.stop()
+            click.echo(f"error: {e}", err=True)
+            ctx_exit(EXIT_USAGE)
+        echo(f"worker {node} is ready; tools: {', '.join(sorted(ctx.dex.tools))}")
+        echo(f"try:    DEX_REDIS_URL={stack.redis_url} dex-celery calls list")
+        echo("Press Ctrl-C to stop.")
+        while True:
+            dead = stack.dead()
+            if dead:
+                click.echo(
+                    f"error: {dead[0].name} exited with code {dead[0].process.returncode}; "
+                    "stopping the stack",
+                    err=True,
+                )
+                stack.stop()
+                ctx_exit(EXIT_REFUSED)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        echo("\nstopping...")
+        stack.stop()
+        echo("stopped; nothing left running")
+    finally:
+        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def line_buffered() -> None:
+    """Print each line as it is written, also into a pipe (a test, `tee`, a CI log)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
+def ctx_exit(code: int) -> None:
+    raise click.exceptions.Exit(code)
+
+
+# --- demo ----------------------------------------------------------------------------------------
+
+
+@click.command("demo")
+@click.option("--timeout", type=float, default=45.0, show_default=True, help="Seconds to wait.")
+@pass_context
+def demo(ctx: DexContext, timeout: float) -> None:
+    """A scripted agent session on the order desk: one call ends succeeded, one failed (did not
+    run), one rejected and one outcome_unknown (its worker is SIGKILLed mid-call); then the
+    reconciliation report. Starts the local stack itself, like `dev`, and stops it after."""
+    from config.demo import run_demo
+
+    line_buffered()
+    code = run_demo(ctx, timeout=timeout)
+    ctx_exit(code)
+
+
+# --- db ------------------------------------------------------------------------------------------
+
+
+@click.group("db")
+def db() -> None:
+    """Schema migrations (Alembic) of the database at DEX_DATABASE_URL."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Migrate up to REVISION (default: head)."""
+    from dex_celery.store.migrate import upgrade
+
+    url = Settings.from_env().database_url
+    click.echo(f"{url}: at revision {upgrade(url, revision)}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
+    from dex_celery.store.migrate import downgrade
+
+    url = Settings.from_env().database_url
+    click.echo(f"{url}: at revision {downgrade(url, revision) or 'base (no tables)'}")
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the revision the database is at, and the newest one."""
+    from dex_celery.store.migrate import current, head
+
+    url = Settings.from_env().database_url
+    click.echo(f"{url}: at revision {current(url) or 'none'} (newest: {head()})")
+
+
+commands: list[click.Command] = [dev, demo, db]

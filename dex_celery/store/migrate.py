@@ -1,0 +1,104 @@
+"""Alembic migrations, run programmatically (`dex-celery db upgrade|downgrade|current`).
+
+Production creates and changes the schema only through these migrations; `Store.create_schema()`
+(plain `create_all`) is for tests. The migration scripts live in `migrations/` beside this
+module and are found without an `alembic.ini`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect
+
+from dex_celery.errors import ConfigurationError
+from dex_celery.store.repository import make_engine
+from dex_celery.store.schema import metadata
+
+log = logging.getLogger("dex_celery.migrate")
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+VERSION_TABLE = "alembic_version"
+
+
+def alembic_config(url: str, connection: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head() -> str:
+    """The newest revision the code knows."""
+    revision = ScriptDirectory.from_config(alembic_config("")).get_current_head()
+    assert revision is not None
+    return revision
+
+
+def current(url: str) -> str | None:
+    """The revision the database is at; None for a database never migrated."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def schema_differences(connection: Connection) -> list[object]:
+    """What `metadata` has that the database lacks or has differently (empty when in step)."""
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "include_name": lambda name, type_, _parents: (
+                type_ != "table" or name in metadata.tables
+            ),
+            "compare_type": True,
+        },
+    )
+    return list(compare_metadata(context, metadata))
+
+
+def upgrade(url: str, revision: str = "head") -> str | None:
+    """Migrate the database at `url` up to `revision`; returns the revision it is at after.
+
+    A database whose tables were made by `Store.create_schema()` (no version table) is adopted
+    when its tables match the current schema exactly, and refused otherwise.
+    """
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            tables = set(inspect(conn).get_table_names())
+            if VERSION_TABLE not in tables and tables & set(metadata.tables):
+                differences = schema_differences(conn)
+                if differences:
+                    raise ConfigurationError(
+                        "the database has dex-celery tables that Alembic did not create and that "
+                        f"differ from the current schema ({differences[:3]}); migrate it by hand"
+                    )
+                log.warning("adopting tables made by create_schema(): stamping revision head")
+                command.stamp(alembic_config(url, conn), "head")
+            else:
+                command.upgrade(alembic_config(url, conn), revision)
+        return current(url)
+    finally:
+        engine.dispose()
+
+
+def downgrade(url: str, revision: str) -> str | None:
+    """Migrate down to `revision` (`base` drops every dex-celery table)."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(url, conn), revision)
+        return current(url)
+    finally:
+        engine.dispose()

@@ -1,0 +1,166 @@
+"""docker-compose.yml, checked without a Docker engine (S9.1, S9.2).
+
+Every command names a module and app that really import, every `DEX_*` variable is one the
+settings read, Redis persists, Flower asks for a password, every long-running service has a
+health check, and the README documents the same command lines.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+from dataclasses import fields
+from typing import Any
+
+import click
+import pytest
+import yaml
+from celery import Celery
+
+from dex_celery import Dex
+from dex_celery.cli import DEFAULT_APP, main
+from dex_celery.settings import Settings, env_name, env_names
+from tests.support.processes import ROOT
+
+COMPOSE = ROOT / "docker-compose.yml"
+LONG_RUNNING = ("redis", "postgres", "worker", "beat", "flower")
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict[str, Any]]:
+    document = yaml.safe_load(COMPOSE.read_text())
+    return dict(document["services"])
+
+
+def command_of(service: dict[str, Any]) -> list[str]:
+    command = service.get("command", [])
+    return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+
+
+def option(args: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def test_the_stack_has_every_service_with_health_checks(services: dict[str, Any]) -> None:
+    """S9.1: Redis, PostgreSQL, a worker, beat and Flower; each reports its health."""
+    assert set(LONG_RUNNING) <= set(services)
+    for name in LONG_RUNNING:
+        check = services[name].get("healthcheck", {})
+        assert check.get("test"), f"{name} has no health check"
+
+
+def test_redis_persists_its_data(services: dict[str, Any]) -> None:
+    """S9.1: Redis with persistence (the broker's messages and the ledger)."""
+    args = command_of(services["redis"])
+    assert args[0] == "redis-server"
+    assert option(args, "--appendonly") == "yes"
+    assert any(v.endswith(":/data") for v in services["redis"].get("volumes", []))
+
+
+def test_every_celery_command_names_an_app_that_imports(services: dict[str, Any]) -> None:
+    """Each `celery -A <module>` imports and exposes the Celery app and its Dex; the worker is
+    prefork and consumes every queue the app routes a tool to."""
+    seen = set()
+    for name, service in services.items():
+        args = command_of(service)
+        if not args or args[0] != "celery":
+            continue
+        module_name = option(args, "-A", "--app")
+        assert module_name, f"{name}: no -A"
+        module = importlib.import_module(module_name)
+        assert isinstance(module.app, Celery), f"{name}: {module_name}.app is not a Celery app"
+        assert isinstance(module.dex, Dex)
+        subcommand = next(a for a in args[1:] if not a.startswith("-") and a != module_name)
+        seen.add(subcommand)
+        if subcommand == "worker":
+            assert option(args, "-P", "--pool") == "prefork"
+            queues = set((option(args, "-Q", "--queues") or "").split(","))
+            routes = module.app.conf.task_routes or {}
+            routed = {r["queue"] for r in routes.values()} | {module.app.conf.task_default_queue}
+            assert routed <= queues, f"queues nobody consumes: {routed - queues}"
+    assert seen == {"worker", "beat", "flower"}
+
+
+def test_dex_celery_commands_exist(services: dict[str, Any]) -> None:
+    """`dex-celery db upgrade` (the migrate service) is a real command of the default app."""
+    found = False
+    for service in services.values():
+        args = command_of(service)
+        if not args or args[0] != "dex-celery":
+            continue
+        found = True
+        command: click.Command = main
+        for word in args[1:]:
+            if not isinstance(command, click.Group) or word.startswith("-"):
+                break  # the rest are the command's own arguments
+            assert word in command.commands, f"{args}: no command {word!r}"
+            command = command.commands[word]
+        assert not isinstance(command, click.Group), f"{args} names a group, not a command"
+    assert found
+    module_name, _, attribute = DEFAULT_APP.partition(":")
+    assert isinstance(getattr(importlib.import_module(module_name), attribute), Dex)
+
+
+def test_every_dex_variable_is_a_setting(services: dict[str, Any]) -> None:
+    """Every `DEX_*` variable the file sets is read by `Settings.from_env()` (no typos that
+    would silently fall back to a default)."""
+    known = env_names()
+    set_somewhere = set()
+    for name, service in services.items():
+        environment = service.get("environment") or {}
+        if isinstance(environment, list):
+            environment = dict(item.split("=", 1) for item in environment)
+        for variable in environment:
+            if variable.startswith("DEX_"):
+                assert variable in known, f"{name} sets {variable}, which no setting reads"
+                set_somewhere.add(variable)
+    assert {"DEX_REDIS_URL", "DEX_DATABASE_URL"} <= set_somewhere
+
+
+def test_services_run_the_one_image_and_the_schema_is_migrated_first(
+    services: dict[str, Any],
+) -> None:
+    """Worker, beat, Flower and the migration share one image built from the Dockerfile; the
+    worker and beat start only after `dex-celery db upgrade` finished."""
+    images = {services[n]["image"] for n in ("worker", "beat", "flower", "migrate")}
+    assert len(images) == 1
+    assert services["worker"].get("build") == "." and (ROOT / "Dockerfile").exists()
+    for name in ("worker", "beat"):
+        depends = services[name]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for package in ("dex_celery", "config", "tasks", "reconcile"):
+        assert f"COPY {package} " in dockerfile
+
+
+def test_flower_requires_basic_auth_from_the_environment(services: dict[str, Any]) -> None:
+    """S9.2: Flower shows task arguments; it is never open without a password, and the
+    password comes from the environment, not from the file."""
+    value = str(services["flower"]["environment"]["FLOWER_BASIC_AUTH"])
+    assert value.startswith("${FLOWER_BASIC_AUTH:?"), value
+
+
+def test_the_readme_documents_the_same_commands(services: dict[str, Any]) -> None:
+    """The README's production section shows the exact command lines the file runs."""
+    readme = (ROOT / "README.md").read_text()
+    for name in ("worker", "beat", "flower", "migrate"):
+        line = shlex.join(command_of(services[name]))
+        assert line in readme, f"README lacks the {name} command: {line}"
+    assert "docker compose up" in readme
+
+
+def test_the_readme_lists_every_setting_with_its_default() -> None:
+    """Every field of `Settings` has a row: name, environment variable and the real default."""
+    readme = (ROOT / "README.md").read_text()
+    for field in fields(Settings):
+        default = "none" if field.default is None else str(field.default)
+        row = f"| `{field.name}` | `{env_name(field.name)}` | "
+        assert row in readme, f"README's settings table lacks {field.name}"
+        cell = readme.split(row, 1)[1].split(" |", 1)[0]
+        assert cell.strip("`").startswith(default), f"{field.name}: README says {cell}"

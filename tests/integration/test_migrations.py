@@ -1,0 +1,141 @@
+"""Alembic migrations: the production path to the schema (S9.1; DESIGN "Three stores").
+
+Upgrade from an empty database on SQLite and on the PostgreSQL of this machine (a database of
+its own, created and dropped here, so no other test's tables are touched), a downgrade-upgrade
+round trip, and the migrated schema equal to `dex_celery.store.schema.metadata`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from dex_celery.cli import main
+from dex_celery.store import migrate
+from dex_celery.store.repository import Store, make_engine
+from dex_celery.store.schema import metadata
+
+DEX_TABLES = set(metadata.tables)
+
+
+def tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def differences(url: str) -> list[object]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return migrate.schema_differences(conn)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'migrated.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database on the server at DEX_TEST_POSTGRES_URL, dropped after."""
+    base = make_url(os.environ["DEX_TEST_POSTGRES_URL"])
+    name = f"dex_migrations_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text("select 1"))
+    except OperationalError as e:  # a fresh machine may have no PostgreSQL: SQLite still runs
+        admin.dispose()
+        pytest.skip(f"PostgreSQL at {base.render_as_string()} is unreachable: {e.orig}")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_upgrade_from_empty_creates_exactly_the_schema(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """An empty database migrated to head has every table of `metadata`, and alembic's
+    compare_metadata finds no difference (columns, types, indexes, constraints)."""
+    url = request.getfixturevalue(f"{backend}_url")
+    assert migrate.current(url) is None
+    assert migrate.upgrade(url) == migrate.head()
+    assert tables(url) >= DEX_TABLES | {migrate.VERSION_TABLE}
+    assert differences(url) == []
+    # And the store works on the migrated schema.
+    store = Store(url)
+    store.open_session("s1")
+    assert store.get_session("s1").id == "s1"
+    store.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_downgrade_upgrade_round_trip(backend: str, request: pytest.FixtureRequest) -> None:
+    """Down to base removes every dex-celery table; up again restores the same schema."""
+    url = request.getfixturevalue(f"{backend}_url")
+    migrate.upgrade(url)
+    assert migrate.downgrade(url, "base") is None
+    assert not tables(url) & DEX_TABLES
+    assert migrate.upgrade(url) == migrate.head()
+    assert differences(url) == []
+
+
+def test_other_services_tables_are_left_alone(sqlite_url: str) -> None:
+    """The order desk keeps its own tables in the same database: migrations neither report
+    nor drop them."""
+    from tasks.orderdesk import OrderDesk
+
+    desk = OrderDesk(sqlite_url)
+    desk.add_order(customer="Ada", total_cents=100)
+    migrate.upgrade(sqlite_url)
+    assert differences(sqlite_url) == []
+    migrate.downgrade(sqlite_url, "base")
+    assert "orderdesk_orders" in tables(sqlite_url)
+    desk.engine.dispose()
+
+
+def test_a_create_schema_database_is_adopted(sqlite_url: str) -> None:
+    """A database made by `Store.create_schema()` (tests, old demos) is stamped, not re-created."""
+    Store(sqlite_url).create_schema()
+    assert migrate.upgrade(sqlite_url) == migrate.head()
+    assert differences(sqlite_url) == []
+
+
+def test_db_commands_use_the_configured_database(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dex-celery db upgrade|current|downgrade` read DEX_DATABASE_URL from the settings."""
+    monkeypatch.setenv("DEX_DATABASE_URL", sqlite_url)
+    runner = CliRunner()
+    out = runner.invoke(main, ["db", "current"])
+    assert out.exit_code == 0 and "at revision none" in out.output
+    out = runner.invoke(main, ["db", "upgrade"])
+    assert out.exit_code == 0 and f"at revision {migrate.head()}" in out.output
+    assert migrate.current(sqlite_url) == migrate.head()
+    out = runner.invoke(main, ["db", "downgrade", "base"])
+    assert out.exit_code == 0 and "base (no tables)" in out.output
+    assert not tables(sqlite_url) & DEX_TABLES

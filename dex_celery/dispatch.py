@@ -143,17 +143,36 @@ class Dispatcher:
                 }
             )
 
-    def start(self, record: ToolCallRecord, arguments: Mapping[str, Any] | None = None) -> None:
-        """Open attempt 1 and publish it. Safe to call twice: only one open succeeds."""
+    def start(
+        self,
+        record: ToolCallRecord,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        may_have_run: bool = False,
+    ) -> None:
+        """Open attempt 1 and publish it. Safe to call twice: only one open succeeds.
+
+        `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
+        """
         ledger = self.dex.ledger
         # A call that waited for approval announced its request already.
         announce = record.approval is None
-        result = ledger.open(record.key, record.policy, epoch=self.dex.epoch(), announce=announce)
+        result = ledger.open(
+            record.key,
+            record.policy,
+            epoch=self.dex.epoch(),
+            announce=announce,
+            may_have_run=may_have_run,
+        )
         if result is OpenResult.EPOCH_CHANGED:
             # Redis was restarted or replaced since this process last looked; this call cannot
             # have run (it was never opened), so open it under the new ledger's epoch.
             result = ledger.open(
-                record.key, record.policy, epoch=self.dex.epoch(refresh=True), announce=announce
+                record.key,
+                record.policy,
+                epoch=self.dex.epoch(refresh=True),
+                announce=announce,
+                may_have_run=may_have_run,
             )
         if result is not OpenResult.OPENED:
             log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)

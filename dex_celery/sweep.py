@@ -191,8 +191,9 @@ class Sweeper:
             try:
                 if record.ledger_epoch == epoch or record.effect.retryable:
                     # Never opened (a crash between the SQL insert and the ledger open), or a
-                    # read / idempotent write whose repetition is harmless: (re)start it.
-                    self.dex.dispatcher.start(record)
+                    # read / idempotent write whose repetition is harmless: (re)start it. Opened
+                    # in a ledger that is gone, it may have run: never "did not run" (S4.2).
+                    self.dex.dispatcher.start(record, may_have_run=record.ledger_epoch != epoch)
                     reopened += 1
                 elif self._end_after_data_loss(record):
                     ended += 1

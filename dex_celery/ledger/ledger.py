@@ -206,8 +206,19 @@ class Ledger:
     # --- transitions ----------------------------------------------------------------------------
 
     def open(
-        self, key: str, snapshot: PolicySnapshot, *, epoch: str, announce: bool = True
+        self,
+        key: str,
+        snapshot: PolicySnapshot,
+        *,
+        epoch: str,
+        announce: bool = True,
+        may_have_run: bool = False,
     ) -> OpenResult:
+        """Create the call's entry with attempt 1 enqueued.
+
+        `may_have_run`: a lost ledger may have handed this call to a worker already (a reopen
+        after Redis lost its data); its attempts then count as having reached one (S4.2, S4.3).
+        """
         k = self.keys
         reply = self._run(
             "open",
@@ -225,6 +236,7 @@ class Ledger:
                 snapshot.heartbeat_timeout,
                 self.events_maxlen,
                 "1" if announce else "0",
+                "1" if may_have_run else "0",
             ),
         )
         return OpenResult(reply[0])

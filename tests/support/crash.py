@@ -1,0 +1,130 @@
+"""Helpers of the crash tests: read what the tools, the ledger, the broker and SQL say.
+
+Every crash test checks two independent witnesses: the record (SQL, ledger, events) and the
+tool's own side-effect log (`toolapp.executions`). These helpers read them, never sleep blindly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+
+from dex_celery import Dex
+from dex_celery.ids import CallKey
+from dex_celery.records import MessageRole, ToolCallRecord
+from dex_celery.tools import TASK_PREFIX
+from tests.support.processes import wait_for
+from tests.support.toolapp import LOG_ENV, executions
+
+#: Celery's default queue: the Redis list every attempt message is pushed to.
+BROKER_QUEUE = "celery"
+
+
+def lines(key: str, what: str) -> list[tuple[int, int, str]]:
+    """`(attempt, pid, key)` of each `what` line (`start` / `end`) the tool logged for `key`."""
+    out = []
+    for line in executions(key):
+        kind, attempt, pid, logged_key = line.split(" ", 3)
+        if kind == what:
+            out.append((int(attempt), int(pid), logged_key))
+    return out
+
+
+def wait_started(key: str, *, attempt: int = 1, timeout: float = 60) -> int:
+    """Wait until the tool itself logged the start of `attempt`; return the pid running it."""
+    wait_for(
+        lambda: any(a == attempt for a, _, _ in lines(key, "start")),
+        timeout=timeout,
+        what=f"the tool to start attempt {attempt} of {key}",
+    )
+    return next(pid for a, pid, _ in lines(key, "start") if a == attempt)
+
+
+def wait_finished(dex: Dex, key: str, *, timeout: float = 60) -> ToolCallRecord:
+    """Wait until the SQL record of `key` is terminal and return it."""
+    box: list[ToolCallRecord] = []
+
+    def done() -> bool:
+        record = dex.store.get_call(key)
+        if record is not None and record.finished:
+            box.append(record)
+            return True
+        return False
+
+    wait_for(done, timeout=timeout, what=f"a terminal record of {key}")
+    return box[-1]
+
+
+def wait_late_result(dex: Dex, key: str, *, timeout: float = 30) -> ToolCallRecord:
+    """Wait until a late result (S5.2) has been kept on the record of `key` and return it."""
+    box: list[ToolCallRecord] = []
+
+    def landed() -> bool:
+        record = dex.store.get_call(key)
+        if record is not None and record.late_result:
+            box.append(record)
+            return True
+        return False
+
+    wait_for(landed, timeout=timeout, what=f"the late result of {key} to be kept")
+    return box[-1]
+
+
+def release_tools(env: dict[str, str]) -> None:
+    """Let every held `slow_*` tool return (see `toolapp._hold`)."""
+    (Path(env[LOG_ENV]) / "release").write_text("go")
+
+
+def events(dex: Dex, *, type_: str | None = None, key: str | None = None) -> list[dict[str, str]]:
+    """Every event in the AgentEvents stream, optionally of one type and one call."""
+    out = []
+    entries = cast(list[tuple[str, dict[str, str]]], dex.ledger.client.xrange(dex.keys.events))
+    for _id, fields in entries:
+        if type_ is not None and fields.get("type") != type_:
+            continue
+        if key is not None and fields.get("key") != key:
+            continue
+        out.append(dict(fields))
+    return out
+
+
+def tool_messages(dex: Dex, key: str) -> list[str]:
+    """The TOOL messages the model would read for `key` (S4.4)."""
+    call = CallKey.parse(key)
+    _calls, history = dex.store.snapshot(call.session_id)
+    return [
+        m.tool_output or ""
+        for m in history
+        if m.role is MessageRole.TOOL
+        and m.tool_call_id == call.tool_call_id
+        and m.turn_id == call.turn_id
+    ]
+
+
+def republish(dex: Dex, record: ToolCallRecord, attempt: int) -> None:
+    """Send the very message of `attempt` again: same task name, task id and kwargs (a stale or
+    duplicated delivery, as a broker redelivery or an operator's replay would produce)."""
+    key = CallKey.parse(record.key)
+    dex.celery.send_task(
+        TASK_PREFIX + record.tool_name,
+        kwargs={"key": record.key, "attempt": attempt, "arguments": json.loads(record.arguments)},
+        task_id=key.task_id(attempt),
+    )
+
+
+def refused(dex: Dex, key: str) -> int:
+    """How many claims of `key` the ledger turned away (claim.lua counts them)."""
+    entry = dex.ledger.read(key)
+    return entry.refused if entry is not None else 0
+
+
+def broker_task_ids(client: redis.Redis, queue: str = BROKER_QUEUE) -> list[str]:
+    """Task ids of the messages waiting in the broker's list for `queue` (no worker running)."""
+    ids = []
+    for raw in client.lrange(queue, 0, -1):
+        message: dict[str, Any] = json.loads(raw)
+        ids.append(str(message["headers"]["id"]))
+    return ids

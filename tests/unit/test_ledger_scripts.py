@@ -545,6 +545,26 @@ def test_expire_retries_a_read_that_never_reached_a_worker(rig: Rig) -> None:
     assert step.delay == pytest.approx(B0 * 0.5)
 
 
+@pytest.mark.parametrize(
+    ("effect", "status", "reason"),
+    [
+        (EffectClass.READ, "failed", "lost"),
+        (EffectClass.IDEMPOTENT_WRITE, "outcome_unknown", "lost"),
+    ],
+)
+def test_reopened_after_data_loss_never_ends_as_did_not_run(
+    rig: Rig, effect: EffectClass, status: str, reason: str
+) -> None:
+    """S4.2, S4.3: a call reopened after Redis lost its data may have run in the lost ledger, so
+    running out of attempts that never reached a worker is not "the tool did not run"."""
+    key = "s/t/lost"
+    opened_ = rig.ledger.open(key, snapshot(effect, 1), epoch=EPOCH, may_have_run=True)
+    assert opened_ is OpenResult.OPENED
+    assert rig.hash(key)["reached"] == "1"
+    rig.knobs.advance(S2S + 1)
+    finished(rig.ledger.expire(key, None, unpublished=False, detail="d"), status, reason)
+
+
 # --- time_out --------------------------------------------------------------------------------
 
 

@@ -81,6 +81,8 @@ class Dex:
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
         signals.task_failure.connect(self._on_task_failure, weak=False)
+        signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
+        signals.worker_shutdown.connect(_flush_outcomes, weak=False)
 
     # --- tools ---------------------------------------------------------------------------------
 
@@ -260,3 +262,10 @@ class Dex:
         from dex_celery.worker import on_worker_lost
 
         on_worker_lost(self, task_id, str(exception))
+
+
+def _flush_outcomes(**_: Any) -> None:
+    """Write the outcomes this process still holds before it exits (the sweeper would, later)."""
+    from dex_celery.recorder import flush_all
+
+    flush_all()

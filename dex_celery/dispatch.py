@@ -121,14 +121,34 @@ class Dispatcher:
         epoch = self.dex.epoch()
         results = self.dex.store.insert_calls([n for n, _ in prepared], epoch=epoch)
         by_key = {n.key.key: args for n, args in prepared}
-        records: list[ToolCallRecord] = []
+        to_start: list[ToolCallRecord] = []
         for record, created in results:
             if created:
                 self._announce_request(record)
                 if record.status is CallStatus.PENDING:
-                    self.start(record, by_key[record.key])
-            records.append(record)
-        return records
+                    to_start.append(record)
+        self._start_many(to_start, by_key)
+        return [record for record, _ in results]
+
+    def _start_many(
+        self, records: Sequence[ToolCallRecord], arguments: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """Open the new calls of one request in one round trip, then publish each."""
+        if not records:
+            return
+        opened = self.dex.ledger.open_many(
+            [(r.key, r.policy) for r in records], epoch=self.dex.epoch()
+        )
+        for record, result in zip(records, opened, strict=True):
+            if result is OpenResult.OPENED:
+                message = AttemptMessage(
+                    record.tool_name, record.key, arguments[record.key], record.policy
+                )
+                self.publish(message, attempt=1, countdown=0.0)
+            elif result is OpenResult.EPOCH_CHANGED:
+                self.start(record, arguments[record.key])  # refreshes the epoch and reopens
+            else:
+                log.info("call %s already has a ledger entry; not publishing", record.key)
 
     def _announce_request(self, record: ToolCallRecord) -> None:
         if record.status is CallStatus.AWAITING_APPROVAL:
@@ -231,26 +251,30 @@ class Dispatcher:
 
     def record(self, key: str, step: Step, *, result: str | None = None) -> None:
         """Write a decided outcome to SQL, then release the ledger entry and announce it."""
-        status = CallStatus(step.status)
-        if status is CallStatus.SUCCEEDED and result is None:
+        if CallStatus(step.status) is CallStatus.SUCCEEDED and result is None:
             entry = self.dex.ledger.read(key)
             result = entry.result if entry is not None else None
-        error = error_text(status, EndReason(step.reason), step.detail, step.attempt)
-        outcome = Outcome(
-            status=status,
-            error=error,
-            result=result if status is CallStatus.SUCCEEDED else None,
-            attempts=step.attempt,
-            attempt_log=_log_json(step.log),
-        )
+        outcome = outcome_of(step, result)
         self.dex.store.record_outcome(key, outcome)
-        self.dex.ledger.recorded(key, status=status.value, error=error)
+        self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)
         if record is None:
             raise UnknownCall(f"no tool call {key!r} in the store")
         return AttemptMessage(record.tool_name, key, json.loads(record.arguments), record.policy)
+
+
+def outcome_of(step: Step, result: str | None) -> Outcome:
+    """The SQL outcome of a FINISHED step: status, the error the model reads, attempts."""
+    status = CallStatus(step.status)
+    return Outcome(
+        status=status,
+        error=error_text(status, EndReason(step.reason), step.detail, step.attempt),
+        result=result if status is CallStatus.SUCCEEDED else None,
+        attempts=step.attempt,
+        attempt_log=_log_json(step.log),
+    )
 
 
 def _log_json(log_text: str) -> str:

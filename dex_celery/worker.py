@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
+from dex_celery.dispatch import outcome_of
 from dex_celery.errors import DexError, ToolError
 from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.ledger.ledger import Cause, Ledger, StepKind
+from dex_celery.recorder import outcome_writer
+from dex_celery.store.repository import OutcomeRow, arguments_json
 from dex_celery.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -139,9 +142,14 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
         dex.store.record_late_result(
             key, json.dumps({"attempt": attempt, "cause": cause.value, "payload": payload})
         )
-    if step.kind is not StepKind.LATE:
+    result = payload if cause is Cause.OK else None
+    if step.kind is StepKind.FINISHED:
+        # The ledger holds the outcome now; SQL gets it in the next batch of this process.
+        row = OutcomeRow(call, tool.name, arguments_json(arguments), outcome_of(step, result))
+        outcome_writer(dex).submit(row)
+    elif step.kind is StepKind.RETRY:
         # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.
-        dex.dispatcher.apply(key, step, result=payload if cause is Cause.OK else None)
+        dex.dispatcher.apply(key, step, result=result)
 
 
 def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:

@@ -190,6 +190,21 @@ class Ledger:
         except redis.ResponseError as e:
             raise LedgerError(f"ledger script {name} failed: {e}") from e
 
+    def _run_many(
+        self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Several runs of one script in one round trip (a pipeline, not a transaction)."""
+        if len(calls) == 1:
+            keys, args = calls[0]
+            return [self._run(name, keys, args)]
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            self._scripts[name](keys=list(keys), args=list(args), client=pipe)
+        try:
+            return list(pipe.execute())
+        except redis.ResponseError as e:
+            raise LedgerError(f"ledger script {name} failed: {e}") from e
+
     def _ending_keys(self, key: str) -> tuple[str, ...]:
         k = self.keys
         return (k.call(key), k.queue_index, k.lease_index, k.close_index, k.unrecorded_index)
@@ -219,27 +234,50 @@ class Ledger:
         `may_have_run`: a lost ledger may have handed this call to a worker already (a reopen
         after Redis lost its data); its attempts then count as having reached one (S4.2, S4.3).
         """
+        return self.open_many(
+            [(key, snapshot)], epoch=epoch, announce=announce, may_have_run=may_have_run
+        )[0]
+
+    def open_many(
+        self,
+        calls: Sequence[tuple[str, PolicySnapshot]],
+        *,
+        epoch: str,
+        announce: bool = True,
+        may_have_run: bool = False,
+    ) -> list[OpenResult]:
+        """`open` for the calls of one turn in one round trip (each open is still atomic)."""
         k = self.keys
-        reply = self._run(
+        replies = self._run_many(
             "open",
-            (k.call(key), k.queue_index, k.epoch, k.events),
-            (
-                key,
-                epoch,
-                self.clock(),
-                snapshot.effect.value,
-                snapshot.max_attempts,
-                snapshot.backoff_initial,
-                snapshot.backoff_max,
-                snapshot.schedule_to_start,
-                snapshot.start_to_close,
-                snapshot.heartbeat_timeout,
-                self.events_maxlen,
-                "1" if announce else "0",
-                "1" if may_have_run else "0",
-            ),
+            [
+                (
+                    (k.call(key), k.queue_index, k.epoch, k.events),
+                    self._open_args(key, snapshot, epoch, announce, may_have_run),
+                )
+                for key, snapshot in calls
+            ],
         )
-        return OpenResult(reply[0])
+        return [OpenResult(reply[0]) for reply in replies]
+
+    def _open_args(
+        self, key: str, snapshot: PolicySnapshot, epoch: str, announce: bool, may_have_run: bool
+    ) -> tuple[Any, ...]:
+        return (
+            key,
+            epoch,
+            self.clock(),
+            snapshot.effect.value,
+            snapshot.max_attempts,
+            snapshot.backoff_initial,
+            snapshot.backoff_max,
+            snapshot.schedule_to_start,
+            snapshot.start_to_close,
+            snapshot.heartbeat_timeout,
+            self.events_maxlen,
+            "1" if announce else "0",
+            "1" if may_have_run else "0",
+        )
 
     def claim(self, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
         k = self.keys
@@ -318,13 +356,22 @@ class Ledger:
         )
 
     def recorded(self, key: str, *, status: str, error: str) -> bool:
+        return self.recorded_many([(key, status, error)])[0]
+
+    def recorded_many(self, outcomes: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """`recorded` for a batch of `(key, status, error)` written in one SQL transaction."""
         k = self.keys
-        reply = self._run(
+        replies = self._run_many(
             "recorded",
-            (k.call(key), k.unrecorded_index, k.events),
-            (key, self.finished_ttl, self.events_maxlen, status, error),
+            [
+                (
+                    (k.call(key), k.unrecorded_index, k.events),
+                    (key, self.finished_ttl, self.events_maxlen, status, error),
+                )
+                for key, status, error in outcomes
+            ],
         )
-        return int(reply) == 1
+        return [int(reply) == 1 for reply in replies]
 
     # --- reads ----------------------------------------------------------------------------------
 

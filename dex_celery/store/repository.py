@@ -21,6 +21,7 @@ from sqlalchemy import (
     RowMapping,
     Table,
     and_,
+    bindparam,
     create_engine,
     event,
     func,
@@ -32,7 +33,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.pool import NullPool
 
 from dex_celery.errors import UnknownSession
 from dex_celery.ids import CallKey
@@ -61,6 +61,17 @@ class NewCall:
 
 
 @dataclass(frozen=True, slots=True)
+class OutcomeRow:
+    """An outcome decided by a worker, with what its TOOL message needs, so that a batch of
+    them is written without reading the calls back (`Store.record_outcomes`)."""
+
+    key: CallKey
+    tool_name: str
+    arguments: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """A terminal outcome to record, with what the model should read."""
 
@@ -74,7 +85,9 @@ class Outcome:
 def make_engine(url: str) -> Engine:
     """An engine tuned for many processes writing: WAL and a busy timeout for SQLite."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
+        # Pooled: opening a SQLite connection (and its PRAGMAs) per transaction cost more than
+        # the write itself on the worker's hot path. The pool never crosses a fork (`Store`).
+        engine = create_engine(url, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -285,6 +298,63 @@ class Store:
                 )
             )
         return True
+
+    def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
+        """End many calls in one transaction: the batched write of the worker's hot path.
+
+        Each call's status moves only from `pending` (a conditional UPDATE), and its TOOL
+        message is inserted only where that update happened, so a row that lost a race to
+        another writer changes nothing. One commit for the whole batch.
+        """
+        if not rows:
+            return
+        now = self.clock()
+        update_stmt = (
+            update(tool_calls)
+            .where(tool_calls.c.key == bindparam("b_key"))
+            .where(tool_calls.c.status == CallStatus.PENDING.value)
+            .values(
+                status=bindparam("b_status"),
+                error=bindparam("b_error"),
+                result=bindparam("b_result"),
+                finished_at=bindparam("b_finished_at"),
+                attempts=bindparam("b_attempts"),
+                attempt_log=bindparam("b_attempt_log"),
+            )
+            .returning(tool_calls.c.key)
+        )
+        updates = [
+            {
+                "b_key": r.key.key,
+                "b_status": r.outcome.status.value,
+                "b_error": r.outcome.error or None,
+                "b_result": r.outcome.result,
+                "b_finished_at": now,
+                "b_attempts": r.outcome.attempts,
+                "b_attempt_log": r.outcome.attempt_log,
+            }
+            for r in rows
+        ]
+        new_messages = [
+            {
+                "session_id": r.key.session_id,
+                "role": MessageRole.TOOL.value,
+                "text": None,
+                "tool_output": tool_output(r.outcome.status, r.outcome.result, r.outcome.error),
+                "turn_id": r.key.turn_id,
+                "tool_call_id": r.key.tool_call_id,
+                "tool_name": r.tool_name,
+                "tool_arguments": r.arguments,
+                "call_key": r.key.key,
+                "created_at": now,
+            }
+            for r in rows
+        ]
+        with self.engine.begin() as conn:
+            ended = {key for u in updates for key in conn.execute(update_stmt, u).scalars()}
+            mine = [m for m in new_messages if m["call_key"] in ended]
+            if mine:
+                conn.execute(insert(messages), mine)
 
     def record_late_result(self, key: str, late: str) -> None:
         """Evidence from a fenced attempt (S5.2); never touches status, error or result."""

@@ -510,11 +510,13 @@ def test_crash_between_approval_and_publish_is_started_by_the_sweeper(
     crashed: list[str] = []
     real_start = Dispatcher.start
 
-    def crash_once(self: Dispatcher, record: ToolCallRecord, arguments: Any = None) -> None:
+    def crash_once(
+        self: Dispatcher, record: ToolCallRecord, arguments: Any = None, **options: Any
+    ) -> None:
         if record.key not in crashed:
             crashed.append(record.key)
             raise RuntimeError("simulated crash after the approval was committed")
-        real_start(self, record, arguments)
+        real_start(self, record, arguments, **options)
 
     start_worker()
     client = dex.client()

@@ -23,7 +23,7 @@ from dex_celery.errors import UnknownSession
 from dex_celery.ids import CallKey
 from dex_celery.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.records import ApprovalDecision
-from dex_celery.store.repository import NewCall, Outcome, Store
+from dex_celery.store.repository import NewCall, Outcome, OutcomeRow, Store
 from dex_celery.store.schema import messages, sessions, tool_calls
 
 T = TypeVar("T")
@@ -249,6 +249,55 @@ def test_record_outcome_lands_once_with_one_tool_message(store: Store, clock: Cl
     message = tool_messages[0]
     assert (message.tool_output, message.turn_id, message.tool_call_id) == ('{"n":1}', "t", "a")
     assert (message.tool_name, message.tool_arguments, message.text) == ("echo", '{"q":1}', None)
+
+
+def test_record_outcomes_batch_ends_only_pending_calls_once(store: Store, clock: Clock) -> None:
+    """S4.1, S6.2: the worker's batched write ends each pending call once, with its TOOL
+    message; a call already ended, one waiting for approval, and an unknown key are untouched."""
+    store.insert_calls(
+        [
+            new_call("s/t/a"),
+            new_call("s/t/b"),
+            new_call("s/t/done"),
+            new_call("s/t/wait", effect=EffectClass.UNCLASSIFIED),
+        ],
+        epoch="e",
+    )
+    assert store.record_outcome("s/t/done", Outcome(CallStatus.FAILED, "first writer"))
+    clock.now += 3
+
+    def row(key: str, outcome: Outcome) -> OutcomeRow:
+        return OutcomeRow(CallKey.parse(key), "echo", '{"q":1}', outcome)
+
+    store.record_outcomes(
+        [
+            row("s/t/a", Outcome(CallStatus.SUCCEEDED, "", result='"A"', attempts=1)),
+            row("s/t/b", Outcome(CallStatus.OUTCOME_UNKNOWN, "lost", attempts=1)),
+            row("s/t/done", Outcome(CallStatus.SUCCEEDED, "", result='"late"', attempts=1)),
+            row("s/t/wait", Outcome(CallStatus.SUCCEEDED, "", result='"no"', attempts=1)),
+            row("s/t/ghost", Outcome(CallStatus.SUCCEEDED, "", result='"no"', attempts=1)),
+        ]
+    )
+    got = {k: store.get_call(f"s/t/{k}") for k in ("a", "b", "done", "wait")}
+    assert got["a"] is not None and (got["a"].status, got["a"].result) == (
+        CallStatus.SUCCEEDED,
+        '"A"',
+    )
+    assert got["a"].finished_at == clock.now
+    assert got["b"] is not None and got["b"].status is CallStatus.OUTCOME_UNKNOWN
+    assert got["done"] is not None and (got["done"].status, got["done"].error) == (
+        CallStatus.FAILED,
+        "first writer",
+    )
+    assert got["wait"] is not None and got["wait"].status is CallStatus.AWAITING_APPROVAL
+    _calls, history = store.snapshot("s")
+    by_call = {m.tool_call_id: m.tool_output for m in history if m.role is MessageRole.TOOL}
+    assert by_call.keys() == {"a", "b", "done"}
+    assert by_call["a"] == '"A"'
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in (by_call["b"] or "")
+    assert by_call["done"] == "Error: first writer"
+    store.record_outcomes([row("s/t/a", Outcome(CallStatus.FAILED, "again", attempts=2))])
+    assert rows(store)["dex_messages"] == 3
 
 
 def test_concurrent_record_outcome_has_one_winner(url: str) -> None:

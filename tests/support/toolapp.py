@@ -8,6 +8,7 @@ the ledger and SQL. Tools that must be killed mid-run wait for a release file or
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,21 @@ def _block_before_claim(sender: Any = None, task_id: str | None = None, **_: Any
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not release.exists():
         time.sleep(0.05)
+
+
+#: `1`: the worker's outcome writer never writes (as if each process died right after its
+#: finish script), so only the sweeper can record outcomes.
+STALL_WRITER_ENV = "DEX_TEST_STALL_OUTCOME_WRITER"
+
+
+@signals.worker_process_init.connect
+def _stall_outcome_writer(**_: Any) -> None:
+    """Test hook: inactive unless the env says so."""
+    if os.environ.get(STALL_WRITER_ENV) != "1":
+        return
+    from dex_celery.recorder import OutcomeWriter
+
+    def never_write(self: OutcomeWriter, batch: list[Any]) -> None:
+        threading.Event().wait()
+
+    OutcomeWriter._write = never_write  # type: ignore[method-assign]

@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 metadata = MetaData(
@@ -82,10 +83,22 @@ tool_calls = Table(
     Column("decided_at", Float, nullable=True),
     Column("decision_note", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
-    # The sweeper's scans of calls in flight and of approvals past their deadline read only
-    # rows in those statuses, never history.
-    Index("ix_dex_tool_calls_status", "status", "requested_at"),
-    Index("ix_dex_tool_calls_approval", "status", "approval_deadline"),
+    # The sweeper's scans of calls in flight and of approvals past their deadline read partial
+    # indexes that hold only rows in those statuses: their size, and so the sweep's cost,
+    # follows the calls not yet ended, never the size of history.
+    Index(
+        "ix_dex_tool_calls_in_flight",
+        "requested_at",
+        "key",
+        sqlite_where=text("status = 'pending'"),
+        postgresql_where=text("status = 'pending'"),
+    ),
+    Index(
+        "ix_dex_tool_calls_awaiting",
+        "approval_deadline",
+        sqlite_where=text("status = 'awaiting_approval'"),
+        postgresql_where=text("status = 'awaiting_approval'"),
+    ),
 )
 
 # One row per `outcome_unknown` call the reconcile beat job has surfaced (S8.4): it is what makes

@@ -73,8 +73,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("key", name=op.f("pk_dex_tool_calls")),
     )
     op.create_index("ix_dex_tool_calls_session", "dex_tool_calls", ["session_id", "requested_at"])
-    op.create_index("ix_dex_tool_calls_status", "dex_tool_calls", ["status", "requested_at"])
-    op.create_index("ix_dex_tool_calls_approval", "dex_tool_calls", ["status", "approval_deadline"])
+    op.create_index(
+        "ix_dex_tool_calls_in_flight",
+        "dex_tool_calls",
+        ["requested_at", "key"],
+        sqlite_where=sa.text("status = 'pending'"),
+        postgresql_where=sa.text("status = 'pending'"),
+    )
+    op.create_index(
+        "ix_dex_tool_calls_awaiting",
+        "dex_tool_calls",
+        ["approval_deadline"],
+        sqlite_where=sa.text("status = 'awaiting_approval'"),
+        postgresql_where=sa.text("status = 'awaiting_approval'"),
+    )
     op.create_table(
         "dex_unknown_outcomes",
         sa.Column("call_key", sa.String(length=620), nullable=False),
@@ -95,8 +107,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_dex_unknown_outcomes_open", table_name="dex_unknown_outcomes")
     op.drop_table("dex_unknown_outcomes")
-    op.drop_index("ix_dex_tool_calls_approval", table_name="dex_tool_calls")
-    op.drop_index("ix_dex_tool_calls_status", table_name="dex_tool_calls")
+    op.drop_index("ix_dex_tool_calls_awaiting", table_name="dex_tool_calls")
+    op.drop_index("ix_dex_tool_calls_in_flight", table_name="dex_tool_calls")
     op.drop_index("ix_dex_tool_calls_session", table_name="dex_tool_calls")
     op.drop_table("dex_tool_calls")
     op.drop_index("ix_dex_messages_session", table_name="dex_messages")

@@ -13,8 +13,6 @@ that is why `cancel_order` is a `non_idempotent_write` and runs at most once.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from dex_celery.store.repository import make_engine
+from dex_celery.store.engine import ForkSafeEngine
 
 metadata = MetaData()
 
@@ -138,21 +136,11 @@ class OrderDesk:
     def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
         self.url = url
         self.clock = clock
-        self._engine: Engine | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
+        self._engine = ForkSafeEngine(url, on_create=_create_tables)
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None or self._pid != os.getpid():
-            with self._lock:
-                if self._engine is None or self._pid != os.getpid():
-                    if self._engine is not None:
-                        self._engine.dispose(close=False)
-                    engine = make_engine(self.url)
-                    _create_tables(engine)
-                    self._engine, self._pid = engine, os.getpid()
-        return self._engine
+        return self._engine.get()
 
     # --- orders --------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect
 
 from dex_celery.errors import ConfigurationError
-from dex_celery.store.repository import make_engine
+from dex_celery.store.engine import make_engine
 from dex_celery.store.schema import metadata
 
 log = logging.getLogger("dex_celery.migrate")

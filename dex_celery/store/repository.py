@@ -8,8 +8,6 @@ approver) race to record it, and a refused write leaves nothing behind.
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,8 +20,6 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    create_engine,
-    event,
     func,
     insert,
     or_,
@@ -45,6 +41,7 @@ from dex_celery.records import (
     SessionRecord,
     ToolCallRecord,
 )
+from dex_celery.store.engine import ForkSafeEngine
 from dex_celery.store.schema import messages, metadata, sessions, tool_calls
 
 Resolver = Callable[[EffectClass | None], PolicySnapshot]
@@ -82,46 +79,17 @@ class Outcome:
     attempt_log: str | None = None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine tuned for many processes writing: WAL and a busy timeout for SQLite."""
-    if url.startswith("sqlite"):
-        # Pooled: opening a SQLite connection (and its PRAGMAs) per transaction cost more than
-        # the write itself on the worker's hot path. The pool never crosses a fork (`Store`).
-        engine = create_engine(url, connect_args={"timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.close()
-
-        return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
-
-
 class Store:
     """Repository over one database. Safe to share between threads; re-made after a fork."""
 
     def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
         self.url = url
         self.clock = clock
-        self._engine: Engine | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
+        self._engine = ForkSafeEngine(url)
 
     @property
     def engine(self) -> Engine:
-        # A pooled connection must never cross a fork (Celery's prefork children).
-        if self._engine is None or self._pid != os.getpid():
-            with self._lock:
-                if self._engine is None or self._pid != os.getpid():
-                    if self._engine is not None:
-                        self._engine.dispose(close=False)
-                    self._engine = make_engine(self.url)
-                    self._pid = os.getpid()
-        return self._engine
+        return self._engine.get()
 
     def create_schema(self) -> None:
         """For tests and the embedded demo; production runs `dex-celery db upgrade` (Alembic)."""

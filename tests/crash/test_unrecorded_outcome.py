@@ -31,8 +31,7 @@ def test_outcome_decided_but_not_written_is_recorded_by_the_sweeper(
 
     # The ledger decided the outcome; SQL does not have it.
     wait_for(
-        lambda: (entry := dex.ledger.read(record.key)) is not None
-        and entry.status == "succeeded",
+        lambda: (entry := dex.ledger.read(record.key)) is not None and entry.status == "succeeded",
         timeout=30,
         what="the ledger to hold the outcome",
     )

@@ -20,7 +20,8 @@ from sqlalchemy.exc import OperationalError
 
 from dex_celery.cli import main
 from dex_celery.store import migrate
-from dex_celery.store.repository import Store, make_engine
+from dex_celery.store.engine import make_engine
+from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
 
 DEX_TABLES = set(metadata.tables)

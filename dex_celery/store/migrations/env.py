@@ -12,7 +12,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection
 
-from dex_celery.store.repository import make_engine
+from dex_celery.store.engine import make_engine
 from dex_celery.store.schema import metadata
 
 config = context.config

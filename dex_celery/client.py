@@ -99,8 +99,9 @@ class DexClient:
         Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
         """
         deadline = time.monotonic() + timeout
-        ledger = self.dex.ledger
-        position = "$"
+        events = AgentEvents.of(self.dex)
+        # Taken before the first look at SQL, so no finished event can slip in between.
+        position = events.latest_position()
         while True:
             records = [self.get_call(k) for k in keys]
             if all(r.finished for r in records):
@@ -109,13 +110,9 @@ class DexClient:
             if remaining <= 0:
                 waiting = [r.key for r in records if not r.finished]
                 raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
-            block = int(min(remaining, 1.0) * 1000) or 1
-            reply: Any = ledger.client.xread(
-                {self.dex.keys.events: position}, block=block, count=100
-            )
-            for _stream, entries in reply or []:
-                if entries:
-                    position = entries[-1][0]
+            # Any event is a reason to look again; at most a second passes between looks.
+            for event in events.read(position, count=100, block=min(remaining, 1.0)):
+                position = event.position
 
     # --- approvals (S6; dex_celery/approvals.py) -----------------------------------------------
 

@@ -1,0 +1,408 @@
+"""The chaos run: calls of all four effect classes while workers and Redis are killed.
+
+- `--calls` calls (default 2,000) of the four `chaos_<effect>` tools (`bench/chaos_app.py`), with
+  a mix of durations (most instant, some up to 2 s), requested in turns of up to 10 while at most
+  `--window` calls are in flight;
+- `--workers` Celery workers (`prefork -c --concurrency`), each in its own process group;
+- a killer that every ~2 s SIGKILLs either a random worker's whole process group (then starts it
+  again) or one random pool child (its parent replaces it);
+- one restart of the private redis-server (`--appendonly yes`, `--appendfsync` as given): SIGKILL,
+  then start again on the same folder and port, partway through the run;
+- the sweeper loop in this process.
+
+At the end it checks, from SQL, the ledger and the tools' own log, and prints the results:
+1. every call has exactly one terminal record (a terminal status and one tool-result message);
+2. no `non_idempotent_write` / `unclassified` tool ran twice for one key;
+3. no call recorded with the did-not-run error ran;
+4. every `read` call with attempts left succeeded;
+5. every `outcome_unknown` call was interrupted after its claim (a start without an end in the
+   tool log, or a claimed attempt in its attempt log);
+6. every succeeded call's tool logged an end.
+Exit status 1 on any violation.
+
+    .venv/bin/python -m bench.chaos                 # 2,000 calls
+    .venv/bin/python -m bench.chaos --calls 200 --kill-every 1.5   # short
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from sqlalchemy import func, select
+
+from bench.common import BenchWorker, free_port, header, wait_for, workdir
+from dex_celery import EffectClass, Settings
+from dex_celery.dispatch import CallRequest
+from dex_celery.outcomes import DID_NOT_RUN
+from dex_celery.store.schema import messages, tool_calls
+from dex_celery.sweep import run_forever
+
+TIMINGS = {
+    "DEX_HEARTBEAT_TIMEOUT": "2",
+    "DEX_SWEEP_INTERVAL": "0.5",
+    "DEX_SCHEDULE_TO_START": "30",
+    "DEX_UNRECORDED_GRACE": "2",
+    "DEX_ORPHAN_GRACE": "5",
+    "DEX_BACKOFF_INITIAL": "0.2",
+    "DEX_BACKOFF_MAX": "2",
+}
+
+
+@dataclass
+class PersistentRedis:
+    """A private redis-server with AOF, restartable on the same folder and port."""
+
+    directory: Path
+    fsync: str
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is not on the PATH"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                self.fsync,
+                "--logfile",
+                str(self.directory / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port)
+
+        def up() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.RedisError:
+                return False
+
+        wait_for(up, timeout=30, what="redis-server to load its AOF")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+
+class Killer(threading.Thread):
+    """Every ~`every` s: SIGKILL a worker's process group (and restart it) or one pool child."""
+
+    def __init__(self, workers: list[BenchWorker], every: float) -> None:
+        super().__init__(name="killer", daemon=True)
+        self.workers = workers
+        self.every = every
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.kills: Counter[str] = Counter()
+
+    def run(self) -> None:
+        while not self.stop.wait(random.uniform(0.75, 1.25) * self.every):
+            with self.lock:
+                i = random.randrange(len(self.workers))
+                worker = self.workers[i]
+                children = worker.children()
+                if random.random() < 0.5 or not children:
+                    worker.kill_group()
+                    self.kills["worker (whole group)"] += 1
+                    try:
+                        self.workers[i] = BenchWorker(
+                            worker.module, worker.env, worker.folder, worker.concurrency
+                        ).start(timeout=90)
+                    except Exception as e:
+                        print(f"  killer: restart failed: {e}", flush=True)
+                else:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(random.choice(children), signal.SIGKILL)
+                    self.kills["pool child"] += 1
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(timeout=120)
+
+
+def duration() -> float:
+    r = random.random()
+    if r < 0.7:
+        return 0.0
+    if r < 0.95:
+        return round(random.uniform(0.02, 0.2), 3)
+    return round(random.uniform(0.5, 2.0), 3)
+
+
+def plan(calls: int) -> list[CallRequest]:
+    effects = list(EffectClass)
+    out = []
+    for i in range(calls):
+        effect = effects[i % 4]
+        out.append(
+            CallRequest(
+                f"chaos{i // 100}",
+                f"t{i // 10}",
+                f"c{i}",
+                f"chaos_{effect.value}",
+                {"seconds": duration()},
+            )
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--kill-every", type=float, default=2.0)
+    parser.add_argument("--window", type=int, default=40, help="calls in flight at most")
+    parser.add_argument(
+        "--redis-restart-at",
+        type=float,
+        default=0.4,
+        help="fraction of the calls requested when Redis is restarted",
+    )
+    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
+    parser.add_argument("--settle", type=float, default=300, help="seconds to wait at the end")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--schedule-to-start",
+        type=float,
+        default=30.0,
+        help="seconds an attempt may wait for a worker (a message lost with a killed worker "
+        "before its claim ends or is retried after this)",
+    )
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    random.seed(seed)
+    header(f"chaos run (seed {seed})")
+    folder = workdir("chaos")
+    # The sweeper logs every Redis error of the restart; keep them out of the report.
+    logging.basicConfig(filename=folder / "driver.log", level=logging.INFO)
+    server = PersistentRedis(folder / "redis", args.appendfsync)
+    server.start()
+    log_path = folder / "tool-side-effects.log"
+    env = {
+        "DEX_REDIS_URL": server.url,
+        "DEX_DATABASE_URL": f"sqlite:///{folder / 'dex.db'}",
+        "DEX_KEY_PREFIX": "chaos",
+        "CHAOS_LOG": str(log_path),
+        **TIMINGS,
+        "DEX_SCHEDULE_TO_START": str(args.schedule_to_start),
+    }
+    os.environ.update(env)
+    from bench.chaos_app import build
+
+    _app, dx = build(Settings.from_env(env), "chaos_client")
+    dx.store.create_schema()
+    stop_sweep = threading.Event()
+    sweeper = threading.Thread(
+        target=run_forever, args=(dx,), kwargs={"stop": stop_sweep}, daemon=True
+    )
+    workers = [
+        BenchWorker("bench.chaos_app", env, folder, args.concurrency).start(timeout=90)
+        for _ in range(args.workers)
+    ]
+    killer = Killer(workers, args.kill_every)
+    requests = plan(args.calls)
+    keys = [f"{r.session_id}/{r.turn_id}/{r.tool_call_id}" for r in requests]
+    restarted = False
+    t0 = time.monotonic()
+    try:
+        sweeper.start()
+        killer.start()
+        sent = 0
+        while sent < len(requests):
+            if not restarted and sent >= args.redis_restart_at * len(requests):
+                restarted = True
+                print(f"  restarting redis-server ({sent} calls requested)", flush=True)
+                server.kill()
+                time.sleep(1.0)
+                server.start()
+            if sent - terminal_count(dx) >= args.window:
+                time.sleep(0.05)
+                continue
+            batch = [r for r in requests[sent : sent + 10] if r.turn_id == requests[sent].turn_id]
+            try:
+                dx.client().request_calls(batch)
+            except Exception as e:
+                print(f"  request failed ({type(e).__name__}); retrying the same ids", flush=True)
+                time.sleep(0.5)
+                continue
+            sent += len(batch)
+            if sent % 200 == 0:
+                print(
+                    f"  {sent} requested, {terminal_count(dx)} ended, {time.monotonic() - t0:.0f}s",
+                    flush=True,
+                )
+        killer.finish()
+        print(
+            f"  all requested in {time.monotonic() - t0:.0f}s; kills {dict(killer.kills)}; "
+            "waiting for every call to end",
+            flush=True,
+        )
+        wait_for(
+            lambda: terminal_count(dx) >= len(requests),
+            timeout=args.settle,
+            what="every call to end",
+            interval=0.5,
+        )
+    finally:
+        killer.stop.set()
+        for w in killer.workers:
+            w.stop()
+        stop_sweep.set()
+        sweeper.join(timeout=30)
+    elapsed = time.monotonic() - t0
+    try:
+        violations = check(dx, keys, log_path)
+    finally:
+        server.kill()
+    print(
+        f"run took {elapsed:.0f}s; kills {dict(killer.kills)}; redis restarts "
+        f"{int(restarted)} (appendfsync {args.appendfsync}); workers {args.workers} x "
+        f"prefork -c {args.concurrency}; folder {folder}"
+    )
+    return 1 if violations else 0
+
+
+def terminal_count(dx: Any) -> int:
+    query = (
+        select(func.count())
+        .select_from(tool_calls)
+        .where(tool_calls.c.status.in_(("succeeded", "failed", "rejected", "outcome_unknown")))
+    )
+    with dx.store.engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def check(dx: Any, keys: list[str], log_path: Path) -> int:
+    runs: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    if log_path.exists():
+        for line in log_path.read_text().splitlines():
+            what, key, attempt, _pid = line.split()
+            runs[key].append((what, int(attempt)))
+    with dx.store.engine.connect() as conn:
+        rows = {r["key"]: dict(r) for r in conn.execute(select(tool_calls)).mappings()}
+        tool_messages = Counter(
+            r[0] for r in conn.execute(select(messages.c.call_key).where(messages.c.role == "tool"))
+        )
+    finished_events: Counter[str] = Counter()
+    for _id, fields in dx.ledger.client.xrange(dx.keys.events):
+        if fields.get("type") == "tool_call_finished":
+            finished_events[fields.get("key")] += 1
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    problems: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        row = rows.get(key)
+        if row is None or row["status"] not in (
+            "succeeded",
+            "failed",
+            "rejected",
+            "outcome_unknown",
+        ):
+            problems["1 exactly one terminal record"].append(f"{key}: {row and row['status']}")
+            continue
+        effect, status = row["effect"], row["status"]
+        counts[effect][status] += 1
+        if tool_messages[key] != 1:
+            problems["1 exactly one terminal record"].append(
+                f"{key}: {tool_messages[key]} tool messages"
+            )
+        starts = [a for what, a in runs[key] if what == "start"]
+        ends = {a for what, a in runs[key] if what == "end"}
+        if effect in ("non_idempotent_write", "unclassified") and len(starts) > 1:
+            problems["2 writes ran at most once"].append(f"{key}: ran {len(starts)} times")
+        if (row["error"] or "").startswith(DID_NOT_RUN) and starts:
+            problems["3 did-not-run calls did not run"].append(f"{key}: ran {len(starts)} times")
+        max_attempts = json.loads(row["policy"])["max_attempts"]
+        if effect == "read" and status != "succeeded" and row["attempts"] < max_attempts:
+            problems["4 reads with attempts left succeeded"].append(
+                f"{key}: {status} after {row['attempts']} of {max_attempts}"
+            )
+        if status == "outcome_unknown":
+            interrupted = any(a not in ends for a in starts)
+            log = json.loads(row["attempt_log"] or "[]")
+            claimed = any(e.get("claimed_at") for e in log)
+            if not (interrupted or claimed):
+                problems["5 unknown outcomes were interrupted after a claim"].append(
+                    f"{key}: starts {starts} ends {sorted(ends)} log {log}"
+                )
+        if status == "succeeded" and not ends:
+            problems["6 succeeded calls ran to their end"].append(key)
+    print()
+    print(
+        f"{'effect class':<22} "
+        + " ".join(f"{s:>16}" for s in ("succeeded", "failed", "outcome_unknown", "did_not_run"))
+    )
+    for effect in EffectClass:
+        c = counts[effect.value]
+        dnr = sum(
+            1
+            for k in keys
+            if rows.get(k, {}).get("effect") == effect.value
+            and (rows[k]["error"] or "").startswith(DID_NOT_RUN)
+        )
+        print(
+            f"{effect.value:<22} "
+            + " ".join(f"{c[s]:>16}" for s in ("succeeded", "failed", "outcome_unknown"))
+            + f" {dnr:>16}"
+        )
+    total_runs = sum(1 for k in keys for what, _ in runs[k] if what == "start")
+    retried = sum(1 for k in keys if rows.get(k, {}).get("attempts", 0) > 1)
+    print(
+        f"calls {len(keys)}, tool executions {total_runs}, calls with more than one attempt "
+        f"{retried}, late results {sum(1 for k in keys if rows.get(k, {}).get('late_result'))}"
+    )
+    dup_events = sum(1 for k in keys if finished_events[k] != 1)
+    print(f"(info) calls without exactly one tool_call_finished event in the stream: {dup_events}")
+    names = [
+        "1 exactly one terminal record",
+        "2 writes ran at most once",
+        "3 did-not-run calls did not run",
+        "4 reads with attempts left succeeded",
+        "5 unknown outcomes were interrupted after a claim",
+        "6 succeeded calls ran to their end",
+    ]
+    violations = 0
+    for name in names:
+        found = problems.get(name, [])
+        violations += len(found)
+        print(f"invariant {name}: {'OK' if not found else f'VIOLATED ({len(found)})'}")
+        for item in found[:5]:
+            print(f"    {item}")
+    return violations
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""Latency: request-to-record of single no-op calls on an idle system, against plain Celery's
+`delay().get()` with a Redis result backend.
+
+dex-celery: `request_call` of the `read` no-op, until its `tool_call_finished` event (written by
+the `recorded` script after the SQL record landed; the record is then read back to confirm).
+Samples of both alternate one by one, each after a short idle pause, with both workers
+(`prefork -c 2`) running, each on its own queue.
+
+    .venv/bin/python -m bench.latency --samples 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from bench.common import BenchWorker, RedisServer, header, percentile, workdir
+from bench.throughput import Setup, _dex
+
+
+def dex_sample(dx: Any, client: redis.Redis, events: str, n: int, session: str) -> float:
+    last = client.xrevrange(events, count=1)
+    position: Any = last[0][0] if last else "0-0"
+    t0 = time.perf_counter()
+    record = dx.client().request_call(session, f"t{n}", "c", "noop", {})
+    while True:
+        reply: Any = client.xread({events: position}, block=10_000, count=100)
+        if not reply:
+            raise TimeoutError(f"no finished event for {record.key}")
+        for _stream, entries in reply:
+            for entry_id, fields in entries:
+                position = entry_id
+                if (
+                    fields.get(b"type") == b"tool_call_finished"
+                    and fields.get(b"key") == record.key.encode()
+                ):
+                    elapsed = time.perf_counter() - t0
+                    assert dx.store.get_call(record.key).status.value == "succeeded"
+                    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--pause", type=float, default=0.02, help="idle seconds between samples")
+    args = parser.parse_args(argv)
+    header("latency: single call request-to-record, dex-celery vs plain delay().get()")
+    folder = workdir("latency")
+    (folder / "sql").mkdir()
+    server = RedisServer(folder / "redis").start()
+    setup = Setup(folder, server, f"sqlite:///{folder / 'dex.db'}", 2, 1)
+    plain_env = {**setup.plain_env(backend=True), "BENCH_QUEUE": "plain"}
+    os.environ.update(plain_env)
+    from bench import plain_app
+
+    dx = _dex(setup)
+    workers = [
+        BenchWorker("bench.dex_app", setup.dex_env(), folder).start(),
+        BenchWorker("bench.plain_app", plain_env, folder, extra_args=("-Q", "plain")).start(),
+    ]
+    client = redis.Redis.from_url(server.url)
+    session = f"lat{uuid.uuid4().hex[:8]}"
+    dex_times: list[float] = []
+    plain_times: list[float] = []
+    try:
+        for i in range(args.warmup + args.samples):
+            time.sleep(args.pause)
+            d = dex_sample(dx, client, dx.keys.events, i, session)
+            time.sleep(args.pause)
+            t0 = time.perf_counter()
+            plain_app.noop.delay().get(timeout=30)
+            p = time.perf_counter() - t0
+            if i >= args.warmup:
+                dex_times.append(d)
+                plain_times.append(p)
+    finally:
+        for w in workers:
+            w.stop()
+        server.kill()
+    print(f"{args.samples} samples each, {args.pause * 1000:.0f} ms idle before each")
+    for name, values in (("dex  ", dex_times), ("plain", plain_times)):
+        print(
+            f"{name}: p50 {percentile(values, 50) * 1e3:6.2f} ms  p99 "
+            f"{percentile(values, 99) * 1e3:6.2f} ms  max {max(values) * 1e3:6.2f} ms"
+        )
+    print(
+        f"ratio dex/plain: p50 {percentile(dex_times, 50) / percentile(plain_times, 50):.2f}  "
+        f"p99 {percentile(dex_times, 99) / percentile(plain_times, 99):.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,286 @@
+"""Throughput: end-to-end no-op tool calls per second, dex-celery against plain Celery.
+
+Three variants in the same run, on the same private redis-server, each with the same worker
+command (`celery worker -P prefork -c 2`), interleaved round by round (A, B, dex, A, B, dex...):
+
+- A    plain Celery, no result backend; the task INCRs a counter so completion is observable;
+- B    plain Celery with a Redis result backend and `task_track_started`, waiting on results;
+- dex  a `read` no-op tool, requested through `DexClient.request_calls` in batches of one turn,
+       done when every call has its terminal record (`succeeded`) in SQL.
+
+Only one worker runs at a time (each variant starts its own and stops it after its run, outside
+the timed part). Reports medians of calls/s and their ratios, per-call Redis commands (from
+`INFO commandstats` deltas) and SQL commits per call (client: a SQLAlchemy listener; workers:
+the same listener in each pool process, `bench/dex_app.py`).
+
+    .venv/bin/python -m bench.throughput --calls 3000 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from sqlalchemy import event, func, select
+
+from bench.common import (
+    BenchWorker,
+    RedisServer,
+    commandstats,
+    header,
+    median,
+    stats_delta,
+    wait_for,
+    workdir,
+)
+
+
+@dataclass
+class Run:
+    variant: str
+    calls: int
+    seconds: float
+    commands: dict[str, int]
+    client_commits: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds
+
+
+@dataclass
+class Setup:
+    folder: Path
+    server: RedisServer
+    database_url: str
+    concurrency: int
+    batch: int
+    pool: str = "prefork"
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def plain_env(self, backend: bool) -> dict[str, str]:
+        return {
+            "BENCH_BROKER_URL": self.url,
+            "BENCH_RESULT_BACKEND": self.url if backend else "",
+            "BENCH_ACKS_LATE": "1",
+        }
+
+    def dex_env(self) -> dict[str, str]:
+        return {
+            "DEX_REDIS_URL": self.url,
+            "DEX_DATABASE_URL": self.database_url,
+            "DEX_KEY_PREFIX": "bench",
+            "BENCH_SQL_COUNT_DIR": str(self.folder / "sql"),
+        }
+
+
+def _worker(setup: Setup, module: str, env: dict[str, str]) -> BenchWorker:
+    return BenchWorker(
+        module, env, setup.folder, concurrency=setup.concurrency, pool=setup.pool
+    ).start()
+
+
+def run_plain(setup: Setup, calls: int, *, backend: bool, warmup: int) -> Run:
+    """Plain Celery: publish `calls` no-ops, then wait for their completion."""
+    import importlib
+    import os
+
+    os.environ.update(setup.plain_env(backend))
+    import bench.plain_app as plain
+
+    plain = importlib.reload(plain)  # re-read the backend setting
+    worker = _worker(setup, "bench.plain_app", setup.plain_env(backend))
+    client = redis.Redis.from_url(setup.url)
+    try:
+        _plain_batch(plain, client, warmup, backend)
+        before = commandstats(client)
+        t0 = time.perf_counter()
+        _plain_batch(plain, client, calls, backend)
+        seconds = time.perf_counter() - t0
+        delta = stats_delta(before, commandstats(client))
+    finally:
+        worker.stop()
+    return Run("B" if backend else "A", calls, seconds, delta)
+
+
+def _plain_batch(plain: Any, client: redis.Redis, n: int, backend: bool) -> None:
+    client.set(plain.COUNTER_KEY, 0)
+    results = [plain.noop.delay() for _ in range(n)]
+    if backend:
+        for r in results:
+            r.get(timeout=120)
+            r.forget()
+        return
+    wait_for(
+        lambda: int(client.get(plain.COUNTER_KEY) or 0) >= n,
+        timeout=120,
+        what=f"{n} plain completions",
+        interval=0.005,
+    )
+
+
+def run_dex(setup: Setup, calls: int, *, warmup: int) -> Run:
+    dx = _dex(setup)
+    worker = _worker(setup, "bench.dex_app", setup.dex_env())
+    client = redis.Redis.from_url(setup.url)
+    commits = {"n": 0}
+
+    def count(_conn: Any) -> None:
+        commits["n"] += 1
+
+    try:
+        _dex_batch(dx, warmup, setup.batch)
+        before = commandstats(client)
+        event.listen(dx.store.engine, "commit", count)
+        t0 = time.perf_counter()
+        _dex_batch(dx, calls, setup.batch)
+        seconds = time.perf_counter() - t0
+        event.remove(dx.store.engine, "commit", count)
+        delta = stats_delta(before, commandstats(client))
+    finally:
+        worker.stop()
+    return Run("dex", calls, seconds, delta, client_commits=commits["n"])
+
+
+_dexes: dict[str, Any] = {}
+
+
+def _dex(setup: Setup) -> Any:
+    """The client-side Dex (one per run), with the benchmark's settings."""
+    if "dex" not in _dexes:
+        from bench.dex_app import build
+        from dex_celery import Settings
+
+        settings = Settings(
+            redis_url=setup.url, database_url=setup.database_url, key_prefix="bench"
+        )
+        _app, dx = build(settings, "bench_client")
+        dx.store.create_schema()
+        _dexes["dex"] = dx
+    return _dexes["dex"]
+
+
+def _dex_batch(dx: Any, n: int, batch: int) -> None:
+    from dex_celery.dispatch import CallRequest
+    from dex_celery.store.schema import tool_calls
+
+    session = f"s{uuid.uuid4().hex[:12]}"
+    client = dx.client()
+    for start in range(0, n, batch):
+        turn = f"t{start // batch}"
+        client.request_calls(
+            [
+                CallRequest(session, turn, f"c{i}", "noop", {})
+                for i in range(start, min(n, start + batch))
+            ]
+        )
+    query = (
+        select(func.count())
+        .select_from(tool_calls)
+        .where(tool_calls.c.session_id == session, tool_calls.c.status == "succeeded")
+    )
+
+    def done() -> bool:
+        with dx.store.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one()) >= n
+
+    wait_for(done, timeout=300, what=f"{n} dex terminal records", interval=0.01)
+
+
+@contextlib.contextmanager
+def database(kind: str, folder: Path) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{folder / 'dex.db'}"
+        return
+    from tests.support.pg_schema import postgres_schema
+
+    with postgres_schema() as url:
+        yield url
+
+
+def per_call(run: Run) -> str:
+    total = sum(run.commands.values())
+    top = sorted(run.commands.items(), key=lambda kv: -kv[1])[:8]
+    parts = ", ".join(f"{k} {v / run.calls:.2f}" for k, v in top)
+    return f"{total / run.calls:.2f} commands/call ({parts})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=50, help="calls per request_calls (one turn)")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    args = parser.parse_args(argv)
+    header("throughput: no-op calls/s, dex-celery vs plain Celery")
+    folder = workdir("throughput")
+    (folder / "sql").mkdir()
+    server = RedisServer(folder / "redis").start()
+    try:
+        with database(args.database, folder) as url:
+            setup = Setup(folder, server, url, args.concurrency, args.batch)
+            variants: list[tuple[str, Callable[[], Run]]] = [
+                ("A", lambda: run_plain(setup, args.calls, backend=False, warmup=args.warmup)),
+                ("B", lambda: run_plain(setup, args.calls, backend=True, warmup=args.warmup)),
+                ("dex", lambda: run_dex(setup, args.calls, warmup=args.warmup)),
+            ]
+            for r in range(args.rounds):
+                for _name, fn in variants:
+                    run = fn()
+                    setup.runs.append(run)
+                    print(f"round {r + 1} {run.variant:>3}: {run.rate:8.1f} calls/s")
+            report(setup, args)
+    finally:
+        server.kill()
+    return 0
+
+
+def report(setup: Setup, args: argparse.Namespace) -> None:
+    rates = {v: [r.rate for r in setup.runs if r.variant == v] for v in ("A", "B", "dex")}
+    med = {v: median(x) for v, x in rates.items()}
+    ratios_a = [d / a for a, d in zip(rates["A"], rates["dex"], strict=True)]
+    ratios_b = [d / b for b, d in zip(rates["B"], rates["dex"], strict=True)]
+    print()
+    print(
+        f"database {args.database}, {args.calls} calls x {args.rounds} rounds, batch {args.batch}"
+    )
+    for v, label in (
+        ("A", "plain, no result backend"),
+        ("B", "plain, Redis result backend + track_started"),
+        ("dex", "dex-celery read no-op, terminal record in SQL"),
+    ):
+        print(f"median {v:>3}: {med[v]:8.1f} calls/s  ({label})")
+    print(f"ratio dex/A: median of rounds {median(ratios_a):.2f} (per round {_fmt(ratios_a)})")
+    print(f"ratio dex/B: median of rounds {median(ratios_b):.2f} (per round {_fmt(ratios_b)})")
+    last = {r.variant: r for r in setup.runs}
+    for v in ("A", "B", "dex"):
+        print(f"redis {v:>3}: {per_call(last[v])}")
+    dex_runs = [r for r in setup.runs if r.variant == "dex"]
+    client_commits = sum(r.client_commits for r in dex_runs) / sum(r.calls for r in dex_runs)
+    worker_commits = sum(int(p.read_text()) for p in (setup.folder / "sql").glob("commits-*"))
+    worker_calls = sum(r.calls for r in dex_runs) + args.warmup * len(dex_runs)
+    print(
+        f"sql commits/call: client {client_commits:.3f} (one transaction per batch of "
+        f"{args.batch}), workers {worker_commits / worker_calls:.3f}"
+    )
+
+
+def _fmt(values: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

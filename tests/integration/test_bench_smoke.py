@@ -1,0 +1,104 @@
+"""Smoke runs of every benchmark and of the chaos run (issue 6), tiny sizes, no timing assertions.
+
+Each runs the script as `python -m bench.<name>` the way docs/benchmarks.md and
+docs/reliability.md do, so a broken benchmark fails CI long before someone needs its figures.
+The figures themselves are never asserted: these machines are too noisy. The chaos smoke run does
+assert its invariants (S3.2, S4.1-S4.3): the script exits non-zero on any violation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import ROOT
+
+
+def run(module: str, *args: str, timeout: float = 120) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_throughput_smoke() -> None:
+    """Throughput: the three variants run interleaved and the ratios are reported."""
+    out = run("throughput", "--calls", "60", "--rounds", "1", "--warmup", "10", "--batch", "20")
+    assert "ratio dex/A" in out and "ratio dex/B" in out
+    assert "sql commits/call" in out and "commands/call" in out
+
+
+def test_latency_smoke() -> None:
+    out = run("latency", "--samples", "8", "--warmup", "2", "--pause", "0.01")
+    assert "dex  : p50" in out and "plain: p50" in out
+
+
+def test_detection_smoke() -> None:
+    """Detection (S4.3): after the kill, reads and idempotent writes are retried to success and
+    the writes end outcome_unknown; plain Celery's early-ack task stays STARTED."""
+    out = run(
+        "detection",
+        "--trials",
+        "1",
+        "--configs",
+        "tight",
+        "--plain-trials",
+        "1",
+        "--plain-wait",
+        "2",
+    )
+    assert "outcomes {'outcome_unknown': 1}" in out
+    assert "outcomes {'succeeded': 1}" in out
+    assert "ran 1 time(s) and its state is STARTED" in out
+    assert "run again" in out
+
+
+def test_sweep_cost_smoke() -> None:
+    out = run(
+        "sweep_cost",
+        "--history",
+        "100,1000",
+        "--repeat",
+        "3",
+        "--in-flight",
+        "200",
+        "--due",
+        "10",
+        "--due-repeat",
+        "1",
+        "--ledger-entries",
+        "100",
+    )
+    assert "ratio 1,000 / 100" in out
+    assert "10 attempts moved" in out
+
+
+def test_memory_smoke() -> None:
+    out = run("memory", "--attempts", "200", "--finished-ttl", "1")
+    assert "running:" in out and "after expiry: keys left 2" in out
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_chaos_smoke() -> None:
+    """S3.2, S4.1-S4.3 under kills and a Redis restart: every invariant holds (exit 0)."""
+    out = run(
+        "chaos",
+        "--calls",
+        "60",
+        "--kill-every",
+        "1",
+        "--window",
+        "20",
+        "--schedule-to-start",
+        "4",
+        timeout=180,
+    )
+    assert "restarting redis-server" in out
+    assert out.count(": OK") == 6

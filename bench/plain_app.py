@@ -39,6 +39,9 @@ app.conf.update(
     task_ignore_result=BACKEND is None,
     task_track_started=BACKEND is not None,
     broker_connection_retry_on_startup=True,
+    # Task events as on the dex-celery side of the same run (`--task-events`).
+    worker_send_task_events=os.environ.get("BENCH_TASK_EVENTS", "0") == "1",
+    task_send_sent_event=os.environ.get("BENCH_TASK_EVENTS", "0") == "1",
     # A queue of its own (`BENCH_QUEUE`), so a dex worker alive at the same time never takes it.
     task_default_queue=os.environ.get("BENCH_QUEUE", "celery"),
 )

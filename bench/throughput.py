@@ -62,6 +62,7 @@ class Setup:
     database_url: str
     concurrency: int
     batch: int
+    task_events: bool = False
     pool: str = "prefork"
     runs: list[Run] = field(default_factory=list)
 
@@ -74,6 +75,7 @@ class Setup:
             "BENCH_BROKER_URL": self.url,
             "BENCH_RESULT_BACKEND": self.url if backend else "",
             "BENCH_ACKS_LATE": "1",
+            "BENCH_TASK_EVENTS": "1" if self.task_events else "0",
         }
 
     def dex_env(self) -> dict[str, str]:
@@ -82,6 +84,7 @@ class Setup:
             "DEX_DATABASE_URL": self.database_url,
             "DEX_KEY_PREFIX": "bench",
             "BENCH_SQL_COUNT_DIR": str(self.folder / "sql"),
+            "DEX_TASK_EVENTS": "1" if self.task_events else "0",
         }
 
 
@@ -163,7 +166,10 @@ def _dex(setup: Setup) -> Any:
         from dex_celery import Settings
 
         settings = Settings(
-            redis_url=setup.url, database_url=setup.database_url, key_prefix="bench"
+            redis_url=setup.url,
+            database_url=setup.database_url,
+            key_prefix="bench",
+            task_events=setup.task_events,
         )
         _app, dx = build(settings, "bench_client")
         dx.store.create_schema()
@@ -224,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=50, help="calls per request_calls (one turn)")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--task-events",
+        action="store_true",
+        help="Celery task events (Flower) on for both plain Celery and dex-celery",
+    )
     args = parser.parse_args(argv)
     header("throughput: no-op calls/s, dex-celery vs plain Celery")
     folder = workdir("throughput")
@@ -231,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     server = RedisServer(folder / "redis").start()
     try:
         with database(args.database, folder) as url:
-            setup = Setup(folder, server, url, args.concurrency, args.batch)
+            setup = Setup(
+                folder, server, url, args.concurrency, args.batch, task_events=args.task_events
+            )
             variants: list[tuple[str, Callable[[], Run]]] = [
                 ("A", lambda: run_plain(setup, args.calls, backend=False, warmup=args.warmup)),
                 ("B", lambda: run_plain(setup, args.calls, backend=True, warmup=args.warmup)),
@@ -255,7 +268,8 @@ def report(setup: Setup, args: argparse.Namespace) -> None:
     ratios_b = [d / b for b, d in zip(rates["B"], rates["dex"], strict=True)]
     print()
     print(
-        f"database {args.database}, {args.calls} calls x {args.rounds} rounds, batch {args.batch}"
+        f"database {args.database}, {args.calls} calls x {args.rounds} rounds, batch {args.batch}, "
+        f"task events {'on' if args.task_events else 'off'} (both sides)"
     )
     for v, label in (
         ("A", "plain, no result backend"),

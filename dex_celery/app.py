@@ -44,8 +44,9 @@ SWEEP_TASK = "dex.sweep"
 def configure_celery(app: Celery, settings: Settings) -> None:
     """The Celery options dex-celery relies on (DESIGN.md, "Celery options by class").
 
-    JSON only (S9.2); results live in the ledger and SQL, not in a result backend; events on
-    for Flower; one message prefetched per process so a long tool does not hold others back.
+    JSON only (S9.2); results live in the ledger and SQL, not in a result backend; task events
+    for Flower (`Settings.task_events`); one message prefetched per process so a long tool does
+    not hold others back.
     """
     app.conf.update(
         task_serializer="json",
@@ -54,8 +55,8 @@ def configure_celery(app: Celery, settings: Settings) -> None:
         event_serializer="json",
         task_ignore_result=True,
         worker_prefetch_multiplier=1,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
         broker_connection_retry_on_startup=True,
     )
     if not app.conf.broker_url or app.conf.broker_url.startswith("amqp://guest@localhost"):

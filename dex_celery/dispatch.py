@@ -139,15 +139,18 @@ class Dispatcher:
         opened = self.dex.ledger.open_many(
             [(r.key, r.policy) for r in records], epoch=self.dex.epoch()
         )
-        for record, result in zip(records, opened, strict=True):
-            if result is OpenResult.OPENED:
+        with self.dex.celery.producer_or_acquire() as producer:  # one producer for the batch
+            for record, result in zip(records, opened, strict=True):
+                if result is not OpenResult.OPENED:
+                    continue
                 message = AttemptMessage(
                     record.tool_name, record.key, arguments[record.key], record.policy
                 )
-                self.publish(message, attempt=1, countdown=0.0)
-            elif result is OpenResult.EPOCH_CHANGED:
+                self.publish(message, attempt=1, countdown=0.0, producer=producer)
+        for record, result in zip(records, opened, strict=True):
+            if result is OpenResult.EPOCH_CHANGED:
                 self.start(record, arguments[record.key])  # refreshes the epoch and reopens
-            else:
+            elif result is OpenResult.EXISTS:
                 log.info("call %s already has a ledger entry; not publishing", record.key)
 
     def _announce_request(self, record: ToolCallRecord) -> None:
@@ -204,7 +207,9 @@ class Dispatcher:
 
     # --- attempts ------------------------------------------------------------------------------
 
-    def publish(self, message: AttemptMessage, *, attempt: int, countdown: float) -> None:
+    def publish(
+        self, message: AttemptMessage, *, attempt: int, countdown: float, producer: Any = None
+    ) -> None:
         """Send attempt `attempt`; if the broker refuses it, the attempt ends as never reached."""
         key = CallKey.parse(message.key)
         kwargs = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
@@ -218,6 +223,7 @@ class Dispatcher:
                 argsrepr="()",
                 kwargsrepr=redacted_kwargs_repr(kwargs, message.policy.secret_arguments),
                 add_to_parent=False,
+                producer=producer,
                 retry=True,
                 retry_policy=_PUBLISH_RETRY,
             )

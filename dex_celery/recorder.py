@@ -27,7 +27,7 @@ log = logging.getLogger("dex_celery.recorder")
 #: Most outcomes written in one transaction.
 MAX_BATCH = 200
 #: How long the writer waits for more outcomes once it has one: the latency it adds.
-MAX_DELAY = 0.002
+MAX_DELAY = 0.005
 
 
 class OutcomeWriter:

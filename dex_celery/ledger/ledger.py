@@ -193,17 +193,31 @@ class Ledger:
     def _run_many(
         self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
     ) -> list[Any]:
-        """Several runs of one script in one round trip (a pipeline, not a transaction)."""
+        """Several runs of one script in one round trip (a pipeline, not a transaction).
+
+        Plain EVALSHA: redis-py's script-aware pipeline asks `SCRIPT EXISTS` first, a second
+        round trip on every batch. A script missing from Redis's cache (after a restart) fails
+        every run in the pipeline alike, without running any; it is then loaded and the batch
+        sent once more.
+        """
         if len(calls) == 1:
             keys, args = calls[0]
             return [self._run(name, keys, args)]
-        pipe = self.client.pipeline(transaction=False)
-        for keys, args in calls:
-            self._scripts[name](keys=list(keys), args=list(args), client=pipe)
-        try:
-            return list(pipe.execute())
-        except redis.ResponseError as e:
-            raise LedgerError(f"ledger script {name} failed: {e}") from e
+        script = self._scripts[name]
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = list(pipe.execute(raise_on_error=False))
+            if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+                break
+            if not all(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+                raise LedgerError(f"ledger script {name} was missing for part of a batch")
+            self.client.script_load(script.script)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise LedgerError(f"ledger script {name} failed: {reply}") from reply
+        return replies
 
     def _ending_keys(self, key: str) -> tuple[str, ...]:
         k = self.keys

@@ -133,55 +133,65 @@ class Store:
         Returns (record, created) per request, in order.
         """
         now = self.clock()
-        out: list[tuple[ToolCallRecord, bool]] = []
+        keys = [new.key.key for new in new_calls]
         with self.engine.begin() as conn:
+            known = self._calls_by_key(conn, keys)
             defaults: dict[str, EffectClass | None] = {}
+            rows: list[dict[str, Any]] = []
+            batched: set[str] = set()
             for new in new_calls:
+                if new.key.key in known or new.key.key in batched:
+                    continue
+                batched.add(new.key.key)
                 sid = new.key.session_id
                 if sid not in defaults:
                     defaults[sid] = self._session_default(conn, sid, now)
-                existing = (
-                    conn.execute(select(tool_calls).where(tool_calls.c.key == new.key.key))
-                    .mappings()
-                    .first()
-                )
-                if existing is not None:
-                    out.append((_call(existing), False))
-                    continue
                 snapshot = new.resolve(defaults[sid])
                 status = (
                     CallStatus.AWAITING_APPROVAL
                     if snapshot.requires_approval
                     else CallStatus.PENDING
                 )
-                values: dict[str, Any] = dict(
-                    key=new.key.key,
-                    session_id=sid,
-                    turn_id=new.key.turn_id,
-                    tool_call_id=new.key.tool_call_id,
-                    tool_name=new.tool_name,
-                    arguments=new.arguments,
-                    effect=snapshot.effect.value,
-                    requires_approval=int(snapshot.requires_approval),
-                    policy=snapshot.to_json(),
-                    status=status.value,
-                    attempts=0,
-                    ledger_epoch=epoch,
-                    requested_at=now,
-                    approval_deadline=(
-                        now + snapshot.approval_timeout if snapshot.requires_approval else None
-                    ),
-                )
-                if _insert_ignore(conn, tool_calls, **values):
-                    out.append((_call(values), True))
-                else:  # a concurrent request of the same call won (S2.3)
-                    row = (
-                        conn.execute(select(tool_calls).where(tool_calls.c.key == new.key.key))
-                        .mappings()
-                        .one()
+                rows.append(
+                    dict(
+                        key=new.key.key,
+                        session_id=sid,
+                        turn_id=new.key.turn_id,
+                        tool_call_id=new.key.tool_call_id,
+                        tool_name=new.tool_name,
+                        arguments=new.arguments,
+                        effect=snapshot.effect.value,
+                        requires_approval=int(snapshot.requires_approval),
+                        policy=snapshot.to_json(),
+                        status=status.value,
+                        attempts=0,
+                        ledger_epoch=epoch,
+                        requested_at=now,
+                        approval_deadline=(
+                            now + snapshot.approval_timeout if snapshot.requires_approval else None
+                        ),
                     )
-                    out.append((_call(row), False))
+                )
+            created = _insert_many_ignore(conn, tool_calls, rows)
+            lost = [r["key"] for r in rows if r["key"] not in created]
+            if lost:  # concurrent requests of the same calls won (S2.3)
+                known.update(self._calls_by_key(conn, lost))
+        fresh = {r["key"]: _call(r) for r in rows if r["key"] in created}
+        out: list[tuple[ToolCallRecord, bool]] = []
+        for key in keys:
+            # The first mention creates the call; a repeat in the same batch is the same call.
+            out.append((fresh[key], True) if key in fresh else (known[key], False))
+            fresh.pop(key, None)
+            known.setdefault(key, out[-1][0])
         return out
+
+    def _calls_by_key(self, conn: Connection, keys: Sequence[str]) -> dict[str, ToolCallRecord]:
+        found: dict[str, ToolCallRecord] = {}
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            query = select(tool_calls).where(tool_calls.c.key.in_(chunk))
+            found.update((r["key"], _call(r)) for r in conn.execute(query).mappings())
+        return found
 
     def _session_default(self, conn: Connection, session_id: str, now: float) -> EffectClass | None:
         default = conn.execute(
@@ -505,6 +515,22 @@ def _insert_ignore(conn: Connection, table: Table, **values: Any) -> bool:
             return False
     # SQLAlchemy reports an INSERT's rowcount only when asked to (psycopg gives -1 otherwise).
     return bool(conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1)
+
+
+#: Keys per `IN (...)` list, well under SQLite's limit of bound parameters.
+_IN_CHUNK = 500
+
+
+def _insert_many_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> set[str]:
+    """Multi-row INSERT that skips rows whose key exists; returns the keys it inserted."""
+    if not rows:
+        return set()
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        make = pg_insert if dialect == "postgresql" else sqlite_insert
+        stmt = make(table).on_conflict_do_nothing().returning(table.c.key)
+        return {str(k) for k in conn.execute(stmt, rows).scalars()}
+    return {r["key"] for r in rows if _insert_ignore(conn, table, **r)}
 
 
 def _session(row: RowMapping) -> SessionRecord:

@@ -789,3 +789,13 @@ def test_full_sequence_matches_between_backends(rig: Rig) -> None:
         True,
         '{"ok": true}',
     )
+
+
+def test_batched_runs_survive_a_flushed_script_cache(rig: Rig) -> None:
+    """A Redis restart empties the script cache: a pipelined batch loads the script and runs
+    each transition exactly once (an open reported twice would leave a call unpublished)."""
+    rig.client.script_flush()
+    calls = [("s/t/a", snapshot(EffectClass.READ)), ("s/t/b", snapshot(EffectClass.READ))]
+    assert rig.ledger.open_many(calls, epoch=EPOCH) == [OpenResult.OPENED, OpenResult.OPENED]
+    assert rig.ledger.open_many(calls, epoch=EPOCH) == [OpenResult.EXISTS, OpenResult.EXISTS]
+    assert len(rig.events("tool_call_requested")) == 2

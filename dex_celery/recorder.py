@@ -1,8 +1,8 @@
 """Writes the outcomes a worker process decides to SQL in batches, off the task's path.
 
 The ledger already holds each decided outcome (and lists it in the unrecorded index) before it
-reaches this writer, so the task can return at once: the writer commits a batch in one
-transaction every few milliseconds, then releases the batch's ledger entries and announces them
+reaches this writer, so the task can return at once: the writer commits whatever has queued up
+in one transaction, then releases the batch's ledger entries and announces them
 in one pipeline. If the process dies with a batch still queued, nothing is lost: the sweeper
 writes any outcome left unrecorded for longer than `Settings.unrecorded_grace` (DESIGN.md crash
 table, "after finish script, before SQL write").
@@ -26,8 +26,6 @@ log = logging.getLogger("dex_celery.recorder")
 
 #: Most outcomes written in one transaction.
 MAX_BATCH = 200
-#: How long the writer waits for more outcomes once it has one: the latency it adds.
-MAX_DELAY = 0.005
 
 
 class OutcomeWriter:
@@ -60,20 +58,14 @@ class OutcomeWriter:
 
     def _loop(self) -> None:
         while True:
+            # No waiting for company: an idle system records each outcome at once, and under
+            # load the outcomes that arrive while a batch is being written form the next one.
             batch = [self._queue.get()]
-            deadline = time.monotonic() + MAX_DELAY
             while len(batch) < MAX_BATCH:
-                remaining = deadline - time.monotonic()
                 try:
-                    # Past the deadline, take only what is already queued.
-                    item = (
-                        self._queue.get(timeout=remaining)
-                        if remaining > 0
-                        else self._queue.get_nowait()
-                    )
+                    batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-                batch.append(item)
             try:
                 self._write(batch)
             except Exception:

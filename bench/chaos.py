@@ -45,7 +45,7 @@ from typing import Any
 import redis
 from sqlalchemy import func, select
 
-from bench.common import BenchWorker, free_port, header, wait_for, workdir
+from bench.common import BenchWorker, CeleryWorker, free_port, header, wait_for, workdir
 from dex_celery import EffectClass, Settings
 from dex_celery.dispatch import CallRequest
 from dex_celery.outcomes import DID_NOT_RUN
@@ -120,7 +120,7 @@ class PersistentRedis:
 class Killer(threading.Thread):
     """Every ~`every` s: SIGKILL a worker's process group (and restart it) or one pool child."""
 
-    def __init__(self, workers: list[BenchWorker], every: float) -> None:
+    def __init__(self, workers: list[CeleryWorker], every: float) -> None:
         super().__init__(name="killer", daemon=True)
         self.workers = workers
         self.every = every
@@ -135,11 +135,11 @@ class Killer(threading.Thread):
                 worker = self.workers[i]
                 children = worker.children()
                 if random.random() < 0.5 or not children:
-                    worker.kill_group()
+                    worker.kill_all()
                     self.kills["worker (whole group)"] += 1
                     try:
                         self.workers[i] = BenchWorker(
-                            worker.module, worker.env, worker.folder, worker.concurrency
+                            worker.app, worker.env, worker.ready_dir.parent, worker.concurrency
                         ).start(timeout=90)
                     except Exception as e:
                         print(f"  killer: restart failed: {e}", flush=True)
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         killer.stop.set()
         for w in killer.workers:
-            w.stop()
+            w.stop(warm=True)
         stop_sweep.set()
         sweeper.join(timeout=30)
     elapsed = time.monotonic() - t0

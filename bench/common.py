@@ -6,22 +6,18 @@ Never the shared Redis on port 6379: every benchmark starts its own server on a 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from celery import signals
 
-from tests.support.processes import RedisServer, free_port, wait_for
+from tests.support.processes import CeleryWorker, RedisServer, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Folder where a worker started by a benchmark drops `ready-<pid>` (see `announce_ready`).
@@ -30,6 +26,7 @@ READY_ENV = "BENCH_READY_DIR"
 __all__ = [
     "ROOT",
     "BenchWorker",
+    "CeleryWorker",
     "RedisServer",
     "commandstats",
     "free_port",
@@ -54,96 +51,25 @@ def workdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"dex-bench-{prefix}-"))
 
 
-@dataclass
-class BenchWorker:
-    """`celery -A <module> worker -P <pool> -c <n>` in its own process group."""
-
-    module: str
-    env: Mapping[str, str]
-    folder: Path
-    concurrency: int = 2
-    pool: str = "prefork"
-    extra_args: Sequence[str] = ()
-    process: subprocess.Popen[bytes] | None = None
-    logfile: Path = field(default_factory=lambda: Path("/dev/null"))
-
-    def start(self, *, timeout: float = 60) -> BenchWorker:
-        ready = self.folder / "ready"
-        ready.mkdir(parents=True, exist_ok=True)
-        before = set(ready.iterdir())
-        self.logfile = self.folder / f"worker-{time.time_ns()}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            self.module,
-            "worker",
-            "-P",
-            self.pool,
-            "-c",
-            str(self.concurrency),
-            "-l",
-            "warning",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-n",
-            f"bench{time.time_ns()}@%h",
-            *self.extra_args,
-        ]
-        with self.logfile.open("wb") as out:
-            self.process = subprocess.Popen(
-                args,
-                cwd=ROOT,
-                env={**os.environ, **self.env, READY_ENV: str(ready)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        wait_for(
-            lambda: set(ready.iterdir()) - before or self.died(),
-            timeout=timeout,
-            what=f"worker {self.module} to be ready",
-        )
-        if self.died():
-            raise RuntimeError(f"worker exited at start:\n{self.logfile.read_text()[-3000:]}")
-        return self
-
-    def died(self) -> bool:
-        return self.process is not None and self.process.poll() is not None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def children(self) -> list[int]:
-        out = subprocess.run(["pgrep", "-P", str(self.pid)], capture_output=True, text=True)
-        return [int(p) for p in out.stdout.split()]
-
-    def kill_group(self) -> None:
-        """SIGKILL the main process and its pool children at once, as a lost machine."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        """Warm shutdown (SIGTERM), then SIGKILL of the group if it lingers."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        self.process = None
+def BenchWorker(
+    module: str,
+    env: Mapping[str, str],
+    folder: Path,
+    concurrency: int = 2,
+    pool: str = "prefork",
+    extra_args: Sequence[str] = (),
+) -> CeleryWorker:
+    """A worker of a benchmark app (`bench.*_app`); the app calls `announce_ready`."""
+    return CeleryWorker(
+        module,
+        env,
+        folder / "ready",
+        concurrency,
+        pool,
+        loglevel="warning",
+        extra_args=extra_args,
+        ready_env=READY_ENV,
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -100,7 +100,7 @@ def run_dex(
             wait_for(all_running, timeout=60, what="four attempts claimed")
             time.sleep(random.uniform(0.0, 0.5))
             killed = time.time()
-            worker.kill_group()
+            worker.kill_all()
             worker = BenchWorker("bench.dex_app", env, folder, concurrency=4).start()
             pending = dict(keys)
             deadline = time.monotonic() + 120
@@ -120,7 +120,7 @@ def run_dex(
                 flush=True,
             )
     finally:
-        worker.stop()
+        worker.stop(warm=True)
         stop.set()
         sweeper.join(timeout=10)
     print(
@@ -170,7 +170,7 @@ def run_plain(server: RedisServer, folder: Path, *, late: bool, trials: int, wai
             wait_for(lambda: runs(), timeout=60, what="the plain task to start")
             time.sleep(random.uniform(0.0, 0.5))
             killed = time.time()
-            worker.kill_group()
+            worker.kill_all()
             worker = BenchWorker("bench.plain_app", env, folder, extra_args=args).start()
             if late:
                 wait_for(
@@ -195,7 +195,7 @@ def run_plain(server: RedisServer, folder: Path, *, late: bool, trials: int, wai
                     "(never re-run, never marked failed)"
                 )
     finally:
-        worker.stop()
+        worker.stop(warm=True)
     if late:
         print(
             f"## plain Celery, {label}: kill -> second run p50 "

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 plain_times.append(p)
     finally:
         for w in workers:
-            w.stop()
+            w.stop(warm=True)
         server.kill()
     print(f"{args.samples} samples each, {args.pause * 1000:.0f} ms idle before each")
     for name, values in (("dex  ", dex_times), ("plain", plain_times)):

@@ -32,6 +32,7 @@ from sqlalchemy import event, func, select
 
 from bench.common import (
     BenchWorker,
+    CeleryWorker,
     RedisServer,
     commandstats,
     header,
@@ -88,7 +89,7 @@ class Setup:
         }
 
 
-def _worker(setup: Setup, module: str, env: dict[str, str]) -> BenchWorker:
+def _worker(setup: Setup, module: str, env: dict[str, str]) -> CeleryWorker:
     return BenchWorker(
         module, env, setup.folder, concurrency=setup.concurrency, pool=setup.pool
     ).start()
@@ -113,7 +114,7 @@ def run_plain(setup: Setup, calls: int, *, backend: bool, warmup: int) -> Run:
         seconds = time.perf_counter() - t0
         delta = stats_delta(before, commandstats(client))
     finally:
-        worker.stop()
+        worker.stop(warm=True)
     return Run("B" if backend else "A", calls, seconds, delta)
 
 
@@ -152,7 +153,7 @@ def run_dex(setup: Setup, calls: int, *, warmup: int) -> Run:
         event.remove(dx.store.engine, "commit", count)
         delta = stats_delta(before, commandstats(client))
     finally:
-        worker.stop()
+        worker.stop(warm=True)
     return Run("dex", calls, seconds, delta, client_commits=commits["n"])
 
 

@@ -10,9 +10,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import redis
 
@@ -94,57 +95,50 @@ def _pings(client: redis.Redis) -> bool:
 
 
 @dataclass
-class Worker:
-    """`celery -A tests.support.toolapp worker -P prefork` in its own process group."""
+class CeleryWorker:
+    """`celery -A <app> worker -P <pool>` in its own process group, ready once the app drops a
+    `ready-*` file into `ready_dir` (its `worker_ready` handler; `ready_env`, if set, tells the
+    app where that folder is). Used by the tests and by the benchmarks alike."""
 
+    app: str
     env: Mapping[str, str]
-    log_dir: Path
+    ready_dir: Path
     concurrency: int = 2
-    extra_args: tuple[str, ...] = ()
+    pool: str = "prefork"
+    loglevel: str = "info"
+    extra_args: Sequence[str] = ()
+    ready_env: str | None = None
     process: subprocess.Popen[bytes] | None = None
+    logfile: Path = field(default_factory=lambda: Path("/dev/null"))
 
-    def start(self, *, timeout: float = 60) -> Worker:
-        before = set(self.log_dir.glob("ready-*"))
-        self.logfile = self.log_dir / f"worker-{time.time():.3f}.log"
+    def start(self, *, timeout: float = 60) -> Self:
+        self.ready_dir.mkdir(parents=True, exist_ok=True)
+        before = set(self.ready_dir.glob("ready-*"))
+        self.logfile = self.ready_dir / f"worker-{time.time_ns()}.log"
         args = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.support.toolapp",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            str(self.concurrency),
-            "-l",
-            "info",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-n",
-            f"test{time.time_ns()}@%h",
-            *self.extra_args,
-        ]
+            sys.executable, "-m", "celery", "-A", self.app, "worker",
+            "-P", self.pool, "-c", str(self.concurrency), "-l", self.loglevel,
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-n", f"w{time.time_ns()}@%h", *self.extra_args,
+        ]  # fmt: skip
+        env = {**os.environ, **self.env}
+        if self.ready_env:
+            env[self.ready_env] = str(self.ready_dir)
         with self.logfile.open("wb") as out:
             self.process = subprocess.Popen(
-                args,
-                cwd=ROOT,
-                env={**os.environ, **self.env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )
+            )  # fmt: skip
         wait_for(
-            lambda: set(self.log_dir.glob("ready-*")) - before or self._died(),
+            lambda: set(self.ready_dir.glob("ready-*")) - before or self.died(),
             timeout=timeout,
-            what="the worker to be ready",
+            what=f"the worker of {self.app} to be ready",
         )
-        if self._died():
-            raise RuntimeError(f"worker exited at start:\n{self.logfile.read_text()[-3000:]}")
+        if self.died():
+            raise RuntimeError(f"worker exited at start:\n{self.log()[-3000:]}")
         return self
 
-    def _died(self) -> bool:
+    def died(self) -> bool:
         return self.process is not None and self.process.poll() is not None
 
     @property
@@ -170,13 +164,35 @@ class Worker:
         os.kill(self.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.kill_all()
-        elif self.process is not None:
+    def stop(self, *, warm: bool = False) -> None:
+        """SIGKILL the group (and any orphans of a dead main process); with `warm`, SIGTERM
+        first and give running tasks up to 15 s."""
+        if self.process is None:
+            return
+        if warm and self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)  # orphans of a dead main process
+                os.killpg(self.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
         self.process = None
 
     def log(self) -> str:
         return self.logfile.read_text() if self.logfile.exists() else ""
+
+
+class Worker(CeleryWorker):
+    """A worker of the test tools (`tests.support.toolapp`); they announce readiness in the
+    tool-log folder."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        concurrency: int = 2,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        super().__init__("tests.support.toolapp", env, log_dir, concurrency, extra_args=extra_args)

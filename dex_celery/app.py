@@ -20,7 +20,7 @@ from celery import Celery, signals
 from dex_celery.errors import DuplicateTool, UnknownTool
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
-from dex_celery.policy import ToolPolicy, check_registration
+from dex_celery.policy import ToolPolicy, check_registration, effect_from_annotations
 from dex_celery.reconcile import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
@@ -119,7 +119,7 @@ class Dex:
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
-        effect = tool.policy.effect
+        effect = tool.policy.effect or effect_from_annotations(tool.annotations)
         # Late ack only where a redelivered message is harmless; a tool whose class depends on
         # the session default is treated as a write here (the ledger still retries reads).
         late_ack = effect is not None and effect.retryable

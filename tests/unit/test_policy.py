@@ -278,3 +278,27 @@ def test_nonsense_limits_are_policy_errors(kwargs: dict[str, Any]) -> None:
     """S1.1, S9.3: limits must make sense; a string is not a tuple of argument names."""
     with pytest.raises(PolicyError):
         ToolPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("policy", "annotations", "late_ack"),
+    [
+        (ToolPolicy(effect=EffectClass.READ), None, True),
+        (ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE), None, True),
+        (ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, False),
+        (ToolPolicy(effect=EffectClass.UNCLASSIFIED), None, False),
+        (ToolPolicy(), {"readOnlyHint": True}, True),
+        (ToolPolicy(), {"destructiveHint": True}, False),
+        (ToolPolicy(), None, False),
+    ],
+)
+def test_celery_options_follow_the_effect_class(
+    dex: Dex, policy: ToolPolicy, annotations: dict[str, bool] | None, late_ack: bool
+) -> None:
+    """DESIGN.md "Celery options by class", S3.1, S3.2: late ack only where a redelivered
+    message is harmless; never requeued on a lost worker (the ledger decides retries)."""
+    dex.tool("t", policy=policy, annotations=annotations)(lambda ctx: None)
+    task = dex.celery.tasks["dex.tool.t"]
+    assert task.acks_late is late_ack
+    assert task.reject_on_worker_lost is False
+    assert task.ignore_result is True

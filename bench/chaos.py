@@ -32,20 +32,16 @@ import json
 import logging
 import os
 import random
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
 from sqlalchemy import func, select
 
-from bench.common import BenchWorker, CeleryWorker, free_port, header, wait_for, workdir
+from bench.common import BenchWorker, CeleryWorker, RedisServer, header, wait_for, workdir
 from dex_celery import EffectClass, Settings
 from dex_celery.dispatch import CallRequest
 from dex_celery.outcomes import DID_NOT_RUN
@@ -61,60 +57,6 @@ TIMINGS = {
     "DEX_BACKOFF_INITIAL": "0.2",
     "DEX_BACKOFF_MAX": "2",
 }
-
-
-@dataclass
-class PersistentRedis:
-    """A private redis-server with AOF, restartable on the same folder and port."""
-
-    directory: Path
-    fsync: str
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is not on the PATH"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.directory),
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                self.fsync,
-                "--logfile",
-                str(self.directory / "redis.log"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port)
-
-        def up() -> bool:
-            try:
-                return bool(client.ping())
-            except redis.RedisError:
-                return False
-
-        wait_for(up, timeout=30, what="redis-server to load its AOF")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
 
 
 class Killer(threading.Thread):
@@ -209,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = workdir("chaos")
     # The sweeper logs every Redis error of the restart; keep them out of the report.
     logging.basicConfig(filename=folder / "driver.log", level=logging.INFO)
-    server = PersistentRedis(folder / "redis", args.appendfsync)
+    server = RedisServer(folder / "redis", appendonly=True, appendfsync=args.appendfsync)
     server.start()
     log_path = folder / "tool-side-effects.log"
     env = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from dex_celery.errors import ConfigurationError
@@ -129,9 +129,6 @@ class Settings:
             values[field.name] = _parse(field.name, raw, field.type)
         values.update(overrides)
         return cls(**values)
-
-    def with_changes(self, **changes: Any) -> Settings:
-        return replace(self, **changes)
 
 
 def env_name(field_name: str) -> str:

@@ -8,7 +8,6 @@ one item is logged and left for the next sweep; it never stops the others.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -252,7 +251,3 @@ def run_forever(
         except Exception:
             log.exception("sweep failed; trying again in %.1fs", interval)
         stop.wait(interval)
-
-
-def report_json(report: SweepReport) -> str:
-    return json.dumps(report.as_dict())

@@ -339,12 +339,6 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(update(tool_calls).where(tool_calls.c.key == key).values(late_result=late))
 
-    def record_attempts(self, key: str, attempts: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(
-                update(tool_calls).where(tool_calls.c.key == key).values(attempts=attempts)
-            )
-
     def decide(
         self, key: str, decision: ApprovalDecision, *, now: float, epoch: str | None = None
     ) -> bool:

@@ -44,6 +44,7 @@ class RedisServer:
 
     directory: Path
     appendonly: bool = False
+    appendfsync: str = "everysec"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -68,12 +69,15 @@ class RedisServer:
             "",
             "--appendonly",
             "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,
             "--logfile",
             str(self.directory / "redis.log"),
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
-        wait_for(lambda: _pings(client), timeout=10, what=f"redis-server on port {self.port}")
+        # Loading a large append-only file after a restart takes a while.
+        wait_for(lambda: _pings(client), timeout=30, what=f"redis-server on port {self.port}")
         return self
 
     def kill(self) -> None:

@@ -21,11 +21,10 @@ local function log_attempt(call, n, state, now)
     n .. '|' .. state .. '|' .. owner .. '|' .. claimed .. '|' .. now .. ';')
 end
 
-local function terminal(call, lease, close, unrecorded, key, now, status, reason, detail)
+local function terminal(call, unrecorded, key, now, status, reason, detail)
+  -- next_step has taken the key out of the lease and close indexes already.
   redis.call('HSET', call, 'status', status, 'reason', reason, 'error', detail,
     'finished_at', now, 'fence', '')
-  redis.call('ZREM', lease, key)
-  redis.call('ZREM', close, key)
   redis.call('ZADD', unrecorded, now, key)
   local f = redis.call('HMGET', call, 'n', 'log')
   return {'finished', status, reason, f[1], f[2] or '', detail}
@@ -39,10 +38,10 @@ local function next_step(call, queue, lease, close, unrecorded, key, now, cause,
   redis.call('ZREM', lease, key)
   redis.call('ZREM', close, key)
   if cause == 'ok' then
-    return terminal(call, lease, close, unrecorded, key, now, 'succeeded', 'ok', '')
+    return terminal(call, unrecorded, key, now, 'succeeded', 'ok', '')
   end
   if cause == 'tool_error' then
-    return terminal(call, lease, close, unrecorded, key, now, 'failed', 'tool_error', detail)
+    return terminal(call, unrecorded, key, now, 'failed', 'tool_error', detail)
   end
   if retryable_class and n < max then
     local delay = math.min(tonumber(f[6]), tonumber(f[5]) * (2 ^ (n - 1))) * tonumber(jitter)
@@ -54,17 +53,17 @@ local function next_step(call, queue, lease, close, unrecorded, key, now, cause,
     return {'retry', tostring(n + 1), tostring(delay)}
   end
   if cause == 'retryable' then
-    return terminal(call, lease, close, unrecorded, key, now, 'failed', 'tool_error', detail)
+    return terminal(call, unrecorded, key, now, 'failed', 'tool_error', detail)
   end
   if cause == 'timed_out' then
-    return terminal(call, lease, close, unrecorded, key, now, 'failed', 'timed_out', detail)
+    return terminal(call, unrecorded, key, now, 'failed', 'timed_out', detail)
   end
   if cause == 'not_reached' and not reached then
-    return terminal(call, lease, close, unrecorded, key, now, 'failed', 'did_not_run', detail)
+    return terminal(call, unrecorded, key, now, 'failed', 'did_not_run', detail)
   end
   -- lost, or not_reached after an earlier attempt reached a worker: the tool may have run.
   if effect == 'read' then
-    return terminal(call, lease, close, unrecorded, key, now, 'failed', 'lost', detail)
+    return terminal(call, unrecorded, key, now, 'failed', 'lost', detail)
   end
-  return terminal(call, lease, close, unrecorded, key, now, 'outcome_unknown', 'lost', detail)
+  return terminal(call, unrecorded, key, now, 'outcome_unknown', 'lost', detail)
 end

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ import redis
 from celery import Celery, signals
 
 from dex_celery.errors import DuplicateTool, UnknownTool
+from dex_celery.ledger.guard import LedgerGuard, ledger_location
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.policy import ToolPolicy, check_registration, effect_from_annotations
@@ -42,7 +42,7 @@ SWEEP_TASK = "dex.sweep"
 
 
 def configure_celery(app: Celery, settings: Settings) -> None:
-    """The Celery options dex-celery relies on (DESIGN.md, "Celery options by class").
+    """The Celery options dex-celery relies on (docs/ledger.md, "Celery options by class").
 
     JSON only (S9.2); results live in the ledger and SQL, not in a result backend; task events
     for Flower (`Settings.task_events`); one message prefetched per process so a long tool does
@@ -70,7 +70,8 @@ class Dex:
         self.celery = celery
         self.settings = settings or Settings.from_env()
         self.keys = KeySpace(self.settings.key_prefix)
-        self.store = Store(self.settings.database_url)
+        # SQL times (requests, deadlines, outcomes) come from the ledger's clock, Redis's (S10.1).
+        self.store = Store(self.settings.database_url, clock=lambda: self.ledger.now())
         self._tools: dict[str, Tool] = {}
         self._pid = 0
         self._ledger: Ledger | None = None
@@ -175,9 +176,18 @@ class Dex:
         return self._ledger
 
     def epoch(self, *, refresh: bool = False) -> str:
-        """This ledger's life id (see `KeySpace.epoch`); cached per process."""
+        """This ledger's life id (see `KeySpace.epoch`); cached per process.
+
+        Looking it up runs the ledger guard: a Redis that is not this database's ledger raises
+        `LedgerMismatch`, and one that went back in time gets a new epoch first.
+        """
         if self._epoch is None or refresh:
-            self._epoch = self.ledger.epoch(candidate=uuid.uuid4().hex)
+            guard = LedgerGuard(
+                self.ledger,
+                lambda: self.store.engine,
+                ledger_location(self.settings.redis_url, self.settings.key_prefix),
+            )
+            self._epoch = guard.check()
         return self._epoch
 
     @property
@@ -247,7 +257,7 @@ class Dex:
         exception: BaseException | None = None,
         **_: Any,
     ) -> None:
-        """The fast path for a pool child that died while its parent lives (DESIGN crash table).
+        """The fast path for a pool child that died while its parent lives (docs/ledger.md, crash table).
 
         Celery's parent process reports `WorkerLostError` through `task_failure` when the message
         was not requeued; the attempt is marked lost now instead of when its lease lapses.

@@ -1,6 +1,6 @@
 """Requests become records, records become attempts, ledger steps become actions.
 
-`Dispatcher.request` is the client's side of DESIGN.md's flow (validate, record, open, publish).
+`Dispatcher.request` is the client's side of flow (validate, record, open, publish; docs/ledger.md).
 `Dispatcher.apply` is shared by the worker, the fast path and the sweeper: whoever wins a ledger
 transition acts on its step (publish the next attempt, record the outcome, keep a late result).
 """
@@ -133,7 +133,18 @@ class Dispatcher:
     def _start_many(
         self, records: Sequence[ToolCallRecord], arguments: Mapping[str, Mapping[str, Any]]
     ) -> None:
-        """Open the new calls of one request in one round trip, then publish each."""
+        """Open the new calls of one request in one round trip, then publish each.
+
+        A requester that stalled after its insert for a good part of the orphan grace may find
+        that the sweeper started (and even finished) these calls meanwhile: those go through
+        `start`, which opens only what the database still has in flight.
+        """
+        now = self.dex.ledger.now()
+        late = {r.key for r in records if now - r.requested_at > self.dex.settings.orphan_grace / 2}
+        for record in records:
+            if record.key in late:
+                self.start(record, arguments[record.key])
+        records = [r for r in records if r.key not in late]
         if not records:
             return
         opened = self.dex.ledger.open_many(
@@ -146,7 +157,7 @@ class Dispatcher:
                 message = AttemptMessage(
                     record.tool_name, record.key, arguments[record.key], record.policy
                 )
-                self.publish(message, attempt=1, countdown=0.0, producer=producer)
+                self.publish(message, attempt=1, producer=producer)
         for record, result in zip(records, opened, strict=True):
             if result is OpenResult.EPOCH_CHANGED:
                 self.start(record, arguments[record.key])  # refreshes the epoch and reopens
@@ -178,6 +189,8 @@ class Dispatcher:
         `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
         """
         ledger = self.dex.ledger
+        if not self._may_open(record):
+            return
         # A call that waited for approval announced its request already.
         announce = record.approval is None
         result = ledger.open(
@@ -188,8 +201,9 @@ class Dispatcher:
             may_have_run=may_have_run,
         )
         if result is OpenResult.EPOCH_CHANGED:
-            # Redis was restarted or replaced since this process last looked; this call cannot
-            # have run (it was never opened), so open it under the new ledger's epoch.
+            # The ledger started a new life since this process last looked (the one place an
+            # epoch change is handled when opening): open the call under the epoch in force.
+            # A write still runs only after its claim in SQL, so this cannot run it twice.
             result = ledger.open(
                 record.key,
                 record.policy,
@@ -203,14 +217,30 @@ class Dispatcher:
         if arguments is None:
             arguments = json.loads(record.arguments)
         message = AttemptMessage(record.tool_name, record.key, arguments, record.policy)
-        self.publish(message, attempt=1, countdown=0.0)
+        self.publish(message, attempt=1)
+
+    def _may_open(self, record: ToolCallRecord) -> bool:
+        """Open only what the system of record still has in flight (and, for a write, not yet
+        claimed): a requester or sweeper acting on an old read of the record must not start a
+        call that has ended or whose write was claimed meanwhile (docs/ledger.md)."""
+        current = self.dex.store.get_call(record.key)
+        if current is None or current.status is not CallStatus.PENDING:
+            log.info("call %s is no longer pending in the database; not opening it", record.key)
+            return False
+        if not current.effect.retryable and current.claimed_by is not None:
+            log.warning("write %s was claimed already; not opening it again", record.key)
+            return False
+        return True
 
     # --- attempts ------------------------------------------------------------------------------
 
-    def publish(
-        self, message: AttemptMessage, *, attempt: int, countdown: float, producer: Any = None
-    ) -> None:
-        """Send attempt `attempt`; if the broker refuses it, the attempt ends as never reached."""
+    def publish(self, message: AttemptMessage, *, attempt: int, producer: Any = None) -> None:
+        """Send attempt `attempt` now; if the broker refuses it, it ends as never reached.
+
+        A retry's backoff is not a Celery countdown: an ETA is computed on the publisher's clock
+        and waited out on the worker's, so skewed hosts would run it early or let it expire.
+        The ledger holds the retry's `not_before` on Redis's clock and its claim waits it out.
+        """
         key = CallKey.parse(message.key)
         kwargs = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
         try:
@@ -218,7 +248,6 @@ class Dispatcher:
                 TASK_PREFIX + message.tool_name,
                 kwargs=kwargs,
                 task_id=key.task_id(attempt),
-                countdown=countdown if countdown > 0 else None,
                 soft_time_limit=message.policy.start_to_close,
                 argsrepr="()",
                 kwargsrepr=redacted_kwargs_repr(kwargs, message.policy.secret_arguments),
@@ -250,8 +279,8 @@ class Dispatcher:
         if step.kind is StepKind.RETRY:
             if message is None:
                 message = self._message_from_record(key)
-            log.info("retrying %s: attempt %d in %.2fs", key, step.attempt, step.delay)
-            self.publish(message, attempt=step.attempt, countdown=step.delay)
+            log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
+            self.publish(message, attempt=step.attempt)
         elif step.kind is StepKind.FINISHED:
             self.record(key, step, result=result)
 
@@ -261,7 +290,12 @@ class Dispatcher:
             entry = self.dex.ledger.read(key)
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
-        self.dex.store.record_outcome(key, outcome)
+        if not self.dex.store.record_outcome(key, outcome) and outcome.did_not_run:
+            record = self.dex.store.get_call(key)
+            if record is not None and record.status is CallStatus.PENDING:
+                # Refused by the write fence: an attempt of this write was claimed in SQL.
+                outcome = claimed_write_outcome(record, step.attempt, step.log)
+                self.dex.store.record_outcome(key, outcome)
         self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
 
     def _message_from_record(self, key: str) -> AttemptMessage:
@@ -274,26 +308,27 @@ class Dispatcher:
 def outcome_of(step: Step, result: str | None) -> Outcome:
     """The SQL outcome of a FINISHED step: status, the error the model reads, attempts."""
     status = CallStatus(step.status)
+    reason = EndReason(step.reason)
     return Outcome(
         status=status,
-        error=error_text(status, EndReason(step.reason), step.detail, step.attempt),
+        error=error_text(status, reason, step.detail, step.attempt),
         result=result if status is CallStatus.SUCCEEDED else None,
         attempts=step.attempt,
-        attempt_log=_log_json(step.log),
+        attempt_log=step.log,
+        did_not_run=reason is EndReason.DID_NOT_RUN,
     )
 
 
-def _log_json(log_text: str) -> str:
-    entries = []
-    for item in filter(None, log_text.split(";")):
-        n, state, owner, claimed, ended = item.split("|")
-        entries.append(
-            {
-                "attempt": int(n),
-                "state": state,
-                "owner": owner or None,
-                "claimed_at": float(claimed) if claimed else None,
-                "ended_at": float(ended),
-            }
-        )
-    return json.dumps(entries)
+def claimed_write_outcome(record: ToolCallRecord, attempts: int, log_json: str | None) -> Outcome:
+    """The ledger said "did not run", but the system of record holds a claim of this write:
+    the ledger went back in time after the claim, so the tool may have run (S10.2)."""
+    detail = (
+        f"the ledger lost the claim of this write, which the database shows was claimed by "
+        f"{record.claimed_by or 'a worker'}"
+    )
+    return Outcome(
+        CallStatus.OUTCOME_UNKNOWN,
+        error_text(CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(attempts, 1)),
+        attempts=attempts,
+        attempt_log=log_json,
+    )

@@ -176,3 +176,8 @@ class RetryableToolError(ToolError):
 
 class AttemptCancelled(DexError):
     """Raised by `ToolContext.heartbeat(raise_if_cancelled=True)` once the attempt is fenced."""
+
+
+class LedgerMismatch(ConfigurationError):
+    """This process's Redis is not the ledger the database belongs to (one database, one
+    ledger): acting on the database's calls from here would misjudge them as lost."""

@@ -4,7 +4,7 @@ The ledger already holds each decided outcome (and lists it in the unrecorded in
 reaches this writer, so the task can return at once: the writer commits whatever has queued up
 in one transaction, then releases the batch's ledger entries and announces them
 in one pipeline. If the process dies with a batch still queued, nothing is lost: the sweeper
-writes any outcome left unrecorded for longer than `Settings.unrecorded_grace` (DESIGN.md crash
+writes any outcome left unrecorded for longer than `Settings.unrecorded_grace` (docs/ledger.md, crash
 table, "after finish script, before SQL write").
 """
 

@@ -1,4 +1,4 @@
-"""The sweeper: finds what stopped moving and moves it (DESIGN.md, flow step 6).
+"""The sweeper: finds what stopped moving and moves it (docs/ledger.md, "Sweeps").
 
 Every scan reads a deadline index (`ZRANGEBYSCORE ... LIMIT`) or an indexed SQL status, so its
 cost follows the number of due items, never the size of history. Every move is a compare-and-set
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from dex_celery.ledger.ledger import Step, StepKind
+from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.records import ApprovalDecision, ToolCallRecord
 from dex_celery.store.repository import Outcome
@@ -55,6 +55,9 @@ class Sweeper:
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
         ledger, keys, batch = self.dex.ledger, self.dex.keys, self.dex.settings.sweep_batch
+        # Before acting on ledger state: is this the database's ledger (else LedgerMismatch),
+        # and has Redis gone back in time since the last look (then a new epoch, S10.2)?
+        self.dex.epoch(refresh=True)
         counts = {"lost": 0, "expired": 0, "timed_out": 0, "recorded": 0}
         errors = 0
 
@@ -75,7 +78,9 @@ class Sweeper:
         each(
             keys.lease_index,
             "lost",
-            lambda k: ledger.lose(k, None, worker_lost=False, detail="its heartbeat lease lapsed"),
+            lambda k: ledger.lose(
+                k, None, mode=LoseMode.LAPSED, detail="its heartbeat lease lapsed"
+            ),
         )
         each(
             keys.queue_index,
@@ -94,7 +99,7 @@ class Sweeper:
                 k, None, detail="fenced by the sweeper at its start-to-close deadline"
             ),
         )
-        now = ledger.clock()
+        now = ledger.now()
         for key in ledger.due(
             keys.unrecorded_index, now=now - self.dex.settings.unrecorded_grace, limit=batch
         ):
@@ -125,15 +130,12 @@ class Sweeper:
         entry = self.dex.ledger.read(key)
         if entry is None or entry.status not in {s.value for s in CallStatus if s.terminal}:
             return False
-        log_text = ";".join(
-            f"{e.attempt}|{e.state}|{e.owner}|{e.claimed_at or ''}|{e.ended_at}" for e in entry.log
-        )
         step = Step(
             StepKind.FINISHED,
             attempt=entry.attempt,
             status=entry.status,
             reason=entry.reason,
-            log=log_text,
+            log=entry.log_json,
             detail=entry.error,
         )
         self.dex.dispatcher.record(key, step, result=entry.result)
@@ -177,25 +179,32 @@ class Sweeper:
         return done
 
     def _orphans(self, now: float) -> tuple[int, int, int]:
-        """SQL calls in flight with no ledger entry: never opened, or Redis lost its data."""
+        """SQL calls in flight with no entry in the ledger's current life (docs/ledger.md).
+
+        Either never opened (a crash between the SQL insert and the ledger open), or opened in
+        a life of the ledger that Redis lost (it went back in time, or lost its data). A write
+        whose claim the database holds may have run: `outcome_unknown`, never run again. A
+        write the database never saw claimed cannot have run (the write fence): opened afresh.
+        A read or idempotent write is opened again; if an earlier life may have run it, it can
+        never end "did not run".
+        """
         candidates = self._next_orphan_page(now)
         if not candidates:
             return 0, 0, 0
-        exists = self.dex.ledger.exists([c.key for c in candidates])
-        epoch = self.dex.epoch(refresh=True)
+        live = self.dex.ledger.live([c.key for c in candidates])
+        epoch = self.dex.epoch()
         reopened = ended = errors = 0
         for record in candidates:
-            if exists[record.key]:
+            if live[record.key]:
                 continue
             try:
-                if record.ledger_epoch == epoch or record.effect.retryable:
-                    # Never opened (a crash between the SQL insert and the ledger open), or a
-                    # read / idempotent write whose repetition is harmless: (re)start it. Opened
-                    # in a ledger that is gone, it may have run: never "did not run" (S4.2).
-                    self.dex.dispatcher.start(record, may_have_run=record.ledger_epoch != epoch)
-                    reopened += 1
-                elif self._end_after_data_loss(record):
-                    ended += 1
+                if not record.effect.retryable and record.claimed_by is not None:
+                    if self._end_after_data_loss(record):
+                        ended += 1
+                    continue
+                may_have_run = record.effect.retryable and record.ledger_epoch != epoch
+                self.dex.dispatcher.start(record, may_have_run=may_have_run)
+                reopened += 1
             except Exception:
                 errors += 1
                 log.exception("could not resolve orphaned call %s", record.key)
@@ -225,7 +234,10 @@ class Sweeper:
 
     def _end_after_data_loss(self, record: ToolCallRecord) -> bool:
         """The ledger that knew whether this write reached a worker is gone: be conservative."""
-        detail = "the ledger lost its data (Redis restarted empty) while the call was in flight"
+        detail = (
+            "the ledger lost track of it while it was in flight (Redis lost data or went back in "
+            f"time), and the database shows it was claimed by {record.claimed_by}"
+        )
         error = error_text(
             CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(record.attempts, 1)
         )

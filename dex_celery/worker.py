@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from dex_celery.dispatch import outcome_of
 from dex_celery.errors import DexError, ToolError
 from dex_celery.ids import CallKey, parse_task_id
-from dex_celery.ledger.ledger import Cause, Ledger, StepKind
+from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import outcome_writer
 from dex_celery.store.repository import OutcomeRow, arguments_json
 from dex_celery.tools import Tool, ToolContext
@@ -120,13 +121,46 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def owner_is_dead_here(owner: str) -> bool:
+    """True if `owner` (`host:pid`, see `owner_id`) names a process of this host that is gone."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+#: Most times a claim waits out a retry's backoff before it gives up waiting and claims anyway
+#: being refused or early again is then the ledger's word.
+_EARLY_WAITS = 8
+
+
+def claim_attempt(ledger: Ledger, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
+    """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`)."""
+    claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    for _ in range(_EARLY_WAITS):
+        if claim.kind is not ClaimKind.EARLY:
+            break
+        time.sleep(claim.wait)
+        claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    return claim
+
+
 def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> None:
     """Body of every `dex.tool.<name>` task."""
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
-    claim = dex.ledger.claim(key, attempt, owner=owner_id(), fence=fence)
+    owner = owner_id()
+    claim = claim_attempt(dex.ledger, key, attempt, owner=owner, fence=fence)
     if not claim.ok:
         log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
+        raise Ignore()
+    if claim.effect not in RETRYABLE_EFFECTS and not _fence_write(dex, key, attempt, fence, owner):
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
@@ -152,6 +186,31 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
         dex.dispatcher.apply(key, step, result=result)
 
 
+#: Effect classes whose claim in Redis is enough: running them again is harmless.
+RETRYABLE_EFFECTS = frozenset({"read", "idempotent_write"})
+
+
+def _fence_write(dex: Dex, key: str, attempt: int, fence: str, owner: str) -> bool:
+    """The write fence (docs/ledger.md): a write runs only once its claim is committed in SQL.
+
+    If SQL refuses (another attempt of this write holds the claim there, or the call has ended
+    there), Redis's claim was made on a ledger that went back in time: the attempt is given up
+    before any tool code, and, since the write may have run under the other claim, it is lost.
+    """
+    if dex.store.claim_write(key, attempt, fence=fence, owner=owner, now=dex.ledger.now()):
+        return True
+    log.warning("attempt %d of %s not run: the database holds another claim of it", attempt, key)
+    step = dex.ledger.lose(
+        key,
+        attempt,
+        mode=LoseMode.RELEASED,
+        fence=fence,
+        detail="the database shows this write was claimed before; the ledger had lost that claim",
+    )
+    dex.dispatcher.apply(key, step)
+    return False
+
+
 def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:
     try:
         value = tool.function(ctx, **arguments)
@@ -171,14 +230,28 @@ def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple
 
 
 def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:
-    """Mark the attempt of a dead pool child lost now (or expired, if it died before its claim)."""
+    """Mark the attempt of a dead pool child lost now (or expired, if it died before its claim).
+
+    Only an attempt claimed by a process of this host that is gone is lost here: the same
+    attempt delivered twice may have died in one process while another runs it.
+    """
     try:
         call, attempt = parse_task_id(task_id)
     except DexError:
         log.warning("WorkerLostError for a task id that is not ours: %r", task_id)
         return
+    entry = dex.ledger.read(call.key)
+    if entry is None or entry.attempt != attempt:
+        return
+    if entry.state == "running" and not owner_is_dead_here(entry.owner):
+        log.info("attempt %s is running in live process %s; not lost", task_id, entry.owner)
+        return
     step = dex.ledger.lose(
-        call.key, attempt, worker_lost=True, detail=f"the pool process died: {detail}"
+        call.key,
+        attempt,
+        mode=LoseMode.WORKER_LOST,
+        owner=entry.owner,
+        detail=f"the pool process died: {detail}",
     )
     log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
     dex.dispatcher.apply(call.key, step)

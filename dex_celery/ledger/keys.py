@@ -15,7 +15,13 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:idx:unrecorded`         | zset   | call key -> time its outcome was decided, until the SQL |
 |                              |        | record has landed (record sweep)                        |
 | `dex:epoch`                  | string | random id of this ledger's life; a new one means Redis  |
-|                              |        | lost its data                                           |
+|                              |        | lost data or went back in time; each call hash records  |
+|                              |        | the epoch it was opened in (older ones are stale)       |
+| `dex:dataset`                | string | `<run_id>:<evicted_keys>` of the Redis server that      |
+|                              |        | holds the ledger, as last checked (rollback detection)  |
+| `dex:ledger`                 | string | random id of this ledger, recorded in the database it   |
+|                              |        | is bound to (one database, one ledger)                  |
+| `dex:clock`                  | string | a frozen ledger time: only the unit tests set it        |
 | `dex:events`                 | stream | AgentEvents (S7.3)                                      |
 | `dex:cursor:orphans`         | string | where the orphan check's paging through calls in flight |
 |                              |        | stopped: `<requested_at>|<key>`                         |
@@ -63,6 +69,18 @@ class KeySpace:
     @property
     def epoch(self) -> str:
         return f"{self.prefix}:epoch"
+
+    @property
+    def dataset(self) -> str:
+        return f"{self.prefix}:dataset"
+
+    @property
+    def ledger_id(self) -> str:
+        return f"{self.prefix}:ledger"
+
+    @property
+    def clock(self) -> str:
+        return f"{self.prefix}:clock"
 
     @property
     def events(self) -> str:

@@ -290,13 +290,18 @@ class Dispatcher:
             entry = self.dex.ledger.read(key)
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
-        if not self.dex.store.record_outcome(key, outcome) and outcome.did_not_run:
+        status, error = outcome.status.value, outcome.error
+        if not self.dex.store.record_outcome(key, outcome):
             record = self.dex.store.get_call(key)
-            if record is not None and record.status is CallStatus.PENDING:
+            if outcome.did_not_run and record is not None and record.status is CallStatus.PENDING:
                 # Refused by the write fence: an attempt of this write was claimed in SQL.
                 outcome = claimed_write_outcome(record, step.attempt, step.log)
                 self.dex.store.record_outcome(key, outcome)
-        self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
+                record = self.dex.store.get_call(key)
+            if record is not None and record.finished:
+                # The event tells what the database holds, whoever wrote it.
+                status, error = record.status.value, record.error or ""
+        self.dex.ledger.recorded(key, status=status, error=error)
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)

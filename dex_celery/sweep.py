@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
@@ -49,15 +49,26 @@ class SweepReport:
         return sum(v for k, v in self.as_dict().items() if k != "errors")
 
 
+#: How far before the last surviving event the replay after a rollback looks, for outcomes
+#: written to SQL just before their event was appended.
+REPLAY_MARGIN = 5.0
+#: Most finished events one replay announces again.
+REPLAY_LIMIT = 10_000
+
+
 class Sweeper:
     def __init__(self, dex: Dex) -> None:
         self.dex = dex
+        self._epoch: str | None = None
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
         ledger, keys, batch = self.dex.ledger, self.dex.keys, self.dex.settings.sweep_batch
         # Before acting on ledger state: is this the database's ledger (else LedgerMismatch),
         # and has Redis gone back in time since the last look (then a new epoch, S10.2)?
-        self.dex.epoch(refresh=True)
+        epoch = self.dex.epoch(refresh=True)
+        if self._epoch is not None and epoch != self._epoch:
+            self._replay_finished_events(epoch)
+        self._epoch = epoch
         counts = {"lost": 0, "expired": 0, "timed_out": 0, "recorded": 0}
         errors = 0
 
@@ -124,6 +135,36 @@ class Sweeper:
         if report.moved or report.errors:
             log.info("sweep: %s", report.as_dict())
         return report
+
+    def _replay_finished_events(self, epoch: str) -> int:
+        """The events stream went back in time with Redis: announce again, once, the calls that
+        ended after its last surviving entry, so every ended call has its finished event (S7.3).
+        """
+        ledger, keys = self.dex.ledger, self.dex.keys
+        if not ledger.client.set(
+            keys.replayed(epoch), "1", nx=True, ex=self.dex.settings.finished_ttl
+        ):
+            return 0  # another process replays this rollback
+        last = ledger.client.xrevrange(keys.events, count=1)
+        if last:
+            since = int(str(last[0][0]).split("-")[0]) / 1000 - REPLAY_MARGIN
+        else:  # the stream is gone with the data: the recent past, as the ledger keeps it
+            since = ledger.now() - self.dex.settings.finished_ttl
+        start = f"{max(0, int(since * 1000))}-0"
+        entries = cast(
+            list[tuple[str, dict[str, str]]], ledger.client.xrange(keys.events, min=start)
+        )
+        seen = {f.get("key") for _id, f in entries if f.get("type") == "tool_call_finished"}
+        replayed = 0
+        for record in self.dex.store.finished_since(since, limit=REPLAY_LIMIT):
+            if record.key not in seen:
+                ledger.announce_finished(
+                    record.key, status=record.status.value, error=record.error or ""
+                )
+                replayed += 1
+        if replayed:
+            log.warning("announced %d finished events again after the ledger's rollback", replayed)
+        return replayed
 
     def _record_unrecorded(self, key: str) -> bool:
         """A worker decided an outcome but died before its SQL write: write it now."""

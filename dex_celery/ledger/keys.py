@@ -22,6 +22,8 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:ledger`                 | string | random id of this ledger, recorded in the database it   |
 |                              |        | is bound to (one database, one ledger)                  |
 | `dex:clock`                  | string | a frozen ledger time: only the unit tests set it        |
+| `dex:replayed:<epoch>`       | string | set once the finished events lost with an older life    |
+|                              |        | of the ledger were announced again (one process does it)|
 | `dex:events`                 | stream | AgentEvents (S7.3)                                      |
 | `dex:cursor:orphans`         | string | where the orphan check's paging through calls in flight |
 |                              |        | stopped: `<requested_at>|<key>`                         |
@@ -85,6 +87,9 @@ class KeySpace:
     @property
     def events(self) -> str:
         return f"{self.prefix}:events"
+
+    def replayed(self, epoch: str) -> str:
+        return f"{self.prefix}:replayed:{epoch}"
 
     @property
     def orphan_cursor(self) -> str:

@@ -481,13 +481,14 @@ class Ledger:
         return LedgerCall.from_hash(key, h) if h else None
 
     def live(self, keys: Sequence[str]) -> dict[str, bool]:
-        """Whether each call has an entry of the ledger's current life (not a stale one)."""
+        """Whether the ledger still acts on each call: an entry of its current life, or an
+        outcome decided in an older life (it happened; the unrecorded sweep writes it)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.get(self.keys.epoch)
         for key in keys:
             pipe.hmget(self.keys.call(key), "status", "epoch")
         epoch, *entries = pipe.execute()
         return {
-            key: status is not None and (mine is None or mine == epoch)
+            key: status is not None and (mine is None or mine == epoch or status != "active")
             for key, (status, mine) in zip(keys, entries, strict=True)
         }

@@ -464,6 +464,18 @@ class Store:
         with self.engine.connect() as conn:
             return [_call(r) for r in conn.execute(query).mappings()]
 
+    def finished_since(self, since: float, *, limit: int) -> list[ToolCallRecord]:
+        """Calls that ended after `since`, oldest first: the finished events a rollback of the
+        ledger may have taken with it (rare; a scan of recent history)."""
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.finished_at > since)
+            .order_by(tool_calls.c.finished_at, tool_calls.c.key)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
     def approvals_due(self, now: float, *, limit: int) -> list[ToolCallRecord]:
         query = (
             select(tool_calls)

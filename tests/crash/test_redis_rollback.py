@@ -22,6 +22,7 @@ from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.records import ToolCallRecord
 from dex_celery.sweep import run_forever
 from tests.support.crash import (
+    events,
     lines,
     refused,
     release_tools,
@@ -78,6 +79,14 @@ def _check_invariants(dex: Dex, records: dict[str, ToolCallRecord]) -> dict[str,
         if record.status is CallStatus.SUCCEEDED:
             assert lines(record.key, "end"), record  # a success the tool really returned
         assert len(tool_messages(dex, record.key)) == 1, record  # exactly one record
+        # S7.3: one finished event each, also for calls whose event went back in time with
+        # the stream (announced again after the rollback).
+        wait_for(
+            lambda key=record.key: len(events(dex, type_="tool_call_finished", key=key)) >= 1,
+            timeout=15,
+            what=f"the finished event of {record.key}",
+        )
+        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1, record
     return done
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dex_celery import tracing
 from dex_celery.errors import (
     ArgumentsTooLarge,
     InvalidArguments,
@@ -27,6 +28,7 @@ from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
 from dex_celery.store.repository import NewCall, Outcome, arguments_json
 from dex_celery.tools import TASK_PREFIX
+from dex_celery.tracing import span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -96,6 +98,16 @@ class Dispatcher:
     # --- requests ------------------------------------------------------------------------------
 
     def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """`_request` inside a `dex.request` span (key, effect and status of a single call)."""
+        with span(tracing.REQUEST, calls=len(requests)) as traced:
+            records = self._request(requests)
+            if traced.live and len(records) == 1:
+                traced.set("key", records[0].key)
+                traced.set("effect", records[0].effect)
+                traced.set("status", records[0].status)
+            return records
+
+    def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         """Record and dispatch calls of one turn in one transaction; duplicates return as is.
 
         Everything is validated before anything is written, so a bad request in the batch
@@ -261,8 +273,9 @@ class Dispatcher:
             entry = self.dex.ledger.read(key)
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
-        self.dex.store.record_outcome(key, outcome)
-        self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
+        with span(tracing.RECORD, key=key, outcome=outcome.status):
+            self.dex.store.record_outcome(key, outcome)
+            self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)

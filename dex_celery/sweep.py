@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.records import ApprovalDecision, ToolCallRecord
+from dex_celery.stats import record_sweep
 from dex_celery.store.repository import Outcome
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class Sweeper:
         self.dex = dex
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
+        started = time.monotonic()
         ledger, keys, batch = self.dex.ledger, self.dex.keys, self.dex.settings.sweep_batch
         counts = {"lost": 0, "expired": 0, "timed_out": 0, "recorded": 0}
         errors = 0
@@ -118,6 +120,7 @@ class Sweeper:
         )
         if report.moved or report.errors:
             log.info("sweep: %s", report.as_dict())
+        record_sweep(self.dex, started)  # sweep lag and duration for the metrics
         return report
 
     def _record_unrecorded(self, key: str) -> bool:

@@ -155,10 +155,13 @@ class WebApp:
                 if request.method == "GET" and request.url.path != "/metrics":
                     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                     return RedirectResponse(f"/login?next={_quote(target)}", status_code=303)
+                # A challenge only where a script reads it: a browser would open a password
+                # dialog over a refused form post.
+                challenge = {"WWW-Authenticate": 'Basic realm="dex-celery"'}
                 return PlainTextResponse(
-                    "authentication required\n",
+                    "refused: authentication required\n",
                     status_code=401,
-                    headers={"WWW-Authenticate": 'Basic realm="dex-celery"'},
+                    headers=challenge if request.method == "GET" else None,
                 )
             if request.method == "POST":
                 refusal = await self.check_post(request, identity)

@@ -81,9 +81,22 @@ def _value(value: Any) -> Any:
     return str(getattr(value, "value", value))
 
 
+#: A provider given to `configure()`; None means the global one (`trace.set_tracer_provider`).
+_provider: Any = None
+
+
+def configure(provider: Any) -> None:
+    """Use this tracer provider for dex-celery's spans instead of the global one (None: back to
+    the global). For embedding and tests; production sets the global provider as usual."""
+    global _provider
+    _provider = provider
+
+
 def enabled() -> bool:
     """True once an SDK tracer provider is installed (the API's default provider is a proxy
     that records nothing)."""
+    if _provider is not None:
+        return True
     if _trace is None:
         return False
     provider = _trace.get_tracer_provider()
@@ -100,7 +113,7 @@ def span(name: str, **attributes: Any) -> AbstractContextManager[Span]:
 @contextmanager
 def _live(name: str, attributes: dict[str, Any]) -> Iterator[Span]:
     assert _trace is not None
-    tracer = _trace.get_tracer(TRACER_NAME)
+    tracer = _trace.get_tracer(TRACER_NAME, tracer_provider=_provider)
     with tracer.start_as_current_span(name) as otel_span:
         live = Span(otel_span)
         for attr, value in attributes.items():

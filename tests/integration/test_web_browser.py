@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from dex_celery import CallStatus, Dex
+from dex_celery.sweep import Sweeper
 from tests.support.processes import Worker, free_port, wait_for
 from tests.support.toolapp import executions
 from tests.support.web import SCREENSHOTS_ENV, WebServer, chromium
@@ -53,6 +54,11 @@ def texts(driver: Any, element_id: str) -> list[str]:
         return [e.text for e in driver.find_elements("id", element_id)]
     except WebDriverException:  # the page changed under us (a refresh): look again
         return []
+
+
+def swept_unknown(dex: Dex, key: str) -> bool:
+    Sweeper(dex).sweep_once()
+    return status_of(dex, key) is CallStatus.OUTCOME_UNKNOWN
 
 
 def status_of(dex: Dex, key: str) -> CallStatus:
@@ -171,6 +177,20 @@ def test_sign_in_approve_reject_and_refusals_in_chromium(
 
         d.get(f"{web.url}/calls")
         shot(d, "calls")
+
+        # An outcome_unknown call (its worker vanished after the claim) waits to be reported.
+        lost = client.request_call("web-s3", "t1", "c1", "slow_non_idempotent_write", {"seconds": 1})
+        assert dex.ledger.claim(lost.key, 1, owner="gone:1", fence="f1").ok
+        wait_for(lambda: swept_unknown(dex, lost.key), timeout=20, what="the lost call",
+                 interval=0.2)  # fmt: skip
+        d.get(f"{web.url}/unknowns")
+        wait_for(lambda: d.find_elements(By.ID, "unknowns"), timeout=10, what="the unknowns")
+        row = d.find_element(By.CSS_SELECTOR, f'#unknowns tr[data-key="{lost.key}"]')
+        assert "slow_non_idempotent_write" in row.text and "none: a person" in row.text
+        shot(d, "unknowns")
+        d.find_element(By.CSS_SELECTOR, 'button[data-session="web-s3"]').click()
+        wait_for(lambda: texts(d, "flash"), timeout=10, what="the reconcile summary")
+        assert "1 without an outcome check" in texts(d, "flash")[0]
         cookie = d.get_cookie("dex_session")["value"]
 
         # A forged cross-site form post, from another site, in alice's signed-in browser.

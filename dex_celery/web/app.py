@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+import dex_celery.cli  # noqa: F401  (first: `cli` attaches `cli_calls`, which imports `cli`)
 from dex_celery.approvals import Approvals, utc
 from dex_celery.cli_calls import call_details
 from dex_celery.errors import DexError, UnknownCall

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery, signals
 
+from dex_celery import hooks
 from dex_celery.errors import DuplicateTool, UnknownTool
 from dex_celery.ledger.guard import LedgerGuard, ledger_location
 from dex_celery.ledger.keys import KeySpace
@@ -85,6 +86,7 @@ class Dex:
         signals.task_failure.connect(self._on_task_failure, weak=False)
         signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
         signals.worker_shutdown.connect(_flush_outcomes, weak=False)
+        hooks.connect(self)  # worker metrics port, beat's webhook sender (if configured)
 
     # --- tools ---------------------------------------------------------------------------------
 

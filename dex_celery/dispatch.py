@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dex_celery import tracing
 from dex_celery.errors import (
     ArgumentsTooLarge,
     InvalidArguments,
@@ -27,6 +28,7 @@ from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
 from dex_celery.store.repository import NewCall, Outcome, arguments_json
 from dex_celery.tools import TASK_PREFIX
+from dex_celery.tracing import span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -96,6 +98,16 @@ class Dispatcher:
     # --- requests ------------------------------------------------------------------------------
 
     def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """`_request` inside a `dex.request` span (key, effect and status of a single call)."""
+        with span(tracing.REQUEST, calls=len(requests)) as traced:
+            records = self._request(requests)
+            if traced.live and len(records) == 1:
+                traced.set("key", records[0].key)
+                traced.set("effect", records[0].effect)
+                traced.set("status", records[0].status)
+            return records
+
+    def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         """Record and dispatch calls of one turn in one transaction; duplicates return as is.
 
         Everything is validated before anything is written, so a bad request in the batch
@@ -291,17 +303,22 @@ class Dispatcher:
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
         status, error = outcome.status.value, outcome.error
-        if not self.dex.store.record_outcome(key, outcome):
-            record = self.dex.store.get_call(key)
-            if outcome.did_not_run and record is not None and record.status is CallStatus.PENDING:
-                # Refused by the write fence: an attempt of this write was claimed in SQL.
-                outcome = claimed_write_outcome(record, step.attempt, step.log)
-                self.dex.store.record_outcome(key, outcome)
+        with span(tracing.RECORD, key=key, outcome=outcome.status):
+            if not self.dex.store.record_outcome(key, outcome):
                 record = self.dex.store.get_call(key)
-            if record is not None and record.finished:
-                # The event tells what the database holds, whoever wrote it.
-                status, error = record.status.value, record.error or ""
-        self.dex.ledger.recorded(key, status=status, error=error)
+                if (
+                    outcome.did_not_run
+                    and record is not None
+                    and record.status is CallStatus.PENDING
+                ):
+                    # Refused by the write fence: an attempt of this write was claimed in SQL.
+                    outcome = claimed_write_outcome(record, step.attempt, step.log)
+                    self.dex.store.record_outcome(key, outcome)
+                    record = self.dex.store.get_call(key)
+                if record is not None and record.finished:
+                    # The event tells what the database holds, whoever wrote it.
+                    status, error = record.status.value, record.error or ""
+            self.dex.ledger.recorded(key, status=status, error=error)
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.records import ApprovalDecision, ToolCallRecord
+from dex_celery.stats import record_sweep
 from dex_celery.store.repository import Outcome
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Sweeper:
         self._epoch: str | None = None
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
+        started = time.monotonic()
         ledger, keys, batch = self.dex.ledger, self.dex.keys, self.dex.settings.sweep_batch
         # Before acting on ledger state: is this the database's ledger (else LedgerMismatch),
         # and has Redis gone back in time since the last look (then a new epoch, S10.2)?
@@ -134,6 +136,7 @@ class Sweeper:
         )
         if report.moved or report.errors:
             log.info("sweep: %s", report.as_dict())
+        record_sweep(self.dex, started)  # sweep lag and duration for the metrics
         return report
 
     def _replay_finished_events(self, epoch: str) -> int:

@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
+from dex_celery import tracing
 from dex_celery.dispatch import outcome_of
 from dex_celery.errors import DexError, ToolError
 from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import outcome_writer
+from dex_celery.stats import count_refused_claim
 from dex_celery.store.repository import OutcomeRow, arguments_json
 from dex_celery.tools import Tool, ToolContext
+from dex_celery.tracing import Span, span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -153,23 +156,40 @@ def claim_attempt(ledger: Ledger, key: str, attempt: int, *, owner: str, fence: 
 
 def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> None:
     """Body of every `dex.tool.<name>` task."""
+    with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
+        _run_attempt(dex, tool, key, attempt, arguments, traced)
+
+
+def _run_attempt(
+    dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any], traced: Span
+) -> None:
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
     owner = owner_id()
-    claim = claim_attempt(dex.ledger, key, attempt, owner=owner, fence=fence)
+    with span(tracing.CLAIM, key=key, attempt=attempt):
+        claim = claim_attempt(dex.ledger, key, attempt, owner=owner, fence=fence)
     if not claim.ok:
         log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
+        count_refused_claim(dex, claim.reason)
+        traced.set("outcome", f"claim_refused:{claim.reason}")
         raise Ignore()
+    traced.set("effect", claim.effect)
     if claim.effect not in RETRYABLE_EFFECTS and not _fence_write(dex, key, attempt, fence, owner):
+        traced.set("outcome", "write_fence_refused")
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
     pump.add(key, fence, ctx, claim.heartbeat_timeout)
     try:
-        cause, payload = _call_tool(tool, ctx, arguments)
+        with span(tracing.RUN, key=key, attempt=attempt) as running:
+            cause, payload = _call_tool(tool, ctx, arguments)
+            running.set("cause", cause)
     finally:
         pump.remove(key)
-    step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+    with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
+        step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+        finishing.set("step", step.kind)
+    traced.set("outcome", step.status if step.kind is StepKind.FINISHED else step.kind)
     if step.kind is StepKind.LATE or step.late_result:
         # Fenced, or past start-to-close: the outcome stands; this is evidence only (S5.2).
         log.warning("attempt %d of %s finished too late; kept as a late result", attempt, key)

@@ -27,6 +27,13 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:events`                 | stream | AgentEvents (S7.3)                                      |
 | `dex:cursor:orphans`         | string | where the orphan check's paging through calls in flight |
 |                              |        | stopped: `<requested_at>|<key>`                         |
+| `dex:stats`                  | hash   | counters of rare events for metrics, e.g.               |
+|                              |        | `claims_refused:<reason>` (one HINCRBY each)            |
+| `dex:sweep_stats`            | hash   | the last sweep: `finished_at` (Redis time), `duration`  |
+| `dex:webhooks:cursor`        | string | events stream position the webhook sender has queued to |
+| `dex:webhooks:pending`       | hash   | delivery id -> JSON of a webhook not yet delivered      |
+| `dex:webhooks:due`           | zset   | delivery id -> when its next try is due                 |
+| `dex:webhooks:stats`         | hash   | per URL: delivered, retries, given up, last error       |
 
 `<key>` is the idempotency key `session/turn/call`; wrapping it in braces makes it the hash
 tag, so everything of one call lands in one slot if the data is ever sharded. The indexes are
@@ -94,3 +101,27 @@ class KeySpace:
     @property
     def orphan_cursor(self) -> str:
         return f"{self.prefix}:cursor:orphans"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}:stats"
+
+    @property
+    def sweep_stats(self) -> str:
+        return f"{self.prefix}:sweep_stats"
+
+    @property
+    def webhook_cursor(self) -> str:
+        return f"{self.prefix}:webhooks:cursor"
+
+    @property
+    def webhook_pending(self) -> str:
+        return f"{self.prefix}:webhooks:pending"
+
+    @property
+    def webhook_due(self) -> str:
+        return f"{self.prefix}:webhooks:due"
+
+    @property
+    def webhook_stats(self) -> str:
+        return f"{self.prefix}:webhooks:stats"

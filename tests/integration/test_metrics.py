@@ -85,7 +85,7 @@ def test_every_counter_moves_with_calls_of_each_outcome(
     client.wait(keys, timeout=30)
     # A redelivered message of a finished attempt: the claim turns it away without running it.
     message = AttemptMessage("echo", ok.key, {"x": 1}, ok.policy)
-    dex.dispatcher.publish(message, attempt=1, countdown=0.0)
+    dex.dispatcher.publish(message, attempt=1)
 
     def refused() -> bool:
         return value(scrape(web.url), "dex_claims_refused_total", reason="finished") == 1

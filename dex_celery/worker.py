@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from dex_celery.dispatch import outcome_of
-from dex_celery.errors import DexError, ToolError
+from dex_celery.errors import DexError, ToolError, ToolLost
 from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.ledger.ledger import Cause, Ledger, StepKind
 from dex_celery.recorder import outcome_writer
@@ -157,6 +157,8 @@ def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple
         value = tool.function(ctx, **arguments)
     except SoftTimeLimitExceeded:
         return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
+    except ToolLost as e:
+        return Cause.LOST, e.message
     except ToolError as e:
         return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), e.message
     except TRANSIENT_ERRORS as e:

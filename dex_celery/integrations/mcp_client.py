@@ -28,7 +28,7 @@ import math
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import mcp_types
@@ -196,10 +196,11 @@ class McpToolFunction:
         return run_sync(self.call(ctx, arguments))
 
     async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
-        meta: mcp_types.RequestParamsMeta = {
-            IDEMPOTENCY_META_KEY: ctx.idempotency_key,  # type: ignore[typeddict-unknown-key]
-            ATTEMPT_META_KEY: ctx.attempt,
-        }
+        # `_meta` is an open map; the vendor keys are extra items of the TypedDict.
+        meta = cast(
+            mcp_types.RequestParamsMeta,
+            {IDEMPOTENCY_META_KEY: ctx.idempotency_key, ATTEMPT_META_KEY: ctx.attempt},
+        )
         server, sent = self.server, False
         result: mcp_types.CallToolResult | None = None
         try:

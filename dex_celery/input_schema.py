@@ -30,7 +30,9 @@ def check_schema(tool_name: str, schema: Mapping[str, Any]) -> None:
         ) from e
 
 
-def check_arguments(tool_name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
+def check_arguments(
+    tool_name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> None:
     """Raise `InvalidArguments` if `arguments` do not satisfy `schema`; nothing is recorded."""
     validator = jsonschema.validators.validator_for(schema)(schema)
     problems = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))

@@ -282,4 +282,3 @@ def run_sync(coroutine: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
-

@@ -129,7 +129,9 @@ def test_effect_classes_follow_annotations_with_mcp_defaults_and_policies_overri
     assert dict(mcp_dex.get_tool("bare").annotations) == dict(MCP_DEFAULT_HINTS)
     # Approval defaults follow the class (S1.3): writes ask, unless the policy says no.
     cancel = mcp_dex.get_tool("cancel")
-    assert resolve_policy(cancel.policy, cancel.annotations, None, mcp_dex.settings).requires_approval
+    assert resolve_policy(
+        cancel.policy, cancel.annotations, None, mcp_dex.settings
+    ).requires_approval
     # The input schema is the server's.
     assert mcp_dex.get_tool("lookup").input_schema is not None
     assert mcp_dex.get_tool("lookup").input_schema["required"] == ["order_id"]

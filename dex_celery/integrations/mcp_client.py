@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import math
 from collections.abc import Coroutine, Mapping, Sequence
@@ -247,7 +248,9 @@ class McpToolFunction:
         )
 
     def _value(self, result: mcp_types.CallToolResult | None) -> Any:
-        """The record's result: structured content if any, else the text, else the blocks."""
+        """The record's result: structured content if any, else the one text block (the object
+        or list it holds if it is JSON text, as servers send unstructured results), else the
+        content blocks."""
         if result is None:  # pragma: no cover - call_tool returns or raises
             raise ToolLost(f"MCP server {self.server.name!r} gave no answer")
         texts = [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
@@ -256,11 +259,19 @@ class McpToolFunction:
         if result.structured_content is not None:
             return result.structured_content
         if len(texts) == len(result.content) == 1:
-            return texts[0]
+            return _json_or_text(texts[0])
         return [
             block.model_dump(mode="json", by_alias=True, exclude_none=True)
             for block in result.content
         ]
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict | list) else text
 
 
 def _describe(e: BaseException) -> str:

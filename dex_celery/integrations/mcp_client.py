@@ -226,6 +226,10 @@ class McpToolFunction:
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
                 raise
+            if _contains(e, SoftTimeLimitExceeded):
+                # The start-to-close limit fired inside the SDK's task groups: a time-out
+                # (S5.1), not a lost connection.
+                raise SoftTimeLimitExceeded() from e
             if result is not None:
                 # The answer arrived; only closing the connection failed.
                 log.warning("closing the connection to MCP server %s failed: %s", server.name, e)
@@ -264,6 +268,12 @@ class McpToolFunction:
             block.model_dump(mode="json", by_alias=True, exclude_none=True)
             for block in result.content
         ]
+
+
+def _contains(e: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(e, BaseExceptionGroup):
+        return any(_contains(inner, kind) for inner in e.exceptions)
+    return isinstance(e, kind)
 
 
 def _json_or_text(text: str) -> Any:

@@ -239,3 +239,20 @@ def test_server_down_is_retryable_and_reported_as_did_not_run(
     for done in (done_read, done_write):
         assert (done.error or "").startswith(DID_NOT_RUN), done.error
     assert [k for _, _, k in calls()] == [first.key]
+
+
+def test_call_past_start_to_close_is_timed_out_not_lost(
+    mcp_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    start_mcp_worker: Callable[..., CeleryWorker],
+) -> None:
+    """Celery's soft time limit fires while the worker waits on the MCP server: the attempt is
+    timed out (S5.1), so the write is `failed` with the time-out text, not `outcome_unknown`."""
+    short = {"DEX_START_TO_CLOSE": "2"}
+    dex = _build({**mcp_env, **short}, monkeypatch)
+    start_mcp_worker(short)
+    record = dex.client().request_call("s1", "t1", "w", "slow_cancel", {})
+    done = wait_finished(dex, record.key, timeout=60)
+    assert done.status is CallStatus.FAILED, done
+    assert "start-to-close timeout" in (done.error or ""), done.error
+    assert [k for t, _, k in calls() if t == "slow_cancel"] == [record.key]

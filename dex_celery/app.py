@@ -139,7 +139,7 @@ class Dex:
             typing=False,
         )(execute)
 
-    def add_mcp_server(self, name: str, **options: Any) -> list[Tool]:
+    def add_mcp_server(self, name: str | None = None, **options: Any) -> list[Tool]:
         """Register the tools of an MCP server (stdio `command=[...]` or streamable-HTTP
         `url=...`); see `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
         try:

@@ -26,8 +26,9 @@ import concurrent.futures
 import json
 import logging
 import math
+import shlex
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -36,10 +37,16 @@ import mcp_types
 from celery.exceptions import SoftTimeLimitExceeded
 from mcp import Client, MCPError, StdioServerParameters
 
-from dex_celery.errors import ConfigurationError, RetryableToolError, ToolError, ToolLost
+from dex_celery.errors import (
+    ConfigurationError,
+    DuplicateTool,
+    RetryableToolError,
+    ToolError,
+    ToolLost,
+)
 from dex_celery.input_schema import check_schema
 from dex_celery.outcomes import DID_NOT_RUN
-from dex_celery.policy import ToolPolicy
+from dex_celery.policy import ToolPolicy, check_registration
 from dex_celery.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -109,9 +116,10 @@ def hints_with_defaults(annotations: mcp_types.ToolAnnotations | None) -> dict[s
 
 def add_mcp_server(
     dex: Dex,
-    name: str,
+    name: str | None = None,
     *,
-    command: Sequence[str] | None = None,
+    command: Sequence[str] | str | None = None,
+    args: Sequence[str] = (),
     url: str | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
@@ -123,64 +131,87 @@ def add_mcp_server(
 ) -> list[Tool]:
     """List the server's tools and register each as a dex tool named `<prefix><tool name>`.
 
-    `policies` (by the server's tool name) and then `policy` (for every tool) beat the tool's
-    annotations (S1.4). `tools` keeps only the named tools. A server that cannot be listed, a
-    named tool it does not have, or an invalid input schema raise `ConfigurationError` here.
+    The server is a stdio `command` (a list, or a string split like a shell would, plus `args`)
+    or a streamable-HTTP `url`; `name` (for messages and logs) defaults to the name the server
+    gives itself. `policies` (by the server's tool name) and then `policy` (for every tool) beat
+    the tool's annotations (S1.4). `tools` keeps only the named tools. A server that cannot be
+    listed, a named tool it does not have, an invalid input schema, a name taken already or a
+    policy refused by S1.6 raise `ConfigurationError` here, and then no tool is registered.
     """
+    if isinstance(command, str):
+        command = shlex.split(command)
     server = McpServer(
-        name=name,
-        command=tuple(command or ()),
+        name=name or "mcp",
+        command=(*(command or ()), *args),
         url=url,
         env=MappingProxyType(dict(env or {})),
         cwd=cwd,
         connect_timeout=connect_timeout,
     )
     try:
-        listed = run_sync(_list_tools(server))
+        server_name, listed = run_sync(_list_tools(server))
     except Exception as e:
         raise ConfigurationError(
-            f"cannot list the tools of MCP server {name!r} ({server.where}): {_describe(e)}"
+            f"cannot list the tools of MCP server {server.name!r} ({server.where}): {_describe(e)}"
         ) from e
+    if name is None and server_name:
+        server = replace(server, name=server_name)
     wanted = set(tools) if tools is not None else None
     unknown = sorted((wanted or set()) - {t.name for t in listed})
     unknown += sorted(set(policies or {}) - {t.name for t in listed})
     if unknown:
         raise ConfigurationError(
-            f"MCP server {name!r} has no tool named {', '.join(map(repr, unknown))} "
+            f"MCP server {server.name!r} has no tool named {', '.join(map(repr, unknown))} "
             f"(it lists: {', '.join(t.name for t in listed) or 'none'})"
         )
-    registered = []
-    for listed_tool in listed:
-        if wanted is not None and listed_tool.name not in wanted:
-            continue
-        tool_name = prefix + listed_tool.name
-        schema = dict(listed_tool.input_schema)
-        check_schema(tool_name, schema)
-        tool = Tool(
-            name=tool_name,
-            function=McpToolFunction(server, listed_tool.name),
-            policy=(policies or {}).get(listed_tool.name) or policy or ToolPolicy(),
-            annotations=MappingProxyType(hints_with_defaults(listed_tool.annotations)),
-            description=listed_tool.description or listed_tool.title or "",
-            input_schema=MappingProxyType(schema),
-        )
+    prepared = [
+        _dex_tool(server, listed_tool, prefix, (policies or {}).get(listed_tool.name) or policy)
+        for listed_tool in listed
+        if wanted is None or listed_tool.name in wanted
+    ]
+    # Everything is checked before the first tool is registered: all or nothing.
+    for tool in prepared:
+        if tool.name in dex.tools:
+            raise DuplicateTool(
+                f"MCP server {server.name!r}: a tool named {tool.name!r} is registered already "
+                "(use prefix=... to keep the server's tools apart)"
+            )
+        check_registration(tool.name, tool.policy, tool.annotations)
+    for tool in prepared:
         dex.add_tool(tool)
-        registered.append(tool)
-    log.info("MCP server %s: registered %d tools", name, len(registered))
-    return registered
+    log.info("MCP server %s: registered %d tools", server.name, len(prepared))
+    return prepared
 
 
-async def _list_tools(server: McpServer) -> list[mcp_types.Tool]:
+def _dex_tool(
+    server: McpServer, listed: mcp_types.Tool, prefix: str, policy: ToolPolicy | None
+) -> Tool:
+    tool_name = prefix + listed.name
+    schema = dict(listed.input_schema)
+    check_schema(tool_name, schema)
+    return Tool(
+        name=tool_name,
+        function=McpToolFunction(server, listed.name),
+        policy=policy or ToolPolicy(),
+        annotations=MappingProxyType(hints_with_defaults(listed.annotations)),
+        description=listed.description or listed.title or "",
+        input_schema=MappingProxyType(schema),
+    )
+
+
+async def _list_tools(server: McpServer) -> tuple[str, list[mcp_types.Tool]]:
+    """The server's own name and every tool it lists, page by page."""
     found: list[mcp_types.Tool] = []
     with anyio.fail_after(server.connect_timeout):
         async with server.client() as client:
+            info = client.server_info
             cursor: str | None = None
             while True:
                 page = await client.list_tools(cursor=cursor)
                 found.extend(page.tools)
                 cursor = page.next_cursor
                 if cursor is None:
-                    return found
+                    return (info.name if info is not None else ""), found
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -137,19 +137,22 @@ def test_effect_classes_follow_annotations_with_mcp_defaults_and_policies_overri
     assert mcp_dex.get_tool("lookup").input_schema["required"] == ["order_id"]
 
 
-def test_unknown_tool_in_policies_is_a_configuration_error(
-    mcp_dex: Dex, mcp_env: dict[str, str]
-) -> None:
+def test_registration_errors_register_nothing(mcp_dex: Dex, mcp_env: dict[str, str]) -> None:
+    """Bad registrations are `ConfigurationError`s, raised before any tool is added."""
+    before = set(mcp_dex.tools)
+    command = f"{sys.executable} -m tests.support.mcp_tools_server"  # a string is split
+    env = {"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]}
     with pytest.raises(ConfigurationError, match="no tool named 'nope'"):
-        mcp_dex.add_mcp_server(
-            "again",
-            command=[sys.executable, "-m", "tests.support.mcp_tools_server"],
-            env={"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]},
-            prefix="again_",
-            policies={"nope": None},
-        )
+        mcp_dex.add_mcp_server(command=command, env=env, prefix="a_", policies={"nope": None})
+    with pytest.raises(ConfigurationError, match="'lookup' is registered already"):
+        mcp_dex.add_mcp_server(command=command, env=env)  # same names, no prefix
     with pytest.raises(ConfigurationError, match="cannot list the tools"):
         mcp_dex.add_mcp_server("down", url=f"http://127.0.0.1:{free_port()}/mcp")
+    assert set(mcp_dex.tools) == before
+    # The name defaults to the server's own; a prefix keeps a second copy apart.
+    added = mcp_dex.add_mcp_server(command=command, env=env, prefix="b_", tools=["lookup"])
+    assert [t.name for t in added] == ["b_lookup"]
+    assert "dex-test-tools" in (added[0].function.__doc__ or "")
 
 
 def test_calls_run_on_a_worker_and_the_server_sees_the_key(

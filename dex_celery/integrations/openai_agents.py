@@ -14,7 +14,8 @@ The idempotency key is built from the SDK's own ids (S2.1):
 
 - session id: the run's id, which is the SDK's trace id (one per `Runner.run`, kept when a run
   resumes from a `RunState`; pin it with `RunConfig(trace_id=...)`), unless `session_id` is
-  given (a string, or a function of the run context, e.g. your conversation id);
+  given (a string, or a function of the run context, e.g. your conversation id); with tracing
+  disabled, an id made for the run (`run_<hex>`, not kept across a serialized `RunState`);
 - turn id: `turn-<n>`, the run's model-response count so far (the SDK keeps it in the run's
   usage and restores it with a `RunState`), so turn 1 is the first model response;
 - tool-call id: the model's `call_id`, which the SDK requires to be unique within a run.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,7 +42,7 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
 
 from dex_celery.app import Dex
-from dex_celery.client import AsyncDexClient
+from dex_celery.client import AsyncDexClient, DexClient
 from dex_celery.errors import CallTimeout, ConfigurationError, InvalidRequest, UnknownSession
 from dex_celery.outcomes import CallStatus, tool_output
 from dex_celery.policy import EffectClass, resolve_policy
@@ -51,19 +53,28 @@ from dex_celery.tools import Tool
 DEFAULT_APPROVER = "openai-agents-sdk"
 #: The trace id of a run whose tracing is disabled: it names no run.
 _NO_TRACE = "no-op"
+#: Where a run without a trace keeps the id made for it (see `_Bridge._untraced_run_id`).
+_RUN_ID_ATTRIBUTE = "_dex_celery_run_id"
 
 SessionIdSource = str | Callable[[RunContextWrapper[Any]], str]
 
 
 def dex_function_tools(
-    dex: Dex,
+    dex: Dex | DexClient | AsyncDexClient,
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
     approver: str = DEFAULT_APPROVER,
     wait_timeout: float = 300.0,
 ) -> list[FunctionTool]:
-    """The SDK function tools of the named dex tools (all registered tools by default)."""
+    """The SDK function tools of the named dex tools (all registered tools by default).
+
+    `dex` may also be a `DexClient` or `AsyncDexClient` of the deployment.
+    """
+    if isinstance(dex, AsyncDexClient):
+        dex = dex.sync.dex
+    elif isinstance(dex, DexClient):
+        dex = dex.dex
     tools = (
         [dex.get_tool(name) for name in names] if names is not None else list(dex.tools.values())
     )
@@ -108,12 +119,26 @@ class _Bridge:
         if self.session_id is not None:
             return self.session_id(ctx)
         trace = get_current_trace()
-        if trace is None or trace.trace_id == _NO_TRACE:
+        if trace is not None and trace.trace_id != _NO_TRACE:
+            return trace.trace_id
+        return self._untraced_run_id(ctx)
+
+    @staticmethod
+    def _untraced_run_id(ctx: RunContextWrapper[Any]) -> str:
+        """Tracing is off, so the run has no id of its own: make one and keep it on the run's
+        usage object, which the SDK shares between the run and every tool context of it."""
+        run_id = getattr(ctx.usage, _RUN_ID_ATTRIBUTE, None)
+        if isinstance(run_id, str):
+            return run_id
+        run_id = f"run_{uuid.uuid4().hex}"
+        try:
+            setattr(ctx.usage, _RUN_ID_ATTRIBUTE, run_id)
+        except (AttributeError, TypeError) as e:
             raise ConfigurationError(
                 "the run has no trace id to use as its session id (tracing is disabled); pass "
                 "dex_function_tools(..., session_id=...) or enable tracing"
-            )
-        return trace.trace_id
+            ) from e
+        return run_id
 
     @staticmethod
     def turn_id(ctx: RunContextWrapper[Any]) -> str:

@@ -126,3 +126,24 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
     assert (queued.error or "").startswith(DID_NOT_RUN)
     assert tool_messages(dex, queued_key) == [turn3["call_queued"]]
     assert lines(queued_key, "start") == []
+
+
+def test_without_tracing_the_run_gets_an_id_of_its_own(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """Tracing disabled: one made-up run id for the whole run, a turn id per model response."""
+    start_worker()
+    model = ScriptedModel(
+        [
+            [function_call("echo", {"n": 1}, call_id="call_1")],
+            [function_call("echo", {"n": 2}, call_id="call_2")],
+            [assistant_message("ok")],
+        ]
+    )
+    agent = Agent(name="desk", model=model, tools=dex_function_tools(dex.client(), ["echo"]))
+    asyncio.run(Runner.run(agent, "go", run_config=RunConfig(tracing_disabled=True)))
+
+    keys = [json.loads(out)["key"] for out in _outputs(model).values()]
+    (first_session, first_turn, _), (second_session, second_turn, _) = (k.split("/") for k in keys)
+    assert first_session == second_session and first_session.startswith("run_")
+    assert (first_turn, second_turn) == ("turn-1", "turn-2")

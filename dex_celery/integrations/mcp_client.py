@@ -235,6 +235,7 @@ class McpToolFunction:
         )
         server, sent = self.server, False
         result: mcp_types.CallToolResult | None = None
+        answered_with_error: MCPError | None = None
         try:
             # The deadline covers starting and greeting the server only; the call itself runs
             # under the policy's start-to-close limit (Celery's soft time limit).
@@ -242,18 +243,14 @@ class McpToolFunction:
                 async with server.client() as client:
                     connecting.deadline = math.inf
                     sent = True  # from here on, the server may act on the call
-                    result = await client.call_tool(self.tool_name, arguments, meta=meta)
+                    try:
+                        result = await client.call_tool(self.tool_name, arguments, meta=meta)
+                    except MCPError as e:
+                        # Kept apart from errors of closing the connection (which the SDK's
+                        # task groups may wrap in an exception group).
+                        answered_with_error = e
         except SoftTimeLimitExceeded:
             raise
-        except MCPError as e:
-            if not sent:
-                raise self._unreachable(e) from e
-            if e.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
-                raise self._lost(e) from e
-            # The server answered: it refused the request (unknown tool, bad params, ...).
-            raise ToolError(
-                f"MCP server {server.name!r} refused the call of {self.tool_name!r}: {e.message}"
-            ) from e
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
                 raise
@@ -261,13 +258,22 @@ class McpToolFunction:
                 # The start-to-close limit fired inside the SDK's task groups: a time-out
                 # (S5.1), not a lost connection.
                 raise SoftTimeLimitExceeded() from e
-            if result is not None:
+            if result is not None or answered_with_error is not None:
                 # The answer arrived; only closing the connection failed.
                 log.warning("closing the connection to MCP server %s failed: %s", server.name, e)
             elif not sent:
                 raise self._unreachable(e) from e
             else:
                 raise self._lost(e) from e
+        if answered_with_error is not None:
+            error = answered_with_error
+            if error.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                raise self._lost(error) from error
+            # The server answered: it refused the request (unknown tool, bad params, ...).
+            raise ToolError(
+                f"MCP server {server.name!r} refused the call of {self.tool_name!r}: "
+                f"{error.message}"
+            ) from error
         return self._value(result)
 
     def _unreachable(self, e: BaseException) -> RetryableToolError:

@@ -6,6 +6,7 @@ tools and the tool's own log counts executions."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,8 +61,6 @@ def _server(transport: str, env: dict[str, str]) -> Iterator[Any]:
 
 
 def _listening(port: int) -> bool:
-    import socket
-
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
 

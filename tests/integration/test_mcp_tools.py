@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -24,9 +25,14 @@ from dex_celery import (
     Dex,
     EffectClass,
     InvalidArguments,
+    RetryableToolError,
     Settings,
+    ToolContext,
+    ToolError,
+    ToolLost,
 )
-from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS
+from dex_celery.ids import CallKey
+from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
 from tests.support.mcp_tools_server import LOG_ENV, calls
@@ -91,8 +97,6 @@ def http_server(mcp_env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen
 
 
 def _listening(port: int) -> bool:
-    import socket
-
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
@@ -259,3 +263,26 @@ def test_call_past_start_to_close_is_timed_out_not_lost(
     assert done.status is CallStatus.FAILED, done
     assert "start-to-close timeout" in (done.error or ""), done.error
     assert [k for t, _, k in calls() if t == "slow_cancel"] == [record.key]
+
+
+def test_tool_body_maps_answers_and_faults(mcp_env: dict[str, str]) -> None:
+    """The worker's tool body, called directly: a server's refusal is a tool error (the call is
+    `failed`), an unreachable server a retryable did-not-run error."""
+    ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
+    server = McpServer(
+        "orders",
+        command=(sys.executable, "-m", "tests.support.mcp_tools_server"),
+        env={"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]},
+    )
+    with pytest.raises(ToolError) as refused:
+        McpToolFunction(server, "no_such_tool")(ctx)
+    assert not isinstance(refused.value, ToolLost | RetryableToolError)
+    with pytest.raises(ToolError, match=r"validation error|order_id"):
+        McpToolFunction(server, "lookup")(ctx)  # arguments the server refuses
+    down = McpServer("down", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=5)
+    with pytest.raises(RetryableToolError, match=f"^{DID_NOT_RUN}"):
+        McpToolFunction(down, "lookup")(ctx, order_id="A")
+    assert McpToolFunction(server, "lookup")(ctx, order_id="A") == {
+        "order_id": "A",
+        "status": "open",
+    }

@@ -13,10 +13,11 @@ from dex_celery.cli import EXIT_USAGE, DexContext, pass_context
 @click.command("mcp")
 @click.option(
     "--transport",
-    type=click.Choice(["stdio", "http"]),
+    type=click.Choice(["stdio", "http", "streamable-http"]),
     default="stdio",
     show_default=True,
-    help="stdio for a client that starts this command; http for streamable HTTP.",
+    help="stdio for a client that starts this command; http (or streamable-http) for "
+    "streamable HTTP.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
 @click.option("--port", type=int, default=8000, show_default=True, help="HTTP: port to bind.")

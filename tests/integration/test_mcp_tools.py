@@ -35,7 +35,7 @@ from dex_celery.ids import CallKey
 from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcp_tools_server import LOG_ENV, calls
+from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, LOG_ENV, calls
 from tests.support.mcpapp import READY_ENV, URL_ENV, make_app
 from tests.support.processes import ROOT, CeleryWorker, free_port, wait_for
 
@@ -286,3 +286,21 @@ def test_tool_body_maps_answers_and_faults(mcp_env: dict[str, str]) -> None:
         "order_id": "A",
         "status": "open",
     }
+
+
+def test_a_tool_added_on_the_server_is_picked_up_by_processes_started_later(
+    mcp_dex: Dex,
+    mcp_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    start_mcp_worker: Callable[..., CeleryWorker],
+) -> None:
+    """The tool list is read when a process registers its tools: a worker (and a requester)
+    started after the server changed have the new tool."""
+    assert "added_later" not in mcp_dex.tools
+    changed = {**mcp_env, EXTRA_TOOL_ENV: "1"}
+    dex = _build(changed, monkeypatch)
+    start_mcp_worker({EXTRA_TOOL_ENV: "1"})
+    record = dex.client().request_call("s1", "t1", "new", "added_later", {})
+    (done,) = dex.client().wait([record.key], timeout=60)
+    assert done.status is CallStatus.SUCCEEDED, done
+    assert done.result == '{"result": "new"}'

@@ -112,6 +112,18 @@ def slow_cancel(ctx: Context) -> str:
     return "cancelled"
 
 
+#: Set to `1` in the server's environment: the server lists one more tool, `added_later`.
+EXTRA_TOOL_ENV = "DEX_TEST_MCP_EXTRA_TOOL"
+
+if os.environ.get(EXTRA_TOOL_ENV) == "1":
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def added_later(ctx: Context) -> str:
+        """A tool the server gained after the first workers started."""
+        _note("added_later", ctx)
+        return "new"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")

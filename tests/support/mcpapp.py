@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery, signals
 
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support.mcp_tools_server import LOG_ENV
+from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, LOG_ENV
 from tests.support.processes import ROOT
 
 URL_ENV = "DEX_TEST_MCP_URL"
@@ -49,7 +49,11 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         else {
             "command": server_command(),
             "cwd": str(ROOT),
-            "env": {"PYTHONPATH": str(ROOT), LOG_ENV: os.environ.get(LOG_ENV, "")},
+            "env": {
+                "PYTHONPATH": str(ROOT),
+                LOG_ENV: os.environ.get(LOG_ENV, ""),
+                EXTRA_TOOL_ENV: os.environ.get(EXTRA_TOOL_ENV, ""),
+            },
         }
     )
     dex.add_mcp_server("orders", policies=POLICIES, **where)

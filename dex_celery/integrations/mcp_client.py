@@ -27,15 +27,18 @@ import json
 import logging
 import math
 import shlex
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
+import httpx2
 import mcp_types
 from celery.exceptions import SoftTimeLimitExceeded
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from dex_celery.errors import (
     ConfigurationError,
@@ -68,13 +71,18 @@ MCP_DEFAULT_HINTS: Mapping[str, bool] = MappingProxyType(
 
 _T = TypeVar("_T")
 
+#: The MCP SDK's own HTTP timeouts (connect/write/pool, and read: a response stream may idle).
+_HTTP_TIMEOUT = 30.0
+_HTTP_READ_TIMEOUT = 300.0
+
 
 @dataclass(frozen=True, slots=True)
 class McpServer:
     """Where an MCP server is: a stdio command (started per connection) or a streamable-HTTP URL.
 
     `env` is added to the MCP SDK's minimal default environment of a stdio server (the worker's
-    own environment, with its database and Redis URLs, is not passed on).
+    own environment, with its database and Redis URLs, is not passed on). `headers` go with
+    every HTTP request (an `Authorization` header, say); they are kept out of `repr`.
     """
 
     name: str
@@ -83,6 +91,7 @@ class McpServer:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cwd: str | None = None
     connect_timeout: float = 30.0
+    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
@@ -101,11 +110,24 @@ class McpServer:
 
     def client(self) -> Client:
         if self.url is not None:
+            if self.headers:
+                return Client(_http_transport(self.url, dict(self.headers)))
             return Client(self.url)
         params = StdioServerParameters(
             command=self.command[0], args=list(self.command[1:]), env=dict(self.env), cwd=self.cwd
         )
         return Client(params)
+
+
+@asynccontextmanager
+async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """Streamable HTTP with extra headers, on an HTTP client closed with the connection."""
+    timeout = httpx2.Timeout(_HTTP_TIMEOUT, read=_HTTP_READ_TIMEOUT)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
 
 
 def hints_with_defaults(annotations: mcp_types.ToolAnnotations | None) -> dict[str, Any]:
@@ -121,6 +143,7 @@ def add_mcp_server(
     command: Sequence[str] | str | None = None,
     args: Sequence[str] = (),
     url: str | None = None,
+    headers: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     prefix: str = "",
@@ -132,7 +155,7 @@ def add_mcp_server(
     """List the server's tools and register each as a dex tool named `<prefix><tool name>`.
 
     The server is a stdio `command` (a list, or a string split like a shell would, plus `args`)
-    or a streamable-HTTP `url`; `name` (for messages and logs) defaults to the name the server
+    or a streamable-HTTP `url` (with `headers` on every request); `name` (for messages and logs) defaults to the name the server
     gives itself. `policies` (by the server's tool name) and then `policy` (for every tool) beat
     the tool's annotations (S1.4). `tools` keeps only the named tools. A server that cannot be
     listed, a named tool it does not have, an invalid input schema, a name taken already or a
@@ -147,6 +170,7 @@ def add_mcp_server(
         env=MappingProxyType(dict(env or {})),
         cwd=cwd,
         connect_timeout=connect_timeout,
+        headers=MappingProxyType(dict(headers or {})),
     )
     try:
         server_name, listed = run_sync(_list_tools(server))

@@ -35,7 +35,7 @@ from dex_celery.ids import CallKey
 from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, LOG_ENV, calls
+from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, HEADER, LOG_ENV, calls, headers_seen
 from tests.support.mcpapp import READY_ENV, URL_ENV, make_app
 from tests.support.processes import ROOT, CeleryWorker, free_port, wait_for
 
@@ -280,6 +280,9 @@ def test_tool_body_maps_answers_and_faults(mcp_env: dict[str, str]) -> None:
     with pytest.raises(ToolError, match=r"validation error|order_id"):
         McpToolFunction(server, "lookup")(ctx)  # arguments the server refuses
     down = McpServer("down", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=5)
+    assert "secret-token" not in repr(
+        McpServer("h", url="http://h/mcp", headers={"a": "secret-token"})
+    )
     with pytest.raises(RetryableToolError, match=f"^{DID_NOT_RUN}"):
         McpToolFunction(down, "lookup")(ctx, order_id="A")
     assert McpToolFunction(server, "lookup")(ctx, order_id="A") == {
@@ -304,3 +307,16 @@ def test_a_tool_added_on_the_server_is_picked_up_by_processes_started_later(
     (done,) = dex.client().wait([record.key], timeout=60)
     assert done.status is CallStatus.SUCCEEDED, done
     assert done.result == '{"result": "new"}'
+
+
+def test_http_headers_go_with_every_request(
+    mcp_dex: Dex, http_server: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """`headers=` (an Authorization header, say) reach the server on listing and on each call."""
+    url, _process = http_server
+    (tool,) = mcp_dex.add_mcp_server(
+        url=url, headers={HEADER: "token-1"}, prefix="h_", tools=["lookup"]
+    )
+    ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
+    assert tool.function(ctx, order_id="A") == {"order_id": "A", "status": "open"}
+    assert headers_seen() == ["token-1"]

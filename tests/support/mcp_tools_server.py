@@ -46,6 +46,16 @@ def _note(tool: str, ctx: Context) -> None:
         f.write(f"{tool} {os.getpid()} {meta.get(IDEMPOTENCY_META_KEY, '-')}\n")
 
 
+#: The request header the HTTP tests send through `add_mcp_server(headers=...)`.
+HEADER = "x-dex-test"
+
+
+def headers_seen() -> list[str]:
+    """Values of `HEADER` the `lookup` tool saw, one line per call that had one."""
+    path = log_dir() / "headers.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def _hold(tool: str) -> None:
     """Wait for `<log>/release`; the test kills this server process meanwhile."""
     (log_dir() / f"holding-{tool}-{os.getpid()}").write_text(str(os.getpid()))
@@ -58,6 +68,11 @@ def _hold(tool: str) -> None:
 def lookup(order_id: str, ctx: Context) -> dict[str, Any]:
     """Read an order."""
     _note("lookup", ctx)
+    request = ctx.request_context.request
+    value = request.headers.get(HEADER) if request is not None else None
+    if value:
+        with (log_dir() / "headers.log").open("a") as f:
+            f.write(value + "\n")
     return {"order_id": order_id, "status": "open"}
 
 

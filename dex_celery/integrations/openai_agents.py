@@ -43,7 +43,13 @@ from agents.tracing import get_current_trace
 
 from dex_celery.app import Dex
 from dex_celery.client import AsyncDexClient, DexClient
-from dex_celery.errors import CallTimeout, ConfigurationError, InvalidRequest, UnknownSession
+from dex_celery.errors import (
+    ApprovalError,
+    CallTimeout,
+    ConfigurationError,
+    InvalidRequest,
+    UnknownSession,
+)
 from dex_celery.outcomes import CallStatus, tool_output
 from dex_celery.policy import EffectClass, resolve_policy
 from dex_celery.records import ToolCallRecord
@@ -171,9 +177,13 @@ class _Bridge:
             tool, ctx
         ):
             # The SDK only invokes a tool with needs_approval after a person approved it.
-            record = await self.client.approve(
-                record.key, self.approver, "approved in the OpenAI Agents SDK run"
-            )
+            try:
+                record = await self.client.approve(
+                    record.key, self.approver, "approved in the OpenAI Agents SDK run"
+                )
+            except ApprovalError:
+                # Decided meanwhile elsewhere, or its deadline passed: the record says how.
+                record = await self.client.get_call(record.key)
         if record.status is CallStatus.AWAITING_APPROVAL:
             return pending_text(record)
         if not record.finished:

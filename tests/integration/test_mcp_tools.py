@@ -255,7 +255,8 @@ def test_call_past_start_to_close_is_timed_out_not_lost(
 ) -> None:
     """Celery's soft time limit fires while the worker waits on the MCP server: the attempt is
     timed out (S5.1), so the write is `failed` with the time-out text, not `outcome_unknown`."""
-    short = {"DEX_START_TO_CLOSE": "2"}
+    # Long enough for a stdio server to start and take the call on a loaded machine.
+    short = {"DEX_START_TO_CLOSE": "6"}
     dex = _build({**mcp_env, **short}, monkeypatch)
     start_mcp_worker(short)
     record = dex.client().request_call("s1", "t1", "w", "slow_cancel", {})

@@ -32,6 +32,7 @@ from dex_celery.client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId
 from dex_celery.ids import CallKey, validate_id
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.outcomes import CallStatus, tool_output
 from dex_celery.policy import EffectClass, effect_from_annotations
 from dex_celery.records import ToolCallRecord
@@ -92,7 +93,7 @@ def mcp_tool(tool: Tool) -> mcp_types.Tool:
     return mcp_types.Tool(
         name=tool.name,
         description=tool.description or None,
-        input_schema=dict(tool.input_schema or {"type": "object"}),
+        input_schema=arguments_schema(tool),
         annotations=annotations_for(tool),
         _meta={EFFECT_META_KEY: effect.value, APPROVAL_META_KEY: approval},
     )

@@ -50,6 +50,7 @@ from dex_celery.errors import (
     InvalidRequest,
     UnknownSession,
 )
+from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.outcomes import CallStatus, tool_output
 from dex_celery.policy import EffectClass, resolve_policy
 from dex_celery.records import ToolCallRecord
@@ -110,7 +111,7 @@ class _Bridge:
         return FunctionTool(
             name=tool.name,
             description=tool.description or tool.name,
-            params_json_schema=dict(tool.input_schema or {"type": "object", "properties": {}}),
+            params_json_schema=arguments_schema(tool),
             on_invoke_tool=invoke,
             # Schemas come from tools and MCP servers as they are, not in the SDK's strict form.
             strict_json_schema=False,

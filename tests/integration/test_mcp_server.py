@@ -110,6 +110,9 @@ def test_dex_tools_served_over_mcp(
     assert (failing.read_only_hint, failing.idempotent_hint) == (False, True)
     assert tools["slow_unclassified"].annotations is None  # nothing known: MCP's defaults
     assert tools["guarded_write"].meta[EFFECT_META_KEY] == "non_idempotent_write"
+    # Input schemas read from the tools' signatures.
+    assert tools["slow_read"].input_schema["properties"]["seconds"] == {"type": "number"}
+    assert tools["echo"].input_schema["additionalProperties"] is True
 
     # The read: answered with the record's text, which is the session history's text too.
     read = client.get_call(read_key)

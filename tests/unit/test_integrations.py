@@ -27,6 +27,7 @@ from dex_celery.integrations.mcp_server import (
     annotations_for,
     call_ids,
 )
+from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.policy import effect_from_annotations
 from dex_celery.tools import Tool
 from tests.support.processes import ROOT
@@ -152,3 +153,33 @@ def test_the_core_works_without_the_extras() -> None:
     assert out.returncode == 2
     assert out.stderr.startswith("error: dex-celery mcp needs the mcp extra")
     assert "Traceback" not in out.stderr
+
+
+def _typed(
+    ctx: object, name: str, count: int, ratio: float | None = None, flag: bool = False
+) -> None:
+    """A tool function with simple annotations."""
+
+
+def _open(ctx: object, **arguments: object) -> None:
+    """A tool function that takes anything."""
+
+
+def test_arguments_schema_from_the_signature_or_the_tool() -> None:
+    typed = Tool("t", _typed, ToolPolicy(), MappingProxyType({}))
+    assert arguments_schema(typed) == {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "count": {"type": "integer"},
+            "ratio": {"type": ["number", "null"]},
+            "flag": {"type": "boolean"},
+        },
+        "required": ["name", "count"],
+        "additionalProperties": False,
+    }
+    check_schema("t", arguments_schema(typed))
+    open_ended = Tool("o", _open, ToolPolicy(), MappingProxyType({}))
+    assert arguments_schema(open_ended)["additionalProperties"] is True
+    given = Tool("g", _open, ToolPolicy(), MappingProxyType({}), input_schema=SCHEMA)
+    assert arguments_schema(given) == SCHEMA

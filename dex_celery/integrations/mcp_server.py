@@ -9,13 +9,18 @@ and its idempotency key; calling again with the same ids after the decision retu
 Which call a `tools/call` is: the ids travel in the request's `_meta`, either the whole key
 under `IDEMPOTENCY_META_KEY` (`"session/turn/call"`, the key dex-celery's own MCP client sends) or
 the three ids under `SESSION_META_KEY`, `TURN_META_KEY` and `TOOL_CALL_META_KEY`. A request
-without ids is a new call in the server's session (`--session`), and its answer names its key.
+without ids is a new call in the server's session (`--session`), and its answer names its key;
+while that call's outcome has not been given (it waits for approval, or is still in flight),
+the same tool with the same arguments and no ids is that call again, so a plain MCP client gets
+the outcome by asking again after the decision. Once answered, the next such request is a new
+call.
 
 Tool annotations are derived from each tool's effect class (`annotations_for`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -54,6 +59,8 @@ APPROVAL_META_KEY = "dex-celery/requires-approval"
 
 #: The turn id of calls that arrive without ids.
 ANONYMOUS_TURN = "mcp"
+#: Answers that do not give the outcome yet.
+_UNANSWERED = frozenset({CallStatus.AWAITING_APPROVAL.value, CallStatus.PENDING.value})
 
 _ANNOTATIONS: Mapping[EffectClass, mcp_types.ToolAnnotations | None] = {
     EffectClass.READ: mcp_types.ToolAnnotations(
@@ -106,8 +113,17 @@ class CallIds:
     tool_call_id: str
 
 
-def call_ids(meta: Mapping[str, Any] | None, default_session: str) -> CallIds:
-    """The call's ids from the request's `_meta`; new ids when it carries none."""
+def has_ids(meta: Mapping[str, Any] | None) -> bool:
+    keys = (IDEMPOTENCY_META_KEY, SESSION_META_KEY, TURN_META_KEY, TOOL_CALL_META_KEY)
+    return any(k in (meta or {}) for k in keys)
+
+
+def call_ids(
+    meta: Mapping[str, Any] | None, default_session: str, unanswered: str | None = None
+) -> CallIds:
+    """The call's ids from the request's `_meta`. Without ids: the call `unanswered` (the key of
+    an earlier request of the same tool and arguments whose outcome was not given yet), else new
+    ids."""
     meta = meta or {}
     key = meta.get(IDEMPOTENCY_META_KEY)
     if key is not None:
@@ -124,7 +140,14 @@ def call_ids(meta: Mapping[str, Any] | None, default_session: str) -> CallIds:
             )
         session, turn, call = (str(v) for v in given)
         return CallIds(session, turn, call)
+    if unanswered is not None:
+        parsed = CallKey.parse(unanswered)
+        return CallIds(parsed.session_id, parsed.turn_id, parsed.tool_call_id)
     return CallIds(default_session, ANONYMOUS_TURN, uuid.uuid4().hex)
+
+
+def _canonical(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _text_result(
@@ -162,6 +185,9 @@ class DexMcpServer:
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
         validate_id("session id", self.session_id)
         self.wait_timeout = wait_timeout
+        #: Calls without ids whose outcome was not given yet, by (tool, arguments): asking the
+        #: same again answers for that call instead of making a new one.
+        self._unanswered: dict[tuple[str, str], str] = {}
         self.server: Server[Any] = Server(
             "dex-celery",
             instructions=(
@@ -180,14 +206,23 @@ class DexMcpServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
+        arguments = params.arguments or {}
+        asked = (params.name, _canonical(arguments))
         try:
-            ids = call_ids(params.meta, self.session_id)
+            ids = call_ids(params.meta, self.session_id, self._unanswered.get(asked))
             record = await self.client.request_call(
-                ids.session_id, ids.turn_id, ids.tool_call_id, params.name, params.arguments or {}
+                ids.session_id, ids.turn_id, ids.tool_call_id, params.name, arguments
             )
         except DexError as e:  # bad ids, unknown tool, bad arguments: nothing was recorded
             return _text_result(f"error: {e}", error=True, key=None, status="refused")
-        return await self.answer(record)
+        result = await self.answer(record)
+        if not has_ids(params.meta):
+            # A client that sends no ids gets the outcome by asking again the same way.
+            if result.meta is not None and result.meta[STATUS_META_KEY] in _UNANSWERED:
+                self._unanswered[asked] = record.key
+            else:
+                self._unanswered.pop(asked, None)
+        return result
 
     async def answer(self, record: ToolCallRecord) -> mcp_types.CallToolResult:
         """The record's text once the call has ended; at once if it waits for a person."""

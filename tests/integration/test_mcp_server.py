@@ -93,6 +93,14 @@ def test_dex_tools_served_over_mcp(
             )
             seen["unknown"] = await mcp.call_tool("no_such_tool", {})
             seen["no_ids"] = await mcp.call_tool("echo", {})
+            # A client that sends no ids: asking the same again after approval gets the outcome.
+            plain = await mcp.call_tool("guarded_write", {"value": "plain"})
+            seen["plain_pending"] = plain
+            await anyio.to_thread.run_sync(
+                client.approve, plain.meta[IDEMPOTENCY_META_KEY], "ops@example.com"
+            )
+            seen["plain_written"] = await mcp.call_tool("guarded_write", {"value": "plain"})
+            seen["plain_new"] = await mcp.call_tool("guarded_write", {"value": "plain"})
         return seen
 
     with _server(transport, env) as target:
@@ -138,3 +146,12 @@ def test_dex_tools_served_over_mcp(
     assert _text(seen["unknown"]).startswith("error: no tool named 'no_such_tool'")
     anonymous = seen["no_ids"].meta[IDEMPOTENCY_META_KEY]
     assert client.get_call(anonymous).status is CallStatus.SUCCEEDED
+
+    plain_key = seen["plain_pending"].meta[IDEMPOTENCY_META_KEY]
+    assert seen["plain_pending"].meta[STATUS_META_KEY] == "awaiting_approval"
+    assert seen["plain_written"].meta[IDEMPOTENCY_META_KEY] == plain_key
+    assert _text(seen["plain_written"]) == '"plain"'
+    # Once answered, the same request is a new call (which waits for a person again).
+    assert seen["plain_new"].meta[IDEMPOTENCY_META_KEY] != plain_key
+    assert seen["plain_new"].meta[STATUS_META_KEY] == "awaiting_approval"
+    assert len(lines(plain_key, "start")) == 1

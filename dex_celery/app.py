@@ -17,7 +17,7 @@ import redis
 from celery import Celery, signals
 
 from dex_celery import hooks
-from dex_celery.errors import DuplicateTool, UnknownTool
+from dex_celery.errors import ConfigurationError, DuplicateTool, UnknownTool
 from dex_celery.ledger.guard import LedgerGuard, ledger_location
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
@@ -141,6 +141,18 @@ class Dex:
             ignore_result=True,
             typing=False,
         )(execute)
+
+    def add_mcp_server(self, name: str | None = None, **options: Any) -> list[Tool]:
+        """Register the tools of an MCP server (stdio `command=[...]` or streamable-HTTP
+        `url=...`); see `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
+        try:
+            # Deferred: the `mcp` extra is optional; the core imports without it.
+            from dex_celery.integrations.mcp_client import add_mcp_server
+        except ImportError as e:
+            raise ConfigurationError(
+                f"add_mcp_server needs the mcp extra: pip install 'dex-celery[mcp]' ({e})"
+            ) from e
+        return add_mcp_server(self, name, **options)
 
     def get_tool(self, name: str) -> Tool:
         try:

@@ -21,6 +21,7 @@ from dex_celery.errors import (
     UnknownCall,
 )
 from dex_celery.ids import CallKey
+from dex_celery.input_schema import check_arguments
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.policy import PolicySnapshot, resolve_policy
@@ -120,6 +121,8 @@ class Dispatcher:
             key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
             tool = self.dex.get_tool(req.tool_name)
             arguments, text = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
+            if tool.input_schema is not None:
+                check_arguments(tool.name, tool.input_schema, arguments)
             if key.key in seen:
                 continue
             seen.add(key.key)

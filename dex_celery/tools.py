@@ -27,6 +27,9 @@ class Tool:
     policy: ToolPolicy
     annotations: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     description: str = ""
+    #: JSON Schema of the arguments object, checked when a call is requested (S9.3); MCP tools
+    #: carry their server's `inputSchema` here.
+    input_schema: Mapping[str, Any] | None = None
 
     @property
     def task_name(self) -> str:

@@ -19,7 +19,7 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from dex_celery import tracing
 from dex_celery.dispatch import outcome_of
-from dex_celery.errors import DexError, ToolError
+from dex_celery.errors import DexError, ToolError, ToolLost
 from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import outcome_writer
@@ -236,6 +236,8 @@ def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple
         value = tool.function(ctx, **arguments)
     except SoftTimeLimitExceeded:
         return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
+    except ToolLost as e:
+        return Cause.LOST, e.message
     except ToolError as e:
         return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), e.message
     except TRANSIENT_ERRORS as e:

@@ -50,6 +50,9 @@ class Cause(StrEnum):
     TOOL_ERROR = "tool_error"
     RETRYABLE = "retryable"
     TIMED_OUT = "timed_out"
+    #: The tool's answer was lost after it may have acted (`ToolLost`); `next_step` treats it as
+    #: a lost worker (retry, else failed for a read, else outcome_unknown).
+    LOST = "lost"
 
 
 class LoseMode(StrEnum):

@@ -1,6 +1,7 @@
 -- finish.lua: the attempt's own end, reported by the worker that claimed it.
--- cause: ok | tool_error | retryable | timed_out (the soft time limit fired); payload is the
--- result JSON or the error text.
+-- cause: ok | tool_error | retryable | timed_out (the soft time limit fired) | lost (the tool's
+-- own link to its service broke after the call went out: it may have taken effect); payload is
+-- the result JSON or the error text.
 -- Moves running -> succeeded/failed (or to the next attempt) only while the fence matches;
 -- otherwise the payload is kept as a late result and announced (S5.2), never as the outcome.
 -- A result reported after the start-to-close deadline counts as a time-out, with the payload
@@ -45,8 +46,8 @@ local state = 'failed'
 if cause == 'ok' then
   state = 'succeeded'
   detail = ''
-elseif cause == 'timed_out' then
-  state = 'timed_out'
+elseif cause == 'timed_out' or cause == 'lost' then
+  state = cause
 end
 log_attempt(call, attempt, state, now, detail)
 redis.call('HSET', call, 'state', state, 'done_fence', fence)

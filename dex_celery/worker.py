@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,8 @@ class HeartbeatPump:
                     target=self._loop, name="dex-heartbeat", daemon=True
                 )
                 self._thread.start()
+        # This attempt's lease may be the shortest now: the loop re-plans its sleep at once.
+        self._wake.set()
 
     def remove(self, key: str) -> None:
         with self._lock:
@@ -81,15 +84,33 @@ class HeartbeatPump:
                     entry[1].cancel()
                     log.warning("attempt of %s was fenced; the tool is told to stop", key)
 
-    def _next_interval(self) -> float:
-        """A third of the shortest heartbeat timeout among the running attempts' policies."""
+    def _next_interval(self) -> float | None:
+        """A third of the shortest heartbeat timeout among the running attempts' policies (at
+        most `interval`, a third of the deployment's); None when nothing runs (the loop then sleeps until `add` wakes it)."""
         with self._lock:
-            shortest = min((hb for _, _, hb in self._running.values()), default=self.interval * 3)
-        return min(self.interval, shortest / 3)
+            shortest = min((hb for _, _, hb in self._running.values()), default=None)
+        return None if shortest is None else min(self.interval, shortest / 3)
 
     def _loop(self) -> None:
+        """Beat every third of the shortest running lease, counted from the previous beat.
+
+        `add` wakes the loop, which re-plans from the previous beat rather than from now: an
+        attempt with a shorter lease than the rest is renewed in time, and a stream of new
+        attempts cannot keep pushing the next beat back. An idle pump sleeps until woken.
+        """
+        last_beat = time.monotonic()
         while True:
-            self._wake.wait(self._next_interval())
+            interval = self._next_interval()
+            if interval is None:
+                self._wake.wait()
+                self._wake.clear()
+                last_beat = time.monotonic()  # every lease now running was just granted
+                continue
+            delay = last_beat + interval - time.monotonic()
+            if delay > 0 and self._wake.wait(delay):
+                self._wake.clear()
+                continue  # re-plan with the attempt just added
+            last_beat = time.monotonic()
             with self._lock:
                 batch = [(k, fence) for k, (fence, _, _) in self._running.items()]
             if not batch:
@@ -97,7 +118,7 @@ class HeartbeatPump:
             try:
                 self._fence(self.ledger.heartbeat(batch))
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
-                log.exception("heartbeat failed; retrying in %.1fs", self.interval)
+                log.exception("heartbeat failed; retrying in %.1fs", interval)
 
 
 _pumps: dict[int, HeartbeatPump] = {}

@@ -89,6 +89,14 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
             slow
         )
 
+    # A lease much shorter than the deployment's heartbeat timeout: only the worker's heartbeat
+    # thread keeps these alive (they never heartbeat themselves).
+    for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
+        dex.tool(
+            f"short_lease_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False, heartbeat_timeout=2.0),
+        )(slow)
+
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def echo(ctx: ToolContext, **arguments: Any) -> Any:
         _note(ctx, "start")

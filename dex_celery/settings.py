@@ -57,6 +57,16 @@ DEFAULT_EVENTS_MAXLEN = 100_000
 DEFAULT_TASK_EVENTS = True
 #: Prefix of every Redis key the ledger writes.
 DEFAULT_KEY_PREFIX = "dex"
+#: With a `sentinel://` Redis URL: the name of the master the Sentinels monitor.
+DEFAULT_REDIS_SENTINEL_MASTER = None
+#: A claim counts only once this many replicas hold it (Redis `WAIT`); 0 = the primary alone.
+DEFAULT_CLAIM_REPLICAS = 0
+#: How long a worker waits for those replicas before it gives the attempt up unrun.
+DEFAULT_CLAIM_REPLICAS_TIMEOUT = 1.0
+#: Refuse to start (instead of warning) when Redis's configuration can lose claims.
+DEFAULT_REQUIRE_DURABLE_REDIS = False
+#: Run the sweeper as a thread of `celery beat` (it then never waits for a tool slot).
+DEFAULT_SWEEP_IN_BEAT = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +95,11 @@ class Settings:
     finished_ttl: int = DEFAULT_FINISHED_TTL
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     task_events: bool = DEFAULT_TASK_EVENTS
+    redis_sentinel_master: str | None = DEFAULT_REDIS_SENTINEL_MASTER
+    claim_replicas: int = DEFAULT_CLAIM_REPLICAS
+    claim_replicas_timeout: float = DEFAULT_CLAIM_REPLICAS_TIMEOUT
+    require_durable_redis: bool = DEFAULT_REQUIRE_DURABLE_REDIS
+    sweep_in_beat: bool = DEFAULT_SWEEP_IN_BEAT
 
     def __post_init__(self) -> None:
         positive = (
@@ -101,12 +116,17 @@ class Settings:
             "sweep_batch",
             "finished_ttl",
             "events_maxlen",
+            "claim_replicas_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(
                     f"setting {name} must be positive, got {getattr(self, name)!r}"
                 )
+        if self.claim_replicas < 0:
+            raise ConfigurationError(
+                f"setting claim_replicas must be 0 or more, got {self.claim_replicas!r}"
+            )
         if not self.key_prefix or "{" in self.key_prefix or "}" in self.key_prefix:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"

@@ -47,6 +47,8 @@ class RedisServer:
     appendfsync: str = "everysec"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: More `redis-server` options, e.g. `("--maxmemory-policy", "allkeys-lru")`.
+    extra_args: Sequence[str] = ()
 
     @property
     def url(self) -> str:
@@ -73,6 +75,7 @@ class RedisServer:
             self.appendfsync,
             "--logfile",
             str(self.directory / "redis.log"),
+            *self.extra_args,
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)

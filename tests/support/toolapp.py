@@ -73,6 +73,7 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
     visibility = os.environ.get(VISIBILITY_TIMEOUT_ENV)
     if visibility:
         app.conf.broker_transport_options = {
+            **(app.conf.broker_transport_options or {}),
             "visibility_timeout": float(visibility),
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,

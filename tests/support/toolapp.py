@@ -70,6 +70,8 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
     settings = settings or Settings.from_env()
     app = Celery("dex_test_tools")
     dex = Dex(app, settings)
+    # What a deployment's beat sends (the reconcile job); the sweeper runs inside beat itself.
+    app.conf.beat_schedule = dex.beat_schedule()
     visibility = os.environ.get(VISIBILITY_TIMEOUT_ENV)
     if visibility:
         app.conf.broker_transport_options = {

@@ -55,8 +55,7 @@ def test_a_killed_write_is_recorded_in_time_while_every_slot_is_busy(
     busy_worker = start_worker(concurrency=2)
     client = dex.client()
     long_reads = [
-        client.request_call("s1", "t1", f"long{i}", "slow_read", {"seconds": 120})
-        for i in range(2)
+        client.request_call("s1", "t1", f"long{i}", "slow_read", {"seconds": 120}) for i in range(2)
     ]
     busy_pids = {wait_started(r.key) for r in long_reads}
     assert busy_pids <= set(busy_worker.children())

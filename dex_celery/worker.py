@@ -20,6 +20,7 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from dex_celery.dispatch import outcome_of
 from dex_celery.errors import DexError, ToolError
 from dex_celery.ids import CallKey, parse_task_id
+from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Ledger, StepKind
 from dex_celery.recorder import outcome_writer
 from dex_celery.store.repository import OutcomeRow, arguments_json
@@ -86,7 +87,8 @@ class HeartbeatPump:
 
     def _next_interval(self) -> float | None:
         """A third of the shortest heartbeat timeout among the running attempts' policies (at
-        most `interval`, a third of the deployment's); None when nothing runs (the loop then sleeps until `add` wakes it)."""
+        most `interval`, a third of the deployment's); None when nothing runs (the loop then
+        sleeps until `add` wakes it)."""
         with self._lock:
             shortest = min((hb for _, _, hb in self._running.values()), default=None)
         return None if shortest is None else min(self.interval, shortest / 3)
@@ -153,7 +155,10 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
     pump.add(key, fence, ctx, claim.heartbeat_timeout)
     try:
-        cause, payload = _call_tool(tool, ctx, arguments)
+        # With `claim_replicas`, the claim counts only once replicas hold it (WAIT); short of
+        # that the tool does not run and the attempt ends as not run (ledger/durability.py).
+        refused = claim_shortfall(dex, key, attempt)
+        cause, payload = (Cause.RETRYABLE, refused) if refused else _call_tool(tool, ctx, arguments)
     finally:
         pump.remove(key)
     step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)

@@ -6,19 +6,17 @@ if it never reached a worker. The ledger detects such a rollback and stays conse
 but every rollback turns calls in flight into `outcome_unknown`; this check tells the operator
 before it happens.
 
-Worker, beat and `dex-celery sweep` read three settings once at start (`CONFIG GET`):
+Worker, beat and `dex-celery sweep` read `appendonly`, `appendfsync`, `maxmemory` and
+`maxmemory-policy` once at start (`CONFIG GET`):
 
-| setting            | safe                                | why anything else can lose claims      |
-|--------------------|-------------------------------------|----------------------------------------|
-| `appendonly`       | `yes`                               | `no`: a restart goes back to the last  |
-|                    |                                     | RDB snapshot (or to nothing)           |
-| `appendfsync`      | `always`; `everysec` only when      | `everysec` loses up to about a second  |
-|                    | `claim_replicas` >= 1 (a replica    | on a machine crash, `no` up to ~30 s;  |
-|                    | holds each claim before it counts)  | a crash of the Redis process alone     |
-|                    |                                     | loses nothing in either case           |
-| `maxmemory-policy` | `noeviction`, any `volatile-*`, or  | `allkeys-*` evicts any key when memory |
-|                    | any policy with `maxmemory 0`       | is full: call hashes, indexes, queued  |
-|                    |                                     | messages                               |
+- `appendonly` must be `yes`: with `no`, a restart goes back to the last RDB snapshot (or to
+  nothing) and forgets every claim made since.
+- `appendfsync` must be `always`, or `everysec` when `claim_replicas` >= 1 (a replica holds each
+  claim before it counts): `everysec` loses up to about a second on a machine crash, `no` up
+  to ~30 s. A crash of the Redis process alone loses nothing in either case.
+- `maxmemory-policy` must be `noeviction` or a `volatile-*` policy, unless `maxmemory` is 0 (no
+  limit, nothing is ever evicted): `allkeys-*` evicts any key when memory is full, call hashes,
+  indexes and queued messages alike.
 
 `volatile-*` is accepted: it evicts only keys with a TTL, and the ledger puts a TTL only on the
 hash of a call whose outcome SQL holds already; evicting one loses evidence for `calls show`,

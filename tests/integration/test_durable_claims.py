@@ -30,8 +30,10 @@ def pair(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
     ).start()
     client = redis.Redis(port=primary.port, decode_responses=True)
     wait_for(
-        lambda: client.info("replication").get("connected_slaves") == 1
-        and redis.Redis(port=replica.port).info("replication").get("master_link_status") == "up",
+        lambda: (
+            client.info("replication").get("connected_slaves") == 1
+            and redis.Redis(port=replica.port).info("replication").get("master_link_status") == "up"
+        ),
         timeout=30,
         what="the replica to follow the primary",
     )

@@ -35,7 +35,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 #: First retry delay; doubled per attempt, capped, with full jitter.
 DEFAULT_BACKOFF_INITIAL = 0.5
 DEFAULT_BACKOFF_MAX = 30.0
-#: Beat interval of the sweeper.
+#: Seconds between sweeps (the sweeper thread of beat, or `dex-celery sweep --loop`).
 DEFAULT_SWEEP_INTERVAL = 2.0
 #: Beat interval of the reconcile job (S8.4); unknown outcomes are rare and checks call other
 #: services, so it runs less often than the sweeper.

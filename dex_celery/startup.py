@@ -20,8 +20,10 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+import redis
 from celery import signals
 
+from dex_celery.errors import LedgerError
 from dex_celery.ledger.connection import describe
 from dex_celery.ledger.health import DurabilityReport, UnsafeRedis, check_at_start
 from dex_celery.sweep import run_forever
@@ -36,14 +38,19 @@ STOP_TIMEOUT = 10.0
 
 
 def check_redis(dex: Dex, component: str) -> DurabilityReport:
-    """The startup check of one process (`UnsafeRedis` if required and not met)."""
-    return check_at_start(
-        dex.ledger.client,
-        where=describe(dex.settings.redis_url),
-        require=dex.settings.require_durable_redis,
-        claim_replicas=dex.settings.claim_replicas,
-        component=component,
-    )
+    """The startup check of one process (`UnsafeRedis` if required and not met; `LedgerError`
+    if Redis does not answer)."""
+    where = describe(dex.settings.redis_url)
+    try:
+        return check_at_start(
+            dex.ledger.client,
+            where=where,
+            require=dex.settings.require_durable_redis,
+            claim_replicas=dex.settings.claim_replicas,
+            component=component,
+        )
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise LedgerError(f"{component}: cannot reach Redis at {where}: {e}") from e
 
 
 class BeatSweeper:

@@ -16,7 +16,7 @@ import redis
 
 from dex_celery import Dex
 from dex_celery.ledger.health import UnsafeRedis, Verdict, assess, check, check_at_start
-from tests.support.processes import ROOT, RedisServer, Worker
+from tests.support.processes import ROOT, CeleryBeat, RedisServer, Worker, free_port
 
 #: Each configuration, and what the check must say about it.
 CONFIGURATIONS: list[tuple[str, bool, str, Sequence[str], Verdict, str]] = [
@@ -219,3 +219,35 @@ def test_the_sweep_command_warns_or_refuses_with_one_error_line(
     assert unchecked.returncode == 0, unchecked.stderr
     assert unchecked.stderr.count("could not check") == 1
     assert "Traceback" not in unchecked.stderr
+
+
+def test_beat_warns_or_refuses_before_it_starts_its_sweeper(
+    dex: Dex, env: dict[str, str], redis_factory: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    risky = redis_factory()
+    beat = CeleryBeat("tests.support.toolapp", _worker_env(env, risky), tmp_path / "beat").start()
+    try:
+        assert beat.log().count("can lose acknowledged claims") == 1
+    finally:
+        beat.stop()
+
+    refusing = CeleryBeat(
+        "tests.support.toolapp",
+        _worker_env(env, risky, DEX_REQUIRE_DURABLE_REDIS="1"),
+        tmp_path / "refusing-beat",
+    )
+    with pytest.raises(RuntimeError, match="beat exited at start"):
+        refusing.start(timeout=60)
+    assert refusing.process is not None and refusing.process.returncode == 1
+    assert "beat: Redis at" in refusing.log() and "does not start" in refusing.log()
+    assert "the dex sweeper runs" not in refusing.log()
+
+
+def test_the_sweep_command_on_an_unreachable_redis_prints_one_error_line(
+    dex: Dex, env: dict[str, str]
+) -> None:
+    gone = RedisServer(Path("/nonexistent"), port=free_port())  # never started
+    result = _sweep_cli(env, gone)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: sweep: cannot reach Redis at ")

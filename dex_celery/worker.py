@@ -49,6 +49,8 @@ class HeartbeatPump:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        #: When the loop's next beat is due (monotonic clock); set by the loop.
+        self._due = float("inf")
 
     def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
         with self._lock:
@@ -58,8 +60,12 @@ class HeartbeatPump:
                     target=self._loop, name="dex-heartbeat", daemon=True
                 )
                 self._thread.start()
-        # This attempt's lease may be the shortest now: the loop re-plans its sleep at once.
-        self._wake.set()
+            # This lease needs its first renewal within a third of itself. If the loop's next
+            # beat is later than that (it slept on longer leases, or idle), wake it to re-plan;
+            # otherwise the planned beat covers it and the loop is left alone.
+            late = time.monotonic() + min(self.interval, heartbeat_timeout / 3) < self._due
+        if late:
+            self._wake.set()
 
     def remove(self, key: str) -> None:
         with self._lock:
@@ -85,30 +91,25 @@ class HeartbeatPump:
                     entry[1].cancel()
                     log.warning("attempt of %s was fenced; the tool is told to stop", key)
 
-    def _next_interval(self) -> float | None:
-        """A third of the shortest heartbeat timeout among the running attempts' policies (at
-        most `interval`, a third of the deployment's); None when nothing runs (the loop then
-        sleeps until `add` wakes it)."""
-        with self._lock:
-            shortest = min((hb for _, _, hb in self._running.values()), default=None)
-        return None if shortest is None else min(self.interval, shortest / 3)
+    def _interval_locked(self) -> float:
+        """A third of the shortest heartbeat timeout among the running attempts' policies, at
+        most `interval` (a third of the deployment's); `interval` when nothing runs."""
+        shortest = min((hb for _, _, hb in self._running.values()), default=None)
+        return self.interval if shortest is None else min(self.interval, shortest / 3)
 
     def _loop(self) -> None:
         """Beat every third of the shortest running lease, counted from the previous beat.
 
-        `add` wakes the loop, which re-plans from the previous beat rather than from now: an
-        attempt with a shorter lease than the rest is renewed in time, and a stream of new
-        attempts cannot keep pushing the next beat back. An idle pump sleeps until woken.
+        `add` wakes the loop only when a new attempt's lease is shorter than the planned sleep
+        allows; the loop then re-plans from the previous beat rather than from now, so a stream
+        of new attempts cannot keep pushing the next beat back.
         """
         last_beat = time.monotonic()
         while True:
-            interval = self._next_interval()
-            if interval is None:
-                self._wake.wait()
-                self._wake.clear()
-                last_beat = time.monotonic()  # every lease now running was just granted
-                continue
-            delay = last_beat + interval - time.monotonic()
+            with self._lock:
+                self._due = last_beat + self._interval_locked()
+                due = self._due
+            delay = due - time.monotonic()
             if delay > 0 and self._wake.wait(delay):
                 self._wake.clear()
                 continue  # re-plan with the attempt just added
@@ -120,7 +121,7 @@ class HeartbeatPump:
             try:
                 self._fence(self.ledger.heartbeat(batch))
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
-                log.exception("heartbeat failed; retrying in %.1fs", interval)
+                log.exception("heartbeat failed; trying again at the next beat")
 
 
 _pumps: dict[int, HeartbeatPump] = {}

@@ -98,6 +98,8 @@ def claim_shortfall(dex: Dex, key: str, attempt: int) -> str | None:
     """Called by the worker right after a successful claim: None when the claim counts,
     otherwise the error text the attempt must end with, the tool not having run."""
     settings = dex.settings
+    if settings.claim_replicas <= 0:
+        return None  # the option is off: the primary's claim counts, no round trip
     shortfall = wait_for_replicas(
         dex.ledger.client,
         channel=f"{settings.key_prefix}:{PROBE_CHANNEL}",

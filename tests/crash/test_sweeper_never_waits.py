@@ -95,3 +95,22 @@ def test_beat_stops_its_sweeper_cleanly(env: dict[str, str], dex: Dex, tmp_path:
     assert code == 0, log[-3000:]
     assert "the dex sweeper stopped" in log
     assert "Traceback" not in log
+
+
+def test_beat_leaves_sweeping_to_a_separate_process_when_told(
+    env: dict[str, str], dex: Dex, tmp_path: Path
+) -> None:
+    """`DEX_SWEEP_IN_BEAT=0` (a deployment running `dex-celery sweep --loop` instead): beat
+    schedules the reconcile job and starts no sweeper."""
+    process = CeleryBeat(
+        "tests.support.toolapp",
+        {**env, "DEX_SWEEP_IN_BEAT": "0"},
+        tmp_path / "beat3",
+        # Logged by beat's start hook just before it would start the sweeper (the test Redis
+        # keeps no append-only file).
+        ready_line="can lose acknowledged claims",
+    ).start()
+    assert process.stop() == 0
+    log = process.log()
+    assert "beat: Redis at" in log
+    assert "the dex sweeper" not in log

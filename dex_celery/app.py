@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import redis
 from celery import Celery, signals
 
 from dex_celery import hooks
 from dex_celery.errors import ConfigurationError, DuplicateTool, UnknownTool
+from dex_celery.ledger.connection import broker_transport_options, ledger_client
 from dex_celery.ledger.guard import LedgerGuard, ledger_location
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
@@ -28,6 +28,7 @@ from dex_celery.reconcile import (
     OutcomeChecks,
 )
 from dex_celery.settings import Settings
+from dex_celery.startup import install as install_startup_hooks
 from dex_celery.store.repository import Store
 from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
 
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dex_celery")
 
-#: Celery task name of the sweeper (run by beat every `Settings.sweep_interval`).
+#: Celery task name of one sweep. Beat no longer schedules it (it runs the sweeper in a thread,
+#: `dex_celery.startup`); kept registered so schedules written for earlier versions still work.
 SWEEP_TASK = "dex.sweep"
 
 
@@ -62,6 +64,13 @@ def configure_celery(app: Celery, settings: Settings) -> None:
     )
     if not app.conf.broker_url or app.conf.broker_url.startswith("amqp://guest@localhost"):
         app.conf.broker_url = settings.effective_broker_url
+    # A `sentinel://` broker needs the master's name (Kombu's transport option).
+    sentinel_options = broker_transport_options(settings)
+    if sentinel_options:
+        app.conf.broker_transport_options = {
+            **sentinel_options,
+            **(app.conf.broker_transport_options or {}),
+        }
 
 
 class Dex:
@@ -83,6 +92,8 @@ class Dex:
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
+        # Startup checks of Redis (worker, beat) and the sweeper thread of beat.
+        install_startup_hooks(self)
         signals.task_failure.connect(self._on_task_failure, weak=False)
         signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
         signals.worker_shutdown.connect(_flush_outcomes, weak=False)
@@ -172,13 +183,7 @@ class Dex:
         if self._ledger is None or self._pid != os.getpid():
             with self._lock:
                 if self._ledger is None or self._pid != os.getpid():
-                    client = redis.Redis.from_url(
-                        self.settings.redis_url,
-                        decode_responses=True,
-                        socket_timeout=10,
-                        socket_connect_timeout=5,
-                        health_check_interval=30,
-                    )
+                    client = ledger_client(self.settings)
                     self._ledger = Ledger(
                         client,
                         keys=self.keys,
@@ -199,7 +204,11 @@ class Dex:
             guard = LedgerGuard(
                 self.ledger,
                 lambda: self.store.engine,
-                ledger_location(self.settings.redis_url, self.settings.key_prefix),
+                ledger_location(
+                    self.settings.redis_url,
+                    self.settings.key_prefix,
+                    self.settings.redis_sentinel_master,
+                ),
             )
             self._epoch = guard.check()
         return self._epoch
@@ -220,16 +229,14 @@ class Dex:
     def beat_schedule(
         self, *, reconcile_interval: float | None = None
     ) -> dict[str, dict[str, Any]]:
-        """Entries for `app.conf.beat_schedule`: the sweeper and the reconcile job (S8.4), each
-        expiring if not run in time. Intervals come from `Settings` unless given here."""
-        interval = self.settings.sweep_interval
+        """Entries for `app.conf.beat_schedule`: the reconcile job (S8.4), expiring if not run
+        in time; its interval comes from `Settings` unless given here.
+
+        The sweeper is no entry: beat runs it in a thread of its own (`dex_celery.startup`), so
+        it never waits in the tools' queue for a free slot.
+        """
         reconcile_interval = reconcile_interval or self.settings.reconcile_interval
         return {
-            "dex-sweep": {
-                "task": SWEEP_TASK,
-                "schedule": interval,
-                "options": {"expires": max(1.0, interval * 2)},
-            },
             "dex-reconcile": {
                 "task": RECONCILE_TASK,
                 "schedule": reconcile_interval,

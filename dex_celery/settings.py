@@ -35,7 +35,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 #: First retry delay; doubled per attempt, capped, with full jitter.
 DEFAULT_BACKOFF_INITIAL = 0.5
 DEFAULT_BACKOFF_MAX = 30.0
-#: Beat interval of the sweeper.
+#: Seconds between sweeps (the sweeper thread of beat, or `dex-celery sweep --loop`).
 DEFAULT_SWEEP_INTERVAL = 2.0
 #: Beat interval of the reconcile job (S8.4); unknown outcomes are rare and checks call other
 #: services, so it runs less often than the sweeper.
@@ -77,6 +77,16 @@ DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
 DEFAULT_WEBHOOK_BACKOFF = 1.0
 #: Seconds one webhook POST may take.
 DEFAULT_WEBHOOK_TIMEOUT = 5.0
+#: With a `sentinel://` Redis URL: the name of the master the Sentinels monitor.
+DEFAULT_REDIS_SENTINEL_MASTER = None
+#: A claim counts only once this many replicas hold it (Redis `WAIT`); 0 = the primary alone.
+DEFAULT_CLAIM_REPLICAS = 0
+#: How long a worker waits for those replicas before it gives the attempt up unrun.
+DEFAULT_CLAIM_REPLICAS_TIMEOUT = 1.0
+#: Refuse to start (instead of warning) when Redis's configuration can lose claims.
+DEFAULT_REQUIRE_DURABLE_REDIS = False
+#: Run the sweeper as a thread of `celery beat` (it then never waits for a tool slot).
+DEFAULT_SWEEP_IN_BEAT = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +124,11 @@ class Settings:
     webhook_max_attempts: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS
     webhook_backoff: float = DEFAULT_WEBHOOK_BACKOFF
     webhook_timeout: float = DEFAULT_WEBHOOK_TIMEOUT
+    redis_sentinel_master: str | None = DEFAULT_REDIS_SENTINEL_MASTER
+    claim_replicas: int = DEFAULT_CLAIM_REPLICAS
+    claim_replicas_timeout: float = DEFAULT_CLAIM_REPLICAS_TIMEOUT
+    require_durable_redis: bool = DEFAULT_REQUIRE_DURABLE_REDIS
+    sweep_in_beat: bool = DEFAULT_SWEEP_IN_BEAT
 
     def __post_init__(self) -> None:
         positive = (
@@ -133,6 +148,7 @@ class Settings:
             "webhook_max_attempts",
             "webhook_backoff",
             "webhook_timeout",
+            "claim_replicas_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -142,6 +158,10 @@ class Settings:
         if not 0 <= self.worker_metrics_port <= 65535:
             raise ConfigurationError(
                 f"setting worker_metrics_port must be 0 (off) or a port, got {self.worker_metrics_port!r}"
+            )
+        if self.claim_replicas < 0:
+            raise ConfigurationError(
+                f"setting claim_replicas must be 0 or more, got {self.claim_replicas!r}"
             )
         if not self.key_prefix or "{" in self.key_prefix or "}" in self.key_prefix:
             raise ConfigurationError(

@@ -21,6 +21,7 @@ from dex_celery import tracing
 from dex_celery.dispatch import outcome_of
 from dex_celery.errors import DexError, ToolError, ToolLost
 from dex_celery.ids import CallKey, parse_task_id
+from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import outcome_writer
 from dex_celery.stats import count_refused_claim
@@ -51,6 +52,8 @@ class HeartbeatPump:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        #: When the loop's next beat is due (monotonic clock); set by the loop.
+        self._due = float("inf")
 
     def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
         with self._lock:
@@ -60,6 +63,12 @@ class HeartbeatPump:
                     target=self._loop, name="dex-heartbeat", daemon=True
                 )
                 self._thread.start()
+            # This lease needs its first renewal within a third of itself. If the loop's next
+            # beat is later than that (it slept on longer leases, or idle), wake it to re-plan;
+            # otherwise the planned beat covers it and the loop is left alone.
+            late = time.monotonic() + min(self.interval, heartbeat_timeout / 3) < self._due
+        if late:
+            self._wake.set()
 
     def remove(self, key: str) -> None:
         with self._lock:
@@ -85,15 +94,29 @@ class HeartbeatPump:
                     entry[1].cancel()
                     log.warning("attempt of %s was fenced; the tool is told to stop", key)
 
-    def _next_interval(self) -> float:
-        """A third of the shortest heartbeat timeout among the running attempts' policies."""
-        with self._lock:
-            shortest = min((hb for _, _, hb in self._running.values()), default=self.interval * 3)
-        return min(self.interval, shortest / 3)
+    def _interval_locked(self) -> float:
+        """A third of the shortest heartbeat timeout among the running attempts' policies, at
+        most `interval` (a third of the deployment's); `interval` when nothing runs."""
+        shortest = min((hb for _, _, hb in self._running.values()), default=None)
+        return self.interval if shortest is None else min(self.interval, shortest / 3)
 
     def _loop(self) -> None:
+        """Beat every third of the shortest running lease, counted from the previous beat.
+
+        `add` wakes the loop only when a new attempt's lease is shorter than the planned sleep
+        allows; the loop then re-plans from the previous beat rather than from now, so a stream
+        of new attempts cannot keep pushing the next beat back.
+        """
+        last_beat = time.monotonic()
         while True:
-            self._wake.wait(self._next_interval())
+            with self._lock:
+                self._due = last_beat + self._interval_locked()
+                due = self._due
+            delay = due - time.monotonic()
+            if delay > 0 and self._wake.wait(delay):
+                self._wake.clear()
+                continue  # re-plan with the attempt just added
+            last_beat = time.monotonic()
             with self._lock:
                 batch = [(k, fence) for k, (fence, _, _) in self._running.items()]
             if not batch:
@@ -101,7 +124,7 @@ class HeartbeatPump:
             try:
                 self._fence(self.ledger.heartbeat(batch))
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
-                log.exception("heartbeat failed; retrying in %.1fs", self.interval)
+                log.exception("heartbeat failed; trying again at the next beat")
 
 
 _pumps: dict[int, HeartbeatPump] = {}
@@ -174,7 +197,15 @@ def _run_attempt(
         traced.set("outcome", f"claim_refused:{claim.reason}")
         raise Ignore()
     traced.set("effect", claim.effect)
-    if claim.effect not in RETRYABLE_EFFECTS and not _fence_write(dex, key, attempt, fence, owner):
+    # With `claim_replicas`, the claim counts only once replicas hold it (WAIT); short of that
+    # the tool does not run and the attempt ends as not run (ledger/durability.py). Checked
+    # before the write fence, so SQL holds claims only of writes that may then run.
+    refused = claim_shortfall(dex, key, attempt)
+    if (
+        not refused
+        and claim.effect not in RETRYABLE_EFFECTS
+        and not _fence_write(dex, key, attempt, fence, owner)
+    ):
         traced.set("outcome", "write_fence_refused")
         raise Ignore()
     pump = heartbeat_pump(dex)
@@ -182,7 +213,10 @@ def _run_attempt(
     pump.add(key, fence, ctx, claim.heartbeat_timeout)
     try:
         with span(tracing.RUN, key=key, attempt=attempt) as running:
-            cause, payload = _call_tool(tool, ctx, arguments)
+            if refused:
+                cause, payload = Cause.RETRYABLE, refused
+            else:
+                cause, payload = _call_tool(tool, ctx, arguments)
             running.set("cause", cause)
     finally:
         pump.remove(key)

@@ -31,10 +31,13 @@ from dex_celery.store.bindings import bind, read_binding
 log = logging.getLogger("dex_celery.ledger")
 
 
-def ledger_location(redis_url: str, key_prefix: str) -> str:
-    """Where a ledger lives, as settings name it: `host:port/db prefix` (or the socket path)."""
+def ledger_location(redis_url: str, key_prefix: str, sentinel_master: str | None = None) -> str:
+    """Where a ledger lives, as settings name it: `host:port/db prefix`, the socket path, or
+    the Sentinel master's name (its address changes with every failover)."""
     parts = urlsplit(redis_url)
-    if parts.scheme == "unix":
+    if parts.scheme == "sentinel":
+        where = f"sentinel master {sentinel_master or '?'}"
+    elif parts.scheme == "unix":
         where = parts.path
     else:
         host = (parts.hostname or "127.0.0.1").lower()

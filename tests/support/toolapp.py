@@ -73,9 +73,12 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
     settings = settings or Settings.from_env()
     app = Celery("dex_test_tools")
     dex = Dex(app, settings)
+    # What a deployment's beat sends (the reconcile job); the sweeper runs inside beat itself.
+    app.conf.beat_schedule = dex.beat_schedule()
     visibility = os.environ.get(VISIBILITY_TIMEOUT_ENV)
     if visibility:
         app.conf.broker_transport_options = {
+            **(app.conf.broker_transport_options or {}),
             "visibility_timeout": float(visibility),
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
@@ -91,6 +94,14 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         dex.tool(f"slow_{effect.value}", policy=ToolPolicy(effect=effect, requires_approval=False))(
             slow
         )
+
+    # A lease much shorter than the deployment's heartbeat timeout: only the worker's heartbeat
+    # thread keeps these alive (they never heartbeat themselves).
+    for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
+        dex.tool(
+            f"short_lease_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False, heartbeat_timeout=2.0),
+        )(slow)
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def echo(ctx: ToolContext, **arguments: Any) -> Any:

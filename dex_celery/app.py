@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import redis
 from celery import Celery, signals
 
 from dex_celery.errors import DuplicateTool, UnknownTool
+from dex_celery.health import install_worker_checks
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.policy import ToolPolicy, check_registration, effect_from_annotations
@@ -63,6 +65,15 @@ def configure_celery(app: Celery, settings: Settings) -> None:
         app.conf.broker_url = settings.effective_broker_url
 
 
+#: The `Dex` created on each Celery app, so `-A proj.celery:app` finds it (`dex_of`).
+_DEX_OF_APP: weakref.WeakKeyDictionary[Celery, Dex] = weakref.WeakKeyDictionary()
+
+
+def dex_of(celery: Celery) -> Dex | None:
+    """The `Dex` bound to a Celery app (the last one created on it), or None."""
+    return _DEX_OF_APP.get(celery)
+
+
 class Dex:
     """The registry of tools of one Celery app and the services they are recorded in."""
 
@@ -70,18 +81,20 @@ class Dex:
         self.celery = celery
         self.settings = settings or Settings.from_env()
         self.keys = KeySpace(self.settings.key_prefix)
-        self.store = Store(self.settings.database_url)
+        self.store = Store(self.settings.database_url, schema=self.settings.database_schema)
         self._tools: dict[str, Tool] = {}
         self._pid = 0
         self._ledger: Ledger | None = None
         self._epoch: str | None = None
         self._lock = threading.Lock()
         configure_celery(celery, self.settings)
+        _DEX_OF_APP[celery] = self
         self._register_sweep_task()
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
         signals.task_failure.connect(self._on_task_failure, weak=False)
+        install_worker_checks(self)
         signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
         signals.worker_shutdown.connect(_flush_outcomes, weak=False)
 

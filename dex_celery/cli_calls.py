@@ -22,7 +22,7 @@ import redis
 import sqlalchemy.exc
 
 from dex_celery.app import Dex
-from dex_celery.cli import DexContext, pass_context
+from dex_celery.cli_context import DexContext, pass_context
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.outcomes import CallStatus
 from dex_celery.reconcile import ReconcileReport

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dex_celery.backends import translating_backend_errors
 from dex_celery.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
 from dex_celery.events import START, AgentEvent, AgentEvents
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from dex_celery.approvals import PendingApproval
 
 
+@translating_backend_errors
 class DexClient:
     def __init__(self, dex: Dex) -> None:
         self.dex = dex

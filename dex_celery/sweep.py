@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from dex_celery.health import record_sweep
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.records import ApprovalDecision, ToolCallRecord
@@ -118,6 +119,7 @@ class Sweeper:
         )
         if report.moved or report.errors:
             log.info("sweep: %s", report.as_dict())
+        record_sweep(self.dex, now, report.errors)
         return report
 
     def _record_unrecorded(self, key: str) -> bool:

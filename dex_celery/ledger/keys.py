@@ -19,6 +19,8 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:events`                 | stream | AgentEvents (S7.3)                                      |
 | `dex:cursor:orphans`         | string | where the orphan check's paging through calls in flight |
 |                              |        | stopped: `<requested_at>|<key>`                         |
+| `dex:sweep:heartbeat`        | string | JSON `{"at": <Redis time>, "errors": n}` of the last    |
+|                              |        | finished sweep (`dex-celery status`, worker warnings)   |
 
 `<key>` is the idempotency key `session/turn/call`; wrapping it in braces makes it the hash
 tag, so everything of one call lands in one slot if the data is ever sharded. The indexes are
@@ -71,3 +73,7 @@ class KeySpace:
     @property
     def orphan_cursor(self) -> str:
         return f"{self.prefix}:cursor:orphans"
+
+    @property
+    def sweep_heartbeat(self) -> str:
+        return f"{self.prefix}:sweep:heartbeat"

@@ -82,10 +82,14 @@ class Outcome:
 class Store:
     """Repository over one database. Safe to share between threads; re-made after a fork."""
 
-    def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, url: str, *, clock: Callable[[], float] = time.time, schema: str | None = None
+    ) -> None:
         self.url = url
         self.clock = clock
-        self._engine = ForkSafeEngine(url)
+        #: PostgreSQL schema of the tables (`Settings.database_schema`); None: the default one.
+        self.schema = schema
+        self._engine = ForkSafeEngine(url, schema=schema)
 
     @property
     def engine(self) -> Engine:

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import click
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
-from dex_celery.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext
 from dex_celery.cli_calls import render_table, shorten
-from dex_celery.cli_ops import celery_module, expanded_node_name, prepare_database, worker_answers
+from dex_celery.cli_context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext
+from dex_celery.cli_ops import expanded_node_name, prepare_database, worker_answers
+from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
 from dex_celery.settings import env_name
-from tasks.orderdesk import DEMO_ORDERS, OrderDesk
 
 APPROVER = "ops@orderdesk.example"
 EXPECTED = ("succeeded", "failed", "rejected", "outcome_unknown")
@@ -86,7 +86,7 @@ def run_demo(ctx: DexContext, *, timeout: float) -> int:
     logging.getLogger("dex_celery").setLevel(logging.ERROR)
     started = time.monotonic()
     echo("dex-celery demo: an agent session on the order desk, one call of each outcome\n")
-    stack = LocalStack(celery_module(ctx.app_path), quiet=True, echo=lambda m: echo(f"  {m}"))
+    stack = LocalStack(_module_of(ctx), quiet=True, echo=lambda m: echo(f"  {m}"))
     try:
         try:
             stack.start_redis()
@@ -139,8 +139,13 @@ def run_demo(ctx: DexContext, *, timeout: float) -> int:
         stack.stop()
 
 
+def _module_of(ctx: DexContext) -> str:
+    """The module of the app (`celery -A` imports it; it holds `app`, `dex` and `desk`)."""
+    return (ctx.app_path or "").partition(":")[0]
+
+
 def _desk_of(ctx: DexContext) -> OrderDesk | None:
-    module = importlib.import_module(celery_module(ctx.app_path))
+    module = importlib.import_module(_module_of(ctx))
     desk = getattr(module, "desk", None)
     return desk if isinstance(desk, OrderDesk) else None
 

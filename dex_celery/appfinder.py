@@ -38,10 +38,10 @@ def find_dex(path: str | None) -> Dex:
         module_name, _, attribute = module_name.rpartition(".")  # `proj.celery.app`
         module = _import(module_name, path)
     if module is None:
-        raise AppNotFound(f"cannot import {path.partition(':')[0]!r} (from -A {path!r})")
+        raise AppNotFound(f"cannot import {path.partition(':')[0]!r} (from -A/--app {path!r})")
     if attribute:
         if not hasattr(module, attribute):
-            raise AppNotFound(f"module {module_name!r} has no attribute {attribute!r} (-A {path!r})")
+            raise AppNotFound(f"module {module_name!r} has no attribute {attribute!r} (-A/--app {path!r})")
         return _as_dex(getattr(module, attribute), path)
     return _search(module, path)
 
@@ -62,12 +62,12 @@ def _import(module_name: str, path: str) -> ModuleType | None:
     except ModuleNotFoundError as e:
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
             return None  # the named module itself is missing (not one it imports)
-        raise AppNotFound(f"importing {module_name!r} (from -A {path!r}) failed: {e}") from e
+        raise AppNotFound(f"importing {module_name!r} (from -A/--app {path!r}) failed: {e}") from e
     except DexError:
         raise
     except Exception as e:  # the user's module raised while importing: say so in one line
         raise AppNotFound(
-            f"importing {module_name!r} (from -A {path!r}) failed: {type(e).__name__}: {e}"
+            f"importing {module_name!r} (from -A/--app {path!r}) failed: {type(e).__name__}: {e}"
         ) from e
 
 
@@ -82,7 +82,7 @@ def _as_dex(value: Any, path: str) -> Dex:
             )
         return dex
     raise AppNotFound(
-        f"-A {path!r} names a {type(value).__name__}, not a Celery app or a dex_celery.Dex"
+        f"-A/--app {path!r} does not name a Celery app or a dex_celery.Dex (it is a {type(value).__name__})"
     )
 
 
@@ -101,4 +101,4 @@ def _search(module: ModuleType, path: str) -> Dex:
         submodule = _import(f"{module.__name__}.celery", path)
         if submodule is not None:
             return _search(submodule, path)
-    raise AppNotFound(f"module {module.__name__!r} (-A {path!r}) has no Celery app with a Dex")
+    raise AppNotFound(f"module {module.__name__!r} (-A/--app {path!r}) has no Celery app with a Dex")

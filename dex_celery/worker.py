@@ -14,6 +14,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from celery import current_task
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from dex_celery.dispatch import outcome_of
@@ -117,7 +118,11 @@ def heartbeat_pump(dex: Dex) -> HeartbeatPump:
 
 
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """`<Celery node name>:<pid>`, e.g. `celery@web-1:4242`: the node name is the worker's name
+    in Flower and `celery inspect`; the pid is the pool process running the attempt."""
+    request = getattr(current_task, "request", None) if current_task else None
+    node = getattr(request, "hostname", None) or socket.gethostname()
+    return f"{node}:{os.getpid()}"
 
 
 def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> None:

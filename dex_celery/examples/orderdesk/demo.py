@@ -228,7 +228,8 @@ def _kill_when_running(
         return False
     if not desk.operations(key):
         return False
-    host, _, pid = entry.owner.rpartition(":")
+    node, _, pid = entry.owner.rpartition(":")
+    host = node.rpartition("@")[2]  # `celery@host:pid`: the worker's node name, then the pid
     if host != socket.gethostname() or not pid.isdigit():
         raise RuntimeError(f"{key} runs on {entry.owner}, not on this machine: cannot kill it")
     progress.show(f"cancel_order is waiting for the bank: SIGKILL worker process {pid}")

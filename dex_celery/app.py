@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery, signals
 
+from dex_celery.beat_jobs import install_beat_jobs
 from dex_celery.errors import DuplicateTool, UnknownTool
 from dex_celery.health import install_worker_checks
 from dex_celery.ledger.keys import KeySpace
@@ -30,6 +31,7 @@ from dex_celery.reconcile import (
 )
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
+from dex_celery.task_events import AttemptFailed
 from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
 
 if TYPE_CHECKING:
@@ -93,6 +95,11 @@ class Dex:
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
+        #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
+        self._reconcile_interval: float | None = None
+        install_beat_jobs(
+            self, lambda: self._reconcile_interval or self.settings.reconcile_interval
+        )
         signals.task_failure.connect(self._on_task_failure, weak=False)
         install_worker_checks(self)
         signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
@@ -137,8 +144,8 @@ class Dex:
         # the session default is treated as a write here (the ledger still retries reads).
         late_ack = effect is not None and effect.retryable
 
-        def execute(key: str, attempt: int, arguments: dict[str, Any]) -> None:
-            run_attempt(self, tool, key, attempt, arguments)
+        def execute(key: str, attempt: int, arguments: dict[str, Any]) -> str | None:
+            return run_attempt(self, tool, key, attempt, arguments)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
@@ -150,6 +157,8 @@ class Dex:
             reject_on_worker_lost=False,
             ignore_result=True,
             typing=False,
+            # An ended call is an expected outcome: logged in one line, no traceback.
+            throws=(AttemptFailed,),
         )(execute)
 
     def get_tool(self, name: str) -> Tool:
@@ -209,20 +218,20 @@ class Dex:
     def beat_schedule(
         self, *, reconcile_interval: float | None = None
     ) -> dict[str, dict[str, Any]]:
-        """Entries for `app.conf.beat_schedule`: the sweeper and the reconcile job (S8.4), each
-        expiring if not run in time. Intervals come from `Settings` unless given here."""
+        """Entries for `app.conf.beat_schedule`: the sweeper, expiring if not run in time.
+
+        The reconcile job (S8.4) runs in the beat process itself every `reconcile_interval`
+        (`dex_celery.beat_jobs`), so it never fills Flower's task list; the interval comes from
+        `Settings` unless given here.
+        """
         interval = self.settings.sweep_interval
-        reconcile_interval = reconcile_interval or self.settings.reconcile_interval
+        if reconcile_interval is not None:
+            self._reconcile_interval = reconcile_interval
         return {
             "dex-sweep": {
                 "task": SWEEP_TASK,
                 "schedule": interval,
                 "options": {"expires": max(1.0, interval * 2)},
-            },
-            "dex-reconcile": {
-                "task": RECONCILE_TASK,
-                "schedule": reconcile_interval,
-                "options": {"expires": max(1.0, reconcile_interval * 2)},
             },
         }
 
@@ -241,9 +250,14 @@ class Dex:
 
             return reconcile_once(self).as_dict()
 
-        self.celery.task(name=RECONCILE_TASK, ignore_result=True, acks_late=False, shared=False)(
-            reconcile
-        )
+        # No task events: a run by hand (`celery call dex.reconcile`) stays out of Flower too.
+        self.celery.task(
+            name=RECONCILE_TASK,
+            ignore_result=True,
+            acks_late=False,
+            shared=False,
+            send_events=False,
+        )(reconcile)
 
     def _register_sweep_task(self) -> None:
         def sweep() -> dict[str, int]:

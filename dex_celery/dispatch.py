@@ -26,6 +26,7 @@ from dex_celery.policy import PolicySnapshot, resolve_policy
 from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
 from dex_celery.store.repository import NewCall, Outcome, arguments_json
+from dex_celery.task_events import announce_decided
 from dex_celery.tools import TASK_PREFIX
 
 if TYPE_CHECKING:
@@ -245,17 +246,26 @@ class Dispatcher:
         *,
         message: AttemptMessage | None = None,
         result: str | None = None,
+        announce: bool = True,
     ) -> None:
-        """Act on the step a ledger transition returned. Only the transition's winner calls this."""
+        """Act on the step a ledger transition returned. Only the transition's winner calls this.
+
+        `announce`: send the ended attempt's task event for Flower (`task_events`); the worker
+        running the attempt passes False, its own task state says it.
+        """
         if step.kind is StepKind.RETRY:
             if message is None:
                 message = self._message_from_record(key)
             log.info("retrying %s: attempt %d in %.2fs", key, step.attempt, step.delay)
             self.publish(message, attempt=step.attempt, countdown=step.delay)
+            if announce:
+                announce_decided(self.dex, key, step.attempt - 1, None)
         elif step.kind is StepKind.FINISHED:
-            self.record(key, step, result=result)
+            outcome = self.record(key, step, result=result)
+            if announce:
+                announce_decided(self.dex, key, step.attempt, outcome)
 
-    def record(self, key: str, step: Step, *, result: str | None = None) -> None:
+    def record(self, key: str, step: Step, *, result: str | None = None) -> Outcome:
         """Write a decided outcome to SQL, then release the ledger entry and announce it."""
         if CallStatus(step.status) is CallStatus.SUCCEEDED and result is None:
             entry = self.dex.ledger.read(key)
@@ -263,6 +273,7 @@ class Dispatcher:
         outcome = outcome_of(step, result)
         self.dex.store.record_outcome(key, outcome)
         self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
+        return outcome
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)

@@ -23,6 +23,7 @@ from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.ledger.ledger import Cause, Ledger, StepKind
 from dex_celery.recorder import outcome_writer
 from dex_celery.store.repository import OutcomeRow, arguments_json
+from dex_celery.task_events import AttemptFailed, refuse_delivery, retry, task_result
 from dex_celery.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -125,13 +126,18 @@ def owner_id() -> str:
     return f"{node}:{os.getpid()}"
 
 
-def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> None:
-    """Body of every `dex.tool.<name>` task."""
+def run_attempt(
+    dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]
+) -> str | None:
+    """Body of every `dex.tool.<name>` task. Returns the record's summary when the call
+    succeeded and raises `AttemptFailed` (or Celery's `Retry`) otherwise, so the task's state
+    in Flower is the record's (`dex_celery.task_events`)."""
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
     claim = dex.ledger.claim(key, attempt, owner=owner_id(), fence=fence)
     if not claim.ok:
         log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
+        refuse_delivery(key, attempt, claim.reason)
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
@@ -150,11 +156,19 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
     result = payload if cause is Cause.OK else None
     if step.kind is StepKind.FINISHED:
         # The ledger holds the outcome now; SQL gets it in the next batch of this process.
-        row = OutcomeRow(call, tool.name, arguments_json(arguments), outcome_of(step, result))
-        outcome_writer(dex).submit(row)
-    elif step.kind is StepKind.RETRY:
+        outcome = outcome_of(step, result)
+        outcome_writer(dex).submit(OutcomeRow(call, tool.name, arguments_json(arguments), outcome))
+        return task_result(outcome)
+    if step.kind is StepKind.RETRY:
         # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.
-        dex.dispatcher.apply(key, step, result=result)
+        dex.dispatcher.apply(key, step, result=result, announce=False)
+        raise retry(attempt, payload if cause is not Cause.OK else "")
+    if step.kind is StepKind.LATE or step.late_result:
+        raise AttemptFailed(
+            f"attempt {attempt} finished after the call's outcome was decided; its result is "
+            "kept as a late result and changes nothing"
+        )
+    return None
 
 
 def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:

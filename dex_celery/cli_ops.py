@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from dex_celery.appfinder import celery_target
-from dex_celery.backends import safe_url
+from dex_celery.backends import require_existing_database, safe_url
 from dex_celery.cli_context import EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
 from dex_celery.settings import Settings, env_name
@@ -178,6 +178,7 @@ def db_current() -> None:
     from dex_celery.store.migrate import current, head
 
     settings = Settings.from_env()
+    require_existing_database(settings.database_url)
     at = current(settings.database_url, settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")
 

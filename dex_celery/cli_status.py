@@ -26,7 +26,7 @@ def status(ctx: DexContext, as_json: bool) -> None:
     waiting, unknown outcomes unreported."""
     report = health_report(ctx.dex)
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(report.as_dict(), indent=2))
     else:
         click.echo(render_status(report))
     if report.failed:

@@ -6,7 +6,7 @@ be computed reports `fail` with the reason instead of raising, so one dead servi
 the others.
 
 The sweeper leaves a heartbeat in Redis after every sweep (`record_sweep`); a sweep older than
-`STALE_SWEEPS` intervals means beat is not running the sweeper (or nothing runs beat): expired
+`STALE_SWEEPS` intervals (`stale_after`) means beat is not running the sweeper (or nothing runs beat): expired
 calls would stay `pending` for ever, so both `status` and the workers say so.
 """
 
@@ -32,8 +32,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dex_celery.health")
 
-#: A sweep heartbeat older than this many sweep intervals counts as "no sweeper".
+#: A sweep heartbeat older than this many sweep intervals counts as "no sweeper"...
 STALE_SWEEPS = 5
+#: ...and never younger than this many seconds (a beat restart is not an outage).
+STALE_FLOOR = 5.0
+
+
+def stale_after(sweep_interval: float) -> float:
+    """Seconds without a sweep after which the sweeper counts as not running."""
+    return max(STALE_SWEEPS * sweep_interval, STALE_FLOOR)
 #: Seconds a worker waits for Celery's `inspect ping` replies in `status`.
 PING_TIMEOUT = 1.0
 
@@ -112,7 +119,7 @@ def last_sweep(dex: Dex) -> tuple[float | None, float]:
 def sweep_section(dex: Dex) -> Section:
     interval = dex.settings.sweep_interval
     age, _now = last_sweep(dex)
-    limit = STALE_SWEEPS * interval
+    limit = stale_after(interval)
     if age is None:
         return Section(
             "last_sweep",
@@ -267,7 +274,7 @@ class DeploymentWatch:
         return section
 
     def _loop(self) -> None:
-        period = STALE_SWEEPS * self.dex.settings.sweep_interval
+        period = stale_after(self.dex.settings.sweep_interval)
         # Give beat a full window to start before the first verdict.
         while not self._stop.wait(period):
             self.check_sweeper()

@@ -247,11 +247,12 @@ class Dispatcher:
         message: AttemptMessage | None = None,
         result: str | None = None,
         announce: bool = True,
-    ) -> None:
+    ) -> Outcome | None:
         """Act on the step a ledger transition returned. Only the transition's winner calls this.
 
         `announce`: send the ended attempt's task event for Flower (`task_events`); the worker
-        running the attempt passes False, its own task state says it.
+        running the attempt passes False, its own task state says it. Returns the recorded
+        outcome of a FINISHED step.
         """
         if step.kind is StepKind.RETRY:
             if message is None:
@@ -264,6 +265,8 @@ class Dispatcher:
             outcome = self.record(key, step, result=result)
             if announce:
                 announce_decided(self.dex, key, step.attempt, outcome)
+            return outcome
+        return None
 
     def record(self, key: str, step: Step, *, result: str | None = None) -> Outcome:
         """Write a decided outcome to SQL, then release the ledger entry and announce it."""

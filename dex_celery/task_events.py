@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 from typing import TYPE_CHECKING, Any
 
 from celery import current_task
@@ -29,6 +30,7 @@ from celery.exceptions import Retry
 
 from dex_celery.errors import DexError
 from dex_celery.ids import CallKey
+from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.outcomes import CallStatus
 from dex_celery.store.repository import Outcome
 
@@ -39,6 +41,10 @@ log = logging.getLogger("dex_celery.task_events")
 
 #: Longest text put into a task event (Flower keeps every task's fields in memory).
 MAX_EVENT_TEXT = 1000
+#: Seconds a worker's parent waits before re-announcing an attempt whose pool process died: its
+#: own `task-failed` event (an opaque `ExceptionWithTraceback()`) is sent right after the
+#: `task_failure` signal that decided the outcome, and the later FAILURE event is the one kept.
+WORKER_LOST_ANNOUNCE_DELAY = 1.0
 #: The custom Celery event, and so the Flower state, of a delivery its claim refused.
 REFUSED_EVENT = "task-refused"
 
@@ -114,3 +120,16 @@ def announce_decided(dex: Dex, key: str, attempt: int, outcome: Outcome | None) 
                 dispatcher.close()
     except Exception:  # Flower's view is best effort; the record is what counts
         log.warning("could not send the %s event for %s", event, task_id, exc_info=True)
+
+
+def announce_after_worker_lost(
+    dex: Dex, key: str, attempt: int, step: Step, outcome: Outcome | None
+) -> None:
+    """`announce_decided` for a dead pool process, sent once Celery's own event has gone."""
+    timer = threading.Timer(
+        WORKER_LOST_ANNOUNCE_DELAY,
+        announce_decided,
+        args=(dex, key, attempt, outcome if step.kind is StepKind.FINISHED else None),
+    )
+    timer.daemon = True
+    timer.start()

@@ -23,7 +23,13 @@ from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.ledger.ledger import Cause, Ledger, StepKind
 from dex_celery.recorder import outcome_writer
 from dex_celery.store.repository import OutcomeRow, arguments_json
-from dex_celery.task_events import AttemptFailed, refuse_delivery, retry, task_result
+from dex_celery.task_events import (
+    AttemptFailed,
+    announce_after_worker_lost,
+    refuse_delivery,
+    retry,
+    task_result,
+)
 from dex_celery.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -200,4 +206,6 @@ def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:
         call.key, attempt, worker_lost=True, detail=f"the pool process died: {detail}"
     )
     log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
-    dex.dispatcher.apply(call.key, step)
+    outcome = dex.dispatcher.apply(call.key, step, announce=False)
+    if step.kind is not StepKind.NOOP:
+        announce_after_worker_lost(dex, call.key, attempt, step, outcome)

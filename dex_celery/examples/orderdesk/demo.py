@@ -123,7 +123,7 @@ def run_demo(ctx: DexContext, *, timeout: float) -> int:
             return EXIT_REFUSED
         echo(
             f"demo finished in {time.monotonic() - started:.1f}s. "
-            f"Inspect a call: dex-celery calls show {scenario.unknown} "
+            f"Inspect a call: dex-celery -A {_module_of(ctx)} calls show {scenario.unknown} "
             f"(with DEX_DATABASE_URL={dex.settings.database_url})"
         )
         return EXIT_OK

@@ -8,9 +8,7 @@ the host's own `alembic upgrade` keeps working before and after.
 
 from __future__ import annotations
 
-import os
 import textwrap
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,14 +17,13 @@ from alembic import command
 from alembic.config import Config
 from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
 
 from dex_celery import Settings
 from dex_celery.cli import main
 from dex_celery.store import migrate
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
+from tests.support.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
 
@@ -84,21 +81,8 @@ def downgrade():
 @pytest.fixture
 def database() -> Iterator[str]:
     """A fresh PostgreSQL database of its own (dropped after)."""
-    base = make_url(os.environ["DEX_TEST_POSTGRES_URL"])
-    name = f"dex_guest_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as e:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL is unreachable: {e.orig}")
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database("dex_guest") as url:
+        yield url
 
 
 def host_alembic(tmp_path: Path, url: str) -> Config:

@@ -133,6 +133,7 @@ class Dex:
         return register
 
     def add_tool(self, tool: Tool) -> None:
+        """Register a `Tool` built by hand (what `tool()` does for a decorated function)."""
         from dex_celery.worker import run_attempt
 
         check_registration(tool.name, tool.policy, tool.annotations)
@@ -162,6 +163,7 @@ class Dex:
         )(execute)
 
     def get_tool(self, name: str) -> Tool:
+        """The registered tool `name`; `UnknownTool` if there is none."""
         try:
             return self._tools[name]
         except KeyError:
@@ -170,6 +172,7 @@ class Dex:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
+        """Every registered tool by name (read-only)."""
         return MappingProxyType(self._tools)
 
     # --- per-process services ------------------------------------------------------------------
@@ -209,6 +212,7 @@ class Dex:
         return Dispatcher(self)
 
     def client(self) -> DexClient:
+        """A `DexClient` over this deployment (cheap; make one where needed)."""
         from dex_celery.client import DexClient
 
         return DexClient(self)
@@ -242,6 +246,7 @@ class Dex:
         return self.outcome_checks.decorator(tool_name)
 
     def register_outcome_check(self, tool_name: str, check: AnyOutcomeCheck) -> None:
+        """`outcome_check` without the decorator: `check(key, arguments_json)`."""
         self.outcome_checks.register(tool_name, check)
 
     def _register_reconcile_task(self) -> None:

@@ -46,16 +46,6 @@ def find_dex(path: str | None) -> Dex:
     return _search(module, path)
 
 
-def celery_target(path: str | None, dex: Dex) -> str:
-    """What to pass to `celery -A` for the same app: `module:attribute` of its Celery app."""
-    module_name = (path or "").partition(":")[0]
-    module = sys.modules.get(module_name)
-    for name, value in vars(module).items() if module is not None else ():
-        if value is dex.celery:
-            return f"{module_name}:{name}"
-    return module_name
-
-
 def _import(module_name: str, path: str) -> ModuleType | None:
     try:
         return importlib.import_module(module_name)

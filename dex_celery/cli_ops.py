@@ -17,9 +17,10 @@ from typing import Any
 
 import click
 
-from dex_celery.appfinder import celery_target
+from dex_celery.appfinder import NO_APP_HINT
 from dex_celery.backends import require_existing_database, safe_url
 from dex_celery.cli_context import EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
+from dex_celery.errors import AppNotFound
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
 from dex_celery.settings import Settings, env_name
 
@@ -65,8 +66,12 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
     """The whole local stack: Redis (the configured one, or a private redis-server), a prefork
     worker and beat, and with --flower, Flower. Ctrl-C stops everything it started."""
     echo = click.echo
+    if not ctx.app_path:
+        raise AppNotFound(NO_APP_HINT)
     stack = LocalStack(
-        celery_target(ctx.app_path, ctx.dex),
+        # The module only: `celery -A` finds its Celery app, as it would `-A proj`. The Dex is
+        # loaded later, once DEX_REDIS_URL names the stack's Redis.
+        ctx.app_path.partition(":")[0],
         concurrency=concurrency,
         flower_port=flower_port if flower else None,
         echo=echo,

@@ -103,8 +103,7 @@ def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str
             }
             for e in entry.log
         ]
-    attempts = [_with_error(dict(a), record, entry, i == len(attempts) - 1)
-                for i, a in enumerate(attempts)]
+    attempts = _with_error(attempts, record, entry)
     if entry is None or entry.state not in ("enqueued", "running"):
         return attempts
     if all(a.get("attempt") != entry.attempt for a in attempts):
@@ -122,38 +121,42 @@ def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str
 
 #: What an attempt's end state says when no message of its own was kept.
 ATTEMPT_STATES = {
+    "failed": "the tool reported a failure (retried: its class allows it)",
     "lost": "the worker stopped after claiming it (crash, kill, lost connection or lapsed "
     "heartbeat)",
     "expired": "it never reached a worker before its schedule-to-start deadline",
     "timed_out": "it ran past its start-to-close timeout and was cancelled",
-    "retryable": "the tool reported a transient failure",
-    "tool_error": "the tool reported a failure",
 }
 
 
 def _with_error(
-    attempt: dict[str, Any], record: ToolCallRecord, entry: LedgerCall | None, last: bool
-) -> dict[str, Any]:
+    attempts: list[dict[str, Any]], record: ToolCallRecord, entry: LedgerCall | None
+) -> list[dict[str, Any]]:
     """Each attempt's error and the Celery node name of the worker that ran it.
 
-    The last attempt of a finished call carries the call's error; an earlier one the message of
-    the retry it caused when the ledger still holds it, else what its end state means.
+    The last attempt of an ended call carries the call's error; the attempt whose failure
+    caused the last retry, the message the ledger kept for that retry; any other what its end
+    state means (the attempt log keeps states, not messages).
     """
-    state = str(attempt.get("state") or "")
-    if not attempt.get("error"):
-        if state in ("ok", "succeeded", "enqueued", "running"):
-            attempt["error"] = None
-        elif last and record.finished and record.error:
-            attempt["error"] = record.error
-        elif entry is not None and entry.error and not record.finished:
-            attempt["error"] = entry.error
-        else:
-            attempt["error"] = ATTEMPT_STATES.get(state, state or None)
-    owner = str(attempt.get("owner") or "")
-    node, _, pid = owner.rpartition(":")
-    attempt["node"] = node if "@" in node else None
-    attempt["pid"] = int(pid) if pid.isdigit() else None
-    return attempt
+    out = []
+    for i, original in enumerate(attempts):
+        attempt = dict(original)
+        state = str(attempt.get("state") or "")
+        if not attempt.get("error"):
+            if state in ("succeeded", "enqueued", "running"):
+                attempt["error"] = None
+            elif i == len(attempts) - 1 and record.finished and record.error:
+                attempt["error"] = record.error
+            elif i == len(attempts) - 2 and entry is not None and entry.error != record.error:
+                attempt["error"] = entry.error or ATTEMPT_STATES.get(state, state or None)
+            else:
+                attempt["error"] = ATTEMPT_STATES.get(state, state or None)
+        owner = str(attempt.get("owner") or "")
+        node, _, pid = owner.rpartition(":")
+        attempt["node"] = node if "@" in node else None
+        attempt["pid"] = int(pid) if pid.isdigit() else None
+        out.append(attempt)
+    return out
 
 
 def _ledger_view(entry: LedgerCall | None) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.appfinder import find_dex
 from dex_celery.errors import AppNotFound, BackendUnavailable
 from tests.support import cliapp
-from tests.support.processes import ROOT, free_port
+from tests.support.processes import ROOT, Worker, free_port
 from tests.support.toolapp import make_app
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
@@ -217,3 +218,24 @@ def test_the_client_raises_dex_celery_errors_when_redis_is_down(
     with pytest.raises(RedisUnavailable) as raised:
         down.client().request_call("s1", "t1", "c1", "echo", {})
     assert isinstance(raised.value, BackendUnavailable)
+
+
+def test_calls_show_has_each_attempts_error_and_the_workers_node_name(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """The owner is `<Celery node name>:<pid>`, the name Flower and `celery inspect` show."""
+    start_worker(concurrency=1)
+    client = dex.client()
+    failing = client.request_call("s1", "t1", "bad", "failing", {"message": "no order 9"}).key
+    flaky = client.request_call("s1", "t1", "flaky", "flaky_read", {"fail_times": 1}).key
+    client.wait([failing, flaky], timeout=30)
+    shown = json.loads(run("-A", APP, "calls", "show", failing, "--json", env=env).stdout)
+    (attempt,) = shown["attempt_log"]
+    assert "no order 9" in attempt["error"]
+    assert attempt["node"].startswith("w") and "@" in attempt["node"]
+    assert attempt["owner"] == f"{attempt['node']}:{attempt['pid']}"
+    shown = json.loads(run("-A", APP, "calls", "show", flaky, "--json", env=env).stdout)
+    first, second = shown["attempt_log"]
+    assert first["error"] and second["error"] is None
+    text = run("-A", APP, "calls", "show", failing, env=env).stdout
+    assert "no order 9" in text.split("attempts", 1)[1] and attempt["node"] in text

@@ -234,12 +234,18 @@ def register_section(name: str, check: SectionCheck) -> None:
 
 
 def health_report(dex: Dex, *, include_workers: bool = True) -> HealthReport:
-    sections = tuple(
-        _guarded(name, check, dex)
-        for name, check in SECTIONS
-        if include_workers or name != "workers"
-    )
-    return HealthReport(sections)
+    """Every section in order; the workers are not pinged through a broker known to be down
+    (Kombu would retry the connection for seconds)."""
+    sections: list[Section] = []
+    for name, check in SECTIONS:
+        if name == "workers" and not include_workers:
+            continue
+        redis_down = any(s.name == "redis" and s.state is State.FAIL for s in sections)
+        if name == "workers" and redis_down and not dex.settings.broker_url:
+            sections.append(Section(name, State.FAIL, "not asked: the broker (Redis) is down"))
+            continue
+        sections.append(_guarded(name, check, dex))
+    return HealthReport(tuple(sections))
 
 
 # --- warnings in the worker's log ------------------------------------------------------------------

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from celery import signals
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from dex_celery.backends import first_line, require_existing_database, translate
 from dex_celery.outcomes import CallStatus
@@ -158,6 +158,14 @@ def database_section(dex: Dex) -> Section:
     at, newest = current(settings.database_url, settings.database_schema), head()
     values = {"revision": at, "head": newest, "schema": settings.database_schema}
     if at is None:
+        if _has_tables(dex):
+            return Section(
+                "database",
+                State.WARN,
+                "has dex-celery's tables but no migration revision (made by create_schema()): "
+                "run `dex-celery db upgrade` to adopt them",
+                values,
+            )
         return Section(
             "database",
             State.FAIL,
@@ -172,6 +180,12 @@ def database_section(dex: Dex) -> Section:
             values,
         )
     return Section("database", State.OK, f"schema at revision {at} (newest)", values)
+
+
+def _has_tables(dex: Dex) -> bool:
+    with dex.store.engine.connect() as conn:
+        names = inspect(conn).get_table_names(schema=dex.settings.database_schema)
+    return tool_calls.name in names
 
 
 def workers_section(dex: Dex) -> Section:

@@ -110,14 +110,11 @@ def announce_decided(dex: Dex, key: str, attempt: int, outcome: Outcome | None) 
         fields = {"exception": f"AttemptFailed({summary(outcome)!r})", "traceback": ""}
         event = "task-failed"
     try:
-        with dex.celery.connection_for_write() as conn:
-            dispatcher = dex.celery.events.Dispatcher(
-                conn, hostname=f"dex-sweeper@{socket.gethostname()}", enabled=True
-            )
-            try:
-                dispatcher.send(event, uuid=task_id, **fields)
-            finally:
-                dispatcher.close()
+        # The app's producer pool: a sweep ending many calls reuses one connection.
+        with dex.celery.events.default_dispatcher(
+            hostname=f"dex-sweeper@{socket.gethostname()}"
+        ) as dispatcher:
+            dispatcher.send(event, uuid=task_id, **fields)
     except Exception:  # Flower's view is best effort; the record is what counts
         log.warning("could not send the %s event for %s", event, task_id, exc_info=True)
 

@@ -20,8 +20,9 @@ from celery import Celery
 
 from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.appfinder import find_dex
-from dex_celery.errors import AppNotFound, BackendUnavailable
+from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
 from tests.support import cliapp
+from tests.support.pg_schema import postgres_schema
 from tests.support.processes import ROOT, Worker, free_port
 from tests.support.toolapp import make_app
 
@@ -239,3 +240,28 @@ def test_calls_show_has_each_attempts_error_and_the_workers_node_name(
     assert first["error"] and second["error"] is None
     text = run("-A", APP, "calls", "show", failing, env=env).stdout
     assert "no order 9" in text.split("attempts", 1)[1] and attempt["node"] in text
+
+
+def test_postgres_without_the_schema_is_one_line(env: dict[str, str]) -> None:
+    """PostgreSQL answers `relation does not exist` (or an unknown DEX_DATABASE_SCHEMA): one
+    line naming the fix, for the command and for the client alike."""
+    with postgres_schema() as url:
+        for extra in ({}, {"DEX_DATABASE_SCHEMA": "no_such_schema"}):
+            environ = {**env, "DEX_DATABASE_URL": url, **extra}
+            line = one_error_line(run("-A", APP, "approvals", "list", env=environ))
+            assert "no dex-celery schema" in line and "dex-celery db upgrade" in line, extra
+            _app, guest = make_app(Settings.from_env(environ))
+            with pytest.raises(SchemaMissing):
+                guest.client().get_call("s/t/c")
+            guest.store.engine.dispose()
+
+
+def test_the_client_raises_dex_celery_errors_when_the_database_is_down(
+    env: dict[str, str],
+) -> None:
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test"
+    _app, down = make_app(Settings.from_env({**env, "DEX_DATABASE_URL": url}))
+    with pytest.raises(DatabaseUnavailable, match="cannot use the database"):
+        down.client().get_call("s/t/c")
+    with pytest.raises(DatabaseUnavailable):
+        down.client().request_call("s1", "t1", "c1", "echo", {})

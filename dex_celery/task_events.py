@@ -82,10 +82,10 @@ def retry(attempt: int, detail: str) -> Retry:
     return Retry(text, exc=AttemptFailed(text))
 
 
-def refuse_delivery(key: str, attempt: int, reason: str) -> None:
+def refuse_delivery(dex: Dex, key: str, attempt: int, reason: str) -> None:
     """Mark the delivery REFUSED in Flower: its claim was refused, so no tool code ran."""
     task = current_task
-    if task is None or not getattr(task, "request", None):
+    if not dex.settings.task_events or task is None or not getattr(task, "request", None):
         return
     text = _short(f"attempt {attempt} of {key} not run: its claim was refused ({reason})")
     try:

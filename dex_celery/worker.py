@@ -143,7 +143,7 @@ def run_attempt(
     claim = dex.ledger.claim(key, attempt, owner=owner_id(), fence=fence)
     if not claim.ok:
         log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
-        refuse_delivery(key, attempt, claim.reason)
+        refuse_delivery(dex, key, attempt, claim.reason)
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))

@@ -57,10 +57,12 @@ class ToolContext:
 
     @property
     def idempotency_key(self) -> str:
+        """`session/turn/call`, the same for every attempt: pass it to the service."""
         return self.call.key
 
     @property
     def session_id(self) -> str:
+        """The session (agent conversation) the call belongs to."""
         return self.call.session_id
 
     @property
@@ -69,6 +71,7 @@ class ToolContext:
         return self._cancelled.is_set()
 
     def cancel(self) -> None:
+        """Set by the system when the attempt is fenced; the tool should stop."""
         self._cancelled.set()
 
     def heartbeat(self, *, raise_if_cancelled: bool = False) -> bool:

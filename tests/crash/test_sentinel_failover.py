@@ -47,7 +47,9 @@ from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 pytestmark = pytest.mark.crash
 
 #: Longer than the failover (about 4 s here), so healthy leases survive it.
-TIMINGS = {"DEX_HEARTBEAT_TIMEOUT": "10", "DEX_SCHEDULE_TO_START": "8"}
+# A queue deadline well beyond the time a failover and a new ledger life take on a loaded
+# machine: a call made after the failover must not expire while the ledger settles.
+TIMINGS = {"DEX_HEARTBEAT_TIMEOUT": "10", "DEX_SCHEDULE_TO_START": "30"}
 #: Kombu's Redis transport keeps each delivered, unacknowledged message in this hash.
 KOMBU_UNACKED = "unacked"
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery, signals
 
+from dex_celery.arguments import prepare_tool
+from dex_celery.definitions import tool_definitions
 from dex_celery.errors import DuplicateTool, UnknownTool
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
@@ -116,6 +118,7 @@ class Dex:
         from dex_celery.worker import run_attempt
 
         check_registration(tool.name, tool.policy, tool.annotations)
+        tool = prepare_tool(tool)  # arguments schema, secret names (dex_celery/arguments.py)
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
@@ -124,8 +127,10 @@ class Dex:
         # the session default is treated as a write here (the ledger still retries reads).
         late_ack = effect is not None and effect.retryable
 
-        def execute(key: str, attempt: int, arguments: dict[str, Any]) -> None:
-            run_attempt(self, tool, key, attempt, arguments)
+        def execute(
+            key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
+        ) -> None:
+            run_attempt(self, tool, key, attempt, arguments, sealed)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
@@ -149,6 +154,10 @@ class Dex:
     @property
     def tools(self) -> Mapping[str, Tool]:
         return MappingProxyType(self._tools)
+
+    def tool_definitions(self, format: str = "openai") -> list[dict[str, Any]]:
+        """Every tool's schema as `openai`, `anthropic` or `mcp` tool definitions."""
+        return tool_definitions(self._tools.values(), format)
 
     # --- per-process services ------------------------------------------------------------------
 

@@ -65,6 +65,8 @@ class ToolCallRecord:
     late_result: str | None = None
     attempt_log: str | None = None
     ledger_epoch: str | None = None
+    #: The secret argument values, sealed; `arguments` shows them as `***` (docs/secrets.md).
+    sealed_arguments: str | None = field(default=None, repr=False)
 
     @property
     def effect(self) -> EffectClass:

@@ -14,11 +14,12 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from celery.exceptions import Ignore
 
 from dex_celery.dispatch import outcome_of
-from dex_celery.errors import DexError, ToolError
+from dex_celery.errors import DexError
 from dex_celery.ids import CallKey, parse_task_id
+from dex_celery.invoke import invoke_attempt, stored_arguments
 from dex_celery.ledger.ledger import Cause, Ledger, StepKind
 from dex_celery.recorder import outcome_writer
 from dex_celery.store.repository import OutcomeRow, arguments_json
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     from dex_celery.app import Dex
 
 log = logging.getLogger("dex_celery.worker")
-
-#: Exceptions a tool raises that mean "try again later" without being a ToolError.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 
 class HeartbeatPump:
@@ -120,8 +118,15 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> None:
-    """Body of every `dex.tool.<name>` task."""
+def run_attempt(
+    dex: Dex,
+    tool: Tool,
+    key: str,
+    attempt: int,
+    arguments: str | dict[str, Any],
+    sealed: str | None = None,
+) -> None:
+    """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.invoke`)."""
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
     claim = dex.ledger.claim(key, attempt, owner=owner_id(), fence=fence)
@@ -132,7 +137,9 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
     pump.add(key, fence, ctx, claim.heartbeat_timeout)
     try:
-        cause, payload = _call_tool(tool, ctx, arguments)
+        cause, payload = invoke_attempt(
+            dex, tool, ctx, arguments, sealed, start_to_close=claim.start_to_close
+        )
     finally:
         pump.remove(key)
     step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
@@ -145,29 +152,11 @@ def run_attempt(dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[st
     result = payload if cause is Cause.OK else None
     if step.kind is StepKind.FINISHED:
         # The ledger holds the outcome now; SQL gets it in the next batch of this process.
-        row = OutcomeRow(call, tool.name, arguments_json(arguments), outcome_of(step, result))
+        row = OutcomeRow(call, tool.name, arguments_json(stored_arguments(arguments)), outcome_of(step, result))
         outcome_writer(dex).submit(row)
     elif step.kind is StepKind.RETRY:
         # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.
         dex.dispatcher.apply(key, step, result=result)
-
-
-def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:
-    try:
-        value = tool.function(ctx, **arguments)
-    except SoftTimeLimitExceeded:
-        return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
-    except ToolError as e:
-        return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), e.message
-    except TRANSIENT_ERRORS as e:
-        return Cause.RETRYABLE, f"{type(e).__name__}: {e}"
-    except Exception as e:
-        log.exception("tool %s raised", tool.name)
-        return Cause.TOOL_ERROR, f"{type(e).__name__}: {e}"
-    try:
-        return Cause.OK, json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        return Cause.TOOL_ERROR, f"the tool returned a value that is not JSON: {e}"
 
 
 def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:

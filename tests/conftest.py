@@ -47,6 +47,8 @@ def env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
         "DEX_DATABASE_URL": f"sqlite:///{tmp_path / 'dex.db'}",
         "DEX_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
         LOG_ENV: str(tool_log),
+        # Seals secret arguments at rest and in the broker (docs/secrets.md).
+        "DEX_SECRET_KEY": f"test-key-{uuid.uuid4().hex}",
         **TEST_TIMINGS,
     }
 

@@ -22,15 +22,11 @@ import jsonschema
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from dex_celery.errors import ConfigurationError, InvalidToolArguments
+from dex_celery.errors import InvalidToolArguments, InvalidToolSignature
 from dex_celery.tools import Tool
 
 #: Parameter kinds a tool cannot have: arguments arrive by name, from a JSON object.
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
-
-
-class InvalidToolSignature(ConfigurationError):
-    """A tool function whose parameters cannot be filled from a JSON object of arguments."""
 
 
 def signature_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:

@@ -32,6 +32,16 @@ class DuplicateTool(ConfigurationError):
     """Two tools registered under one name on the same app."""
 
 
+class InvalidToolSignature(ConfigurationError):
+    """A tool whose arguments cannot be described or checked: positional-only parameters, no
+    context parameter, a type without a JSON Schema, an invalid `input_schema`, or
+    `secret_arguments` naming a parameter the tool does not have."""
+
+
+class SealError(ConfigurationError):
+    """A sealed secret this process's `secret_key` cannot open (another key, or tampered)."""
+
+
 # --- bad input of one request (S9.3) -------------------------------------------------------
 
 

@@ -22,16 +22,12 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from dex_celery.errors import ConfigurationError, SecretKeyMissing
+from dex_celery.errors import SealError, SecretKeyMissing
 from dex_celery.redact import REDACTED
 
 #: Values shorter than this are not scrubbed from texts: replacing every "1" or "ok" in an error
 #: message would destroy it and protect nothing.
 MIN_SCRUB_LENGTH = 4
-
-
-class SealError(ConfigurationError):
-    """A sealed value that this process's `secret_key` cannot open (another key, or tampered)."""
 
 
 def fernet(secret_key: str | None) -> Fernet:

@@ -66,8 +66,12 @@ def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
 def start_worker(env: dict[str, str]) -> Iterator[Callable[..., Worker]]:
     workers: list[Worker] = []
 
-    def start(*, concurrency: int = 2, extra_env: dict[str, str] | None = None) -> Worker:
-        worker = Worker({**env, **(extra_env or {})}, Path(env[LOG_ENV]), concurrency).start()
+    def start(
+        *, concurrency: int = 2, extra_env: dict[str, str] | None = None, pool: str = "prefork"
+    ) -> Worker:
+        worker = Worker(
+            {**env, **(extra_env or {})}, Path(env[LOG_ENV]), concurrency, pool=pool
+        ).start()
         workers.append(worker)
         return worker
 

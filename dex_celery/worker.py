@@ -152,7 +152,9 @@ def run_attempt(
     result = payload if cause is Cause.OK else None
     if step.kind is StepKind.FINISHED:
         # The ledger holds the outcome now; SQL gets it in the next batch of this process.
-        row = OutcomeRow(call, tool.name, arguments_json(stored_arguments(arguments)), outcome_of(step, result))
+        row = OutcomeRow(
+            call, tool.name, arguments_json(stored_arguments(arguments)), outcome_of(step, result)
+        )
         outcome_writer(dex).submit(row)
     elif step.kind is StepKind.RETRY:
         # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.

@@ -46,9 +46,7 @@ def test_async_tools_on_every_pool(
 ) -> None:
     worker = start_worker(pool=pool, concurrency=4)
     client = dex.client()
-    keys = {
-        name: f"s1/t1/{name}" for name in ("ok", "error", "overtime", "long_await", "w", "r")
-    }
+    keys = {name: f"s1/t1/{name}" for name in ("ok", "error", "overtime", "long_await", "w", "r")}
     client.request_calls(
         [
             CallRequest("s1", "t1", "ok", "async_echo", {"text": pool, "delay": 0.2}),

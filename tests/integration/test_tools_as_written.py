@@ -106,3 +106,26 @@ def test_a_write_returning_a_value_that_is_not_json_succeeded(
     assert len(executions(done.key)) == 1
     assert done.status is CallStatus.SUCCEEDED
     assert "not JSON" in json.loads(done.result)["result_not_kept"]
+
+
+def test_secrets_survive_a_retry_and_an_approval(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """SQL keeps the secret only sealed; a retry (arguments read back from SQL) and an approved
+    call (started from its SQL record) still give the tool the real value, and the retryable
+    error that quoted the token was scrubbed."""
+    start_worker()
+    client = dex.client()
+    token = "tok-retry-0123456789"
+    done = _run(dex, "flaky_secret", {"api_token": token}, "retry")
+    assert done.status is CallStatus.SUCCEEDED, done.error
+    assert json.loads(done.result) == {"attempt": 2, "token_length": len(token)}
+    assert token not in (done.attempt_log or "") + done.arguments
+    card = "4111111111111111"
+    record = client.request_call("s1", "t1", "card", "guarded_secret", {"card": card})
+    assert json.loads(record.arguments) == {"card": "***"}
+    (pending,) = client.pending_approvals()
+    assert card not in repr(pending)
+    client.approve(record.key, "ops")
+    (approved,) = client.wait([record.key], timeout=30)
+    assert json.loads(approved.result) == {"card_length": 16, "echo": "charged ***"}

@@ -255,6 +255,29 @@ def _edge_tools(dex: Dex) -> None:
         logging.getLogger("tests.leaky").info("charging order %s", order)
         return int(api_token)
 
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.READ,
+            max_attempts=3,
+            backoff_initial=0.1,
+            secret_arguments=("api_token",),
+        )
+    )
+    def flaky_secret(ctx: ToolContext, api_token: str) -> Any:
+        """Fails its first attempt: the retry must still get the real token (read back sealed)."""
+        _note(ctx, "start")
+        if ctx.attempt == 1:
+            raise RetryableToolError(f"the service refused {api_token} for now")
+        return {"attempt": ctx.attempt, "token_length": len(api_token)}
+
+    @dex.tool(
+        policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("card",))
+    )
+    def guarded_secret(ctx: ToolContext, card: str) -> Any:
+        """Waits for approval; runs with the real card number once approved."""
+        _note(ctx, "start")
+        return {"card_length": len(card), "echo": f"charged {card}"}
+
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def big_read(ctx: ToolContext, size: int) -> Any:
         _note(ctx, "start")

@@ -24,6 +24,7 @@ SIDE = os.environ.get("BENCH_SIDE", "dex")
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6399/0")
 COUNTER_KEY = "bench:io:done"
 
+
 def build(settings: Settings, name: str = "bench_io_dex") -> tuple[Celery, Dex]:
     """The dex-celery app: a sync and an async `read` tool that wait `seconds`."""
     celery = Celery(name)

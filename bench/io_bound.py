@@ -42,8 +42,9 @@ def run_plain(folder: Path, url: str, kind: str, args: argparse.Namespace) -> fl
     worker = _worker(folder, {"BENCH_SIDE": "plain", "BENCH_BROKER_URL": url}, args)
     r = redis.Redis.from_url(url)
     name = "io.sleep" if kind == "sync" else "io.async_sleep"
+    rate = 0.0
     try:
-        for n, timed in ((args.warmup, False), (args.calls, True)):
+        for n in (args.warmup, args.calls):
             r.set("bench:io:done", 0)
             t0 = time.perf_counter()
             with client_app.producer_or_acquire() as producer:
@@ -55,10 +56,10 @@ def run_plain(folder: Path, url: str, kind: str, args: argparse.Namespace) -> fl
                 what=f"{n} plain completions",
                 interval=0.005,
             )
-            seconds = time.perf_counter() - t0
+            rate = n / (time.perf_counter() - t0)
     finally:
         worker.stop(warm=True)
-    return args.calls / seconds if timed else 0.0
+    return rate
 
 
 def run_dex(folder: Path, url: str, kind: str, args: argparse.Namespace) -> float:

@@ -2,9 +2,11 @@
 
 - A sync tool is called in the task's own thread (or greenlet). One that hands back an awaitable
   is refused with a clear error; its coroutine is closed, never left "never awaited".
-- An `async def` tool runs on the event loop this worker process keeps in one background thread
-  (under gevent, a greenlet: `threading` is patched, so the same code cooperates with the hub).
-  The task waits for it; the heartbeat pump goes on renewing the lease while it awaits.
+- An `async def` tool runs on an event loop the worker keeps: one per pool thread (prefork: the
+  pool process's thread; threads: each thread), reused call after call. Under gevent, where all
+  greenlets share one OS thread and asyncio allows one running loop per OS thread, all async
+  tools share one loop run by a greenlet (`threading` is patched, so `LoopThread` is one) and
+  cooperating with the hub. The heartbeat pump goes on renewing the lease while the tool awaits.
 - When the attempt is fenced (its lease was taken away, or it ran past start-to-close) the
   `ToolContext` is cancelled, which cancels the coroutine; a sync tool sees `ctx.cancelled`.
 - Start-to-close is enforced here for every pool, not only where Celery has a soft time limit
@@ -17,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import heapq
 import inspect
 import itertools
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -114,15 +118,25 @@ class Watchdog:
         self._thread.start()
 
     def add(self, delay: float, action: Callable[[], None]) -> int:
+        deadline = time.monotonic() + delay
         with self._cond:
             ident = next(self._ids)
-            heapq.heappush(self._heap, (time.monotonic() + delay, ident, action))
-            self._cond.notify()
+            # Wake the thread only for a deadline earlier than the one it sleeps towards: with
+            # one start-to-close for most tools that is almost never, so no switch per call.
+            earliest = not self._heap or deadline < self._heap[0][0]
+            heapq.heappush(self._heap, (deadline, ident, action))
+            if earliest:
+                self._cond.notify()
             return ident
 
     def remove(self, ident: int) -> None:
         with self._cond:
             self._cancelled.add(ident)
+            if len(self._cancelled) > 1024 and len(self._cancelled) * 2 > len(self._heap):
+                # Most entries are of attempts that ended: rebuild without them.
+                self._heap = [e for e in self._heap if e[1] not in self._cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled.clear()
 
     def _loop(self) -> None:
         while True:
@@ -202,13 +216,45 @@ def invoke(
 
 
 def _await(tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
+    if _gevent_patched():
+        return _await_on_shared_loop(tool, ctx, kwargs)
+    loop = thread_loop()
+    task = loop.create_task(tool.function(ctx, **kwargs))
+    ctx.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+    try:
+        return loop.run_until_complete(task)
+    except SoftTimeLimitExceeded:
+        # Prefork's soft limit lands in this thread, inside the loop: stop the coroutine too.
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(task)
+        raise
+
+
+def _await_on_shared_loop(tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
+    """Under gevent every greenlet shares one OS thread, and asyncio allows one running loop
+    per OS thread: all async tools share the process's loop, run by one greenlet."""
     future = event_loop().submit(tool.function(ctx, **kwargs))
     ctx.on_cancel(future.cancel)
-    try:
-        return future.result()
-    except SoftTimeLimitExceeded:
-        future.cancel()  # prefork's soft limit lands in this thread; stop the coroutine too
-        raise
+    return future.result()
+
+
+_local = threading.local()
+
+
+def thread_loop() -> asyncio.AbstractEventLoop:
+    """The event loop this worker thread keeps (prefork: the pool process's main thread; threads:
+    each pool thread), so an async tool costs no hand-off between threads."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed() or getattr(_local, "pid", None) != os.getpid():
+        loop = asyncio.new_event_loop()
+        _local.loop, _local.pid = loop, os.getpid()
+    return loop
+
+
+def _gevent_patched() -> bool:
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and bool(monkey.is_module_patched("threading"))
 
 
 def encode_result(tool: Tool, value: Any, *, scrubber: Scrubber, limit: int) -> tuple[Cause, str]:

@@ -14,6 +14,7 @@ completion. Reports medians of calls/s and the ratio dex/plain per kind.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -26,6 +27,22 @@ from sqlalchemy import func, select
 from bench.common import BenchWorker, RedisServer, header, median, wait_for, workdir
 
 KINDS = ("sync", "async")
+#: Worker CPU seconds per timed run, by (side, kind): the cost that decides throughput on a
+#: busy machine, and far less noisy than calls/s.
+CPU: dict[tuple[str, str], list[float]] = {}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(worker: Any) -> float:
+    """User + system CPU of the worker's main process and its pool children so far."""
+    total = 0
+    for pid in [worker.pid, *worker.children()]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICK
 
 
 def _worker(folder: Path, env: dict[str, str], args: argparse.Namespace) -> Any:
@@ -46,6 +63,7 @@ def run_plain(folder: Path, url: str, kind: str, args: argparse.Namespace) -> fl
     try:
         for n in (args.warmup, args.calls):
             r.set("bench:io:done", 0)
+            cpu0 = cpu_seconds(worker)
             t0 = time.perf_counter()
             with client_app.producer_or_acquire() as producer:
                 for _ in range(n):
@@ -57,6 +75,8 @@ def run_plain(folder: Path, url: str, kind: str, args: argparse.Namespace) -> fl
                 interval=0.005,
             )
             rate = n / (time.perf_counter() - t0)
+            cpu = (cpu_seconds(worker) - cpu0) / n
+        CPU.setdefault(("plain", kind), []).append(cpu)
     finally:
         worker.stop(warm=True)
     return rate
@@ -86,6 +106,7 @@ def run_dex(folder: Path, url: str, kind: str, args: argparse.Namespace) -> floa
     try:
         for n in (args.warmup, args.calls):
             session = f"s{uuid.uuid4().hex[:12]}"
+            cpu0 = cpu_seconds(worker)
             t0 = time.perf_counter()
             for start in range(0, n, args.batch):
                 client.request_calls(
@@ -106,6 +127,8 @@ def run_dex(folder: Path, url: str, kind: str, args: argparse.Namespace) -> floa
 
             wait_for(done, timeout=600, what=f"{n} dex terminal records", interval=0.01)
             rate = n / (time.perf_counter() - t0)
+            cpu = (cpu_seconds(worker) - cpu0) / n
+        CPU.setdefault(("dex", kind), []).append(cpu)
     finally:
         worker.stop(warm=True)
     return rate
@@ -153,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio dex/plain {median(ratios):.2f} (per round "
             + " ".join(f"{x:.2f}" for x in ratios)
             + ")"
+        )
+        cpu_plain, cpu_dex = median(CPU[("plain", kind)]), median(CPU[("dex", kind)])
+        print(
+            f"{kind:>5}: worker CPU per call: plain {cpu_plain * 1000:.2f} ms, "
+            f"dex {cpu_dex * 1000:.2f} ms"
         )
     return 0
 

@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--batch", type=int, default=50, help="calls per request_calls")
     parser.add_argument("--kinds", default="sync,async")
+    parser.add_argument("--sides", default="plain,dex", help="plain, dex or both")
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k in KINDS]
     header(f"io_bound: {args.seconds * 1000:.0f} ms tool calls/s, dex-celery vs plain Celery")
@@ -152,9 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[tuple[str, str], list[float]] = {}
     try:
         variants: list[tuple[str, str, Callable[[], float]]] = []
+        sides = args.sides.split(",")
         for kind in kinds:
-            variants.append(("plain", kind, lambda k=kind: run_plain(folder, server.url, k, args)))
-            variants.append(("dex", kind, lambda k=kind: run_dex(folder, server.url, k, args)))
+            if "plain" in sides:
+                variants.append(
+                    ("plain", kind, lambda k=kind: run_plain(folder, server.url, k, args))
+                )
+            if "dex" in sides:
+                variants.append(("dex", kind, lambda k=kind: run_dex(folder, server.url, k, args)))
         for r in range(args.rounds):
             for side, kind, fn in variants:
                 rate = fn()
@@ -169,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seconds * 1000:.0f} ms per call (ideal {ideal:.0f} calls/s)"
     )
     for kind in kinds:
+        if ("plain", kind) not in rates or ("dex", kind) not in rates:
+            for (side, k), values in rates.items():
+                if k == kind:
+                    cpu = median(CPU[(side, k)]) * 1000
+                    print(f"{kind:>5}: {side} {median(values):7.1f} calls/s, CPU {cpu:.2f} ms/call")
+            continue
         plain, dex = rates[("plain", kind)], rates[("dex", kind)]
         ratios = [d / p for p, d in zip(plain, dex, strict=True)]
         print(

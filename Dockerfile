@@ -1,4 +1,5 @@
-# The one image of the reference deployment: worker, beat, Flower and `dex-celery db upgrade`.
+# The one image of the reference deployment: worker, beat, Flower, the web app and
+# `dex-celery db upgrade`.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -11,7 +12,7 @@ COPY dex_celery ./dex_celery
 COPY config ./config
 COPY tasks ./tasks
 COPY reconcile ./reconcile
-RUN pip install ".[postgres,flower]" \
+RUN pip install ".[postgres,flower,web,otel]" \
     && useradd --create-home --uid 10001 dex
 
 # Celery refuses to be comfortable as root, and nothing here needs it.

@@ -8,6 +8,13 @@
   again) or one random pool child (its parent replaces it);
 - one restart of the private redis-server (`--appendonly yes`, `--appendfsync` as given): SIGKILL,
   then start again on the same folder and port, partway through the run;
+- one rollback of Redis to an older snapshot (`--snapshot-rollback`, on by default; S10.2): later
+  in the run the append-only file is turned off and a snapshot taken (`SAVE`, the stock
+  configuration's RDB file); `--rollback-after` seconds later, with calls requested, claimed,
+  run and decided meanwhile, redis-server is SIGKILLed and started again on the same port from
+  that dump, so the ledger and the broker both come back older than what they acknowledged
+  (consumed messages queued again, claims and outcomes gone, messages published since gone);
+  the append-only file is then turned back on and the run goes on;
 - the sweeper loop in this process.
 
 At the end it checks, from SQL, the ledger and the tools' own log, and prints the results:
@@ -16,12 +23,14 @@ At the end it checks, from SQL, the ledger and the tools' own log, and prints th
 3. no call recorded with the did-not-run error ran;
 4. every `read` call with attempts left succeeded;
 5. every `outcome_unknown` call was interrupted after its claim (a start without an end in the
-   tool log, or a claimed attempt in its attempt log);
+   tool log, a claimed attempt in its attempt log, or, after a rollback, a write's claim that
+   the database holds: the ledger that knew how it ended is gone);
 6. every succeeded call's tool logged an end.
 Exit status 1 on any violation.
 
     .venv/bin/python -m bench.chaos                 # 2,000 calls
     .venv/bin/python -m bench.chaos --calls 200 --kill-every 1.5   # short
+    .venv/bin/python -m bench.chaos --no-snapshot-rollback        # kills and the restart only
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import redis
 from sqlalchemy import func, select
 
 from bench.common import BenchWorker, CeleryWorker, RedisServer, header, wait_for, workdir
@@ -57,6 +67,60 @@ TIMINGS = {
     "DEX_BACKOFF_INITIAL": "0.2",
     "DEX_BACKOFF_MAX": "2",
 }
+
+
+class Rollback:
+    """Redis comes back from an older snapshot: RDB only for that phase, as the stock
+    configuration runs (S10.2)."""
+
+    def __init__(self, server: RedisServer, after: float, log_path: Path) -> None:
+        self.server = server
+        self.after = after
+        self.log_path = log_path
+        self.executions_at_snapshot = 0
+        self.taken_at: float | None = None
+        self.sent_at_snapshot = 0
+        self.done = False
+
+    def due(self) -> bool:
+        return (
+            self.taken_at is not None
+            and not self.done
+            and time.monotonic() - self.taken_at >= self.after
+        )
+
+    def snapshot(self, sent: int) -> None:
+        """Turn the append-only file off and take the snapshot the restart will load."""
+        client = redis.Redis(port=self.server.port)
+        client.config_set("appendonly", "no")
+        client.save()
+        self.taken_at = time.monotonic()
+        self.sent_at_snapshot = sent
+        self.executions_at_snapshot = self._executions()
+        print(f"  redis snapshot taken ({sent} calls requested; append-only file off)", flush=True)
+
+    def _executions(self) -> int:
+        if not self.log_path.exists():
+            return 0
+        return sum(1 for line in self.log_path.read_text().splitlines() if line.startswith("start"))
+
+    def roll_back(self, sent: int, in_flight: int) -> None:
+        """SIGKILL redis-server and start it on the same port from the older snapshot."""
+        assert self.taken_at is not None
+        age = time.monotonic() - self.taken_at
+        self.server.kill()
+        unknown_runs = self._executions() - self.executions_at_snapshot
+        self.server.appendonly = False  # load the dump, not the newer append-only file
+        self.server.start()
+        redis.Redis(port=self.server.port).config_set("appendonly", "yes")
+        self.server.appendonly = True
+        self.done = True
+        print(
+            f"  redis-server restarted from the snapshot taken {age:.1f}s earlier "
+            f"({sent - self.sent_at_snapshot} calls requested and {unknown_runs} tool executions "
+            f"started since it; {in_flight} calls in flight)",
+            flush=True,
+        )
 
 
 class Killer(threading.Thread):
@@ -135,6 +199,24 @@ def main(argv: list[str] | None = None) -> int:
         help="fraction of the calls requested when Redis is restarted",
     )
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
+    parser.add_argument(
+        "--snapshot-rollback",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="restart Redis once from an older snapshot (RDB, no append-only file) mid-run",
+    )
+    parser.add_argument(
+        "--snapshot-at",
+        type=float,
+        default=0.6,
+        help="fraction of the calls requested when the snapshot is taken",
+    )
+    parser.add_argument(
+        "--rollback-after",
+        type=float,
+        default=4.0,
+        help="seconds after the snapshot when Redis is killed and restarted from it",
+    )
     parser.add_argument("--settle", type=float, default=300, help="seconds to wait at the end")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
@@ -179,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     requests = plan(args.calls)
     keys = [f"{r.session_id}/{r.turn_id}/{r.tool_call_id}" for r in requests]
     restarted = False
+    rollback = Rollback(server, args.rollback_after, log_path) if args.snapshot_rollback else None
     t0 = time.monotonic()
     try:
         sweeper.start()
@@ -191,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                 server.kill()
                 time.sleep(1.0)
                 server.start()
+            if rollback and rollback.taken_at is None and sent >= args.snapshot_at * len(requests):
+                rollback.snapshot(sent)
+            if rollback and rollback.due():
+                rollback.roll_back(sent, sent - terminal_count(dx))
             if sent - terminal_count(dx) >= args.window:
                 time.sleep(0.05)
                 continue
@@ -207,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {sent} requested, {terminal_count(dx)} ended, {time.monotonic() - t0:.0f}s",
                     flush=True,
                 )
+        if rollback and not rollback.done:
+            if rollback.taken_at is None:
+                rollback.snapshot(sent)
+            wait_for(rollback.due, timeout=args.rollback_after + 1, what="the rollback")
+            rollback.roll_back(sent, sent - terminal_count(dx))
         killer.finish()
         print(
             f"  all requested in {time.monotonic() - t0:.0f}s; kills {dict(killer.kills)}; "
@@ -232,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         server.kill()
     print(
         f"run took {elapsed:.0f}s; kills {dict(killer.kills)}; redis restarts "
-        f"{int(restarted)} (appendfsync {args.appendfsync}); workers {args.workers} x "
+        f"{int(restarted)} (appendfsync {args.appendfsync}); rollbacks to an older snapshot "
+        f"{int(bool(rollback and rollback.done))}; workers {args.workers} x "
         f"prefork -c {args.concurrency}; folder {folder}"
     )
     return 1 if violations else 0
@@ -295,7 +388,7 @@ def check(dx: Any, keys: list[str], log_path: Path) -> int:
         if status == "outcome_unknown":
             interrupted = any(a not in ends for a in starts)
             log = json.loads(row["attempt_log"] or "[]")
-            claimed = any(e.get("claimed_at") for e in log)
+            claimed = any(e.get("claimed_at") for e in log) or row.get("claimed_by") is not None
             if not (interrupted or claimed):
                 problems["5 unknown outcomes were interrupted after a claim"].append(
                     f"{key}: starts {starts} ends {sorted(ends)} log {log}"
@@ -327,7 +420,11 @@ def check(dx: Any, keys: list[str], log_path: Path) -> int:
         f"{retried}, late results {sum(1 for k in keys if rows.get(k, {}).get('late_result'))}"
     )
     dup_events = sum(1 for k in keys if finished_events[k] != 1)
-    print(f"(info) calls without exactly one tool_call_finished event in the stream: {dup_events}")
+    no_event = sum(1 for k in keys if finished_events[k] == 0)
+    print(
+        f"(info) calls without exactly one tool_call_finished event in the stream: {dup_events} "
+        f"({no_event} with none)"
+    )
     names = [
         "1 exactly one terminal record",
         "2 writes ran at most once",

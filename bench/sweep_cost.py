@@ -123,16 +123,16 @@ def in_flight(dx: Any, n: int, due: int, repeat: int) -> tuple[list[float], int]
     sweeper.sweep_once()
     times: list[float] = []
     moved = 0
-    real_clock = ledger.clock
     for r in range(repeat):
-        ledger.clock = lambda: real_clock() - 3600  # claim long ago: the lease has lapsed
+        # Claim long ago, so the lease has lapsed: the ledger's clock held an hour back.
+        ledger.client.set(ledger.keys.clock, repr(float(ledger.client.time()[0]) - 3600))
         batch = [
             CallRequest(f"d{r}", f"t{i}", "c", "hold_non_idempotent_write", {}) for i in range(due)
         ]
         client.request_calls(batch)
         for i, req in enumerate(batch):
             ledger.claim(f"{req.session_id}/{req.turn_id}/c", 1, owner="bench", fence=f"d{i}")
-        ledger.clock = real_clock
+        ledger.client.delete(ledger.keys.clock)
         t0 = time.perf_counter()
         report = sweeper.sweep_once()
         times.append(time.perf_counter() - t0)

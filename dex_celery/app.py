@@ -9,17 +9,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import redis
 from celery import Celery, signals
 
+from dex_celery import hooks
 from dex_celery.arguments import prepare_tool
 from dex_celery.definitions import tool_definitions
-from dex_celery.errors import DuplicateTool, UnknownTool
+from dex_celery.errors import ConfigurationError, DuplicateTool, UnknownTool
+from dex_celery.ledger.connection import broker_transport_options, ledger_client
+from dex_celery.ledger.guard import LedgerGuard, ledger_location
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.policy import ToolPolicy, check_registration, effect_from_annotations
@@ -29,6 +30,7 @@ from dex_celery.reconcile import (
     OutcomeChecks,
 )
 from dex_celery.settings import Settings
+from dex_celery.startup import install as install_startup_hooks
 from dex_celery.store.repository import Store
 from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
 
@@ -39,12 +41,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dex_celery")
 
-#: Celery task name of the sweeper (run by beat every `Settings.sweep_interval`).
+#: Celery task name of one sweep. Beat no longer schedules it (it runs the sweeper in a thread,
+#: `dex_celery.startup`); kept registered so schedules written for earlier versions still work.
 SWEEP_TASK = "dex.sweep"
 
 
 def configure_celery(app: Celery, settings: Settings) -> None:
-    """The Celery options dex-celery relies on (DESIGN.md, "Celery options by class").
+    """The Celery options dex-celery relies on (docs/ledger.md, "Celery options by class").
 
     JSON only (S9.2); results live in the ledger and SQL, not in a result backend; task events
     for Flower (`Settings.task_events`); one message prefetched per process so a long tool does
@@ -63,6 +66,13 @@ def configure_celery(app: Celery, settings: Settings) -> None:
     )
     if not app.conf.broker_url or app.conf.broker_url.startswith("amqp://guest@localhost"):
         app.conf.broker_url = settings.effective_broker_url
+    # A `sentinel://` broker needs the master's name (Kombu's transport option).
+    sentinel_options = broker_transport_options(settings)
+    if sentinel_options:
+        app.conf.broker_transport_options = {
+            **sentinel_options,
+            **(app.conf.broker_transport_options or {}),
+        }
 
 
 class Dex:
@@ -72,7 +82,8 @@ class Dex:
         self.celery = celery
         self.settings = settings or Settings.from_env()
         self.keys = KeySpace(self.settings.key_prefix)
-        self.store = Store(self.settings.database_url)
+        # SQL times (requests, deadlines, outcomes) come from the ledger's clock, Redis's (S10.1).
+        self.store = Store(self.settings.database_url, clock=lambda: self.ledger.now())
         self._tools: dict[str, Tool] = {}
         self._pid = 0
         self._ledger: Ledger | None = None
@@ -83,9 +94,12 @@ class Dex:
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
+        # Startup checks of Redis (worker, beat) and the sweeper thread of beat.
+        install_startup_hooks(self)
         signals.task_failure.connect(self._on_task_failure, weak=False)
         signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
         signals.worker_shutdown.connect(_flush_outcomes, weak=False)
+        hooks.connect(self)  # worker metrics port, beat's webhook sender (if configured)
 
     # --- tools ---------------------------------------------------------------------------------
 
@@ -144,6 +158,18 @@ class Dex:
             typing=False,
         )(execute)
 
+    def add_mcp_server(self, name: str | None = None, **options: Any) -> list[Tool]:
+        """Register the tools of an MCP server (stdio `command=[...]` or streamable-HTTP
+        `url=...`); see `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
+        try:
+            # Deferred: the `mcp` extra is optional; the core imports without it.
+            from dex_celery.integrations.mcp_client import add_mcp_server
+        except ImportError as e:
+            raise ConfigurationError(
+                f"add_mcp_server needs the mcp extra: pip install 'dex-celery[mcp]' ({e})"
+            ) from e
+        return add_mcp_server(self, name, **options)
+
     def get_tool(self, name: str) -> Tool:
         try:
             return self._tools[name]
@@ -166,13 +192,7 @@ class Dex:
         if self._ledger is None or self._pid != os.getpid():
             with self._lock:
                 if self._ledger is None or self._pid != os.getpid():
-                    client = redis.Redis.from_url(
-                        self.settings.redis_url,
-                        decode_responses=True,
-                        socket_timeout=10,
-                        socket_connect_timeout=5,
-                        health_check_interval=30,
-                    )
+                    client = ledger_client(self.settings)
                     self._ledger = Ledger(
                         client,
                         keys=self.keys,
@@ -184,9 +204,22 @@ class Dex:
         return self._ledger
 
     def epoch(self, *, refresh: bool = False) -> str:
-        """This ledger's life id (see `KeySpace.epoch`); cached per process."""
+        """This ledger's life id (see `KeySpace.epoch`); cached per process.
+
+        Looking it up runs the ledger guard: a Redis that is not this database's ledger raises
+        `LedgerMismatch`, and one that went back in time gets a new epoch first.
+        """
         if self._epoch is None or refresh:
-            self._epoch = self.ledger.epoch(candidate=uuid.uuid4().hex)
+            guard = LedgerGuard(
+                self.ledger,
+                lambda: self.store.engine,
+                ledger_location(
+                    self.settings.redis_url,
+                    self.settings.key_prefix,
+                    self.settings.redis_sentinel_master,
+                ),
+            )
+            self._epoch = guard.check()
         return self._epoch
 
     @property
@@ -205,16 +238,14 @@ class Dex:
     def beat_schedule(
         self, *, reconcile_interval: float | None = None
     ) -> dict[str, dict[str, Any]]:
-        """Entries for `app.conf.beat_schedule`: the sweeper and the reconcile job (S8.4), each
-        expiring if not run in time. Intervals come from `Settings` unless given here."""
-        interval = self.settings.sweep_interval
+        """Entries for `app.conf.beat_schedule`: the reconcile job (S8.4), expiring if not run
+        in time; its interval comes from `Settings` unless given here.
+
+        The sweeper is no entry: beat runs it in a thread of its own (`dex_celery.startup`), so
+        it never waits in the tools' queue for a free slot.
+        """
         reconcile_interval = reconcile_interval or self.settings.reconcile_interval
         return {
-            "dex-sweep": {
-                "task": SWEEP_TASK,
-                "schedule": interval,
-                "options": {"expires": max(1.0, interval * 2)},
-            },
             "dex-reconcile": {
                 "task": RECONCILE_TASK,
                 "schedule": reconcile_interval,
@@ -256,7 +287,7 @@ class Dex:
         exception: BaseException | None = None,
         **_: Any,
     ) -> None:
-        """The fast path for a pool child that died while its parent lives (DESIGN crash table).
+        """The fast path for a pool child that died while its parent lives (docs/ledger.md, crash table).
 
         Celery's parent process reports `WorkerLostError` through `task_failure` when the message
         was not requeued; the attempt is marked lost now instead of when its lease lapses.

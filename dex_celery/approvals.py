@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from dex_celery import tracing
 from dex_celery.errors import (
     AlreadyDecided,
     ApprovalDeadlinePassed,
@@ -33,6 +34,7 @@ from dex_celery.policy import EffectClass
 from dex_celery.records import ApprovalDecision, ToolCallRecord
 from dex_celery.redact import redact
 from dex_celery.store.repository import Outcome
+from dex_celery.tracing import span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -149,13 +151,14 @@ class Approvals:
         now = self.dex.store.clock()
         error = rejection_error(approver, reason)
         decision = ApprovalDecision(Decision.REJECTED.value, approver, now, reason)
-        done = self.dex.store.record_outcome(
-            key,
-            Outcome(CallStatus.REJECTED, error),
-            from_statuses=(CallStatus.AWAITING_APPROVAL,),
-            decision=decision,
-            deadline_after=now,
-        )
+        with span(tracing.RECORD, key=key, outcome=CallStatus.REJECTED):
+            done = self.dex.store.record_outcome(
+                key,
+                Outcome(CallStatus.REJECTED, error),
+                from_statuses=(CallStatus.AWAITING_APPROVAL,),
+                decision=decision,
+                deadline_after=now,
+            )
         if not done:
             raise self._refusal(key, now)
         self._announce(key, Decision.REJECTED, approver, reason, finished_error=error)

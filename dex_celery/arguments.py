@@ -23,6 +23,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from dex_celery.errors import InvalidToolArguments, InvalidToolSignature
+from dex_celery.input_schema import check_arguments as check_against_schema
 from dex_celery.tools import Tool
 
 #: Parameter kinds a tool cannot have: arguments arrive by name, from a JSON object.
@@ -146,11 +147,7 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
         out.update(value.model_extra or {})
         return out
     if tool.input_schema is not None:
-        validator_class = jsonschema.validators.validator_for(tool.input_schema)
-        validator = validator_class(tool.input_schema)
-        errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.path))
-        if errors:
-            raise InvalidToolArguments(_schema_message(tool.name, errors))
+        check_against_schema(tool.name, tool.input_schema, arguments)
     return dict(arguments)
 
 
@@ -165,16 +162,6 @@ def _pydantic_message(name: str, error: pydantic.ValidationError) -> str:
             problems.append(f"unexpected argument {where!r}")
         else:
             problems.append(f"argument {where!r}: {item['msg']}")
-    return f"invalid arguments for tool {name!r}: " + "; ".join(problems)
-
-
-def _schema_message(name: str, errors: list[jsonschema.ValidationError]) -> str:
-    problems = []
-    for e in errors[:5]:
-        where = ".".join(str(p) for p in e.absolute_path) or "(arguments)"
-        # The message quotes the offending value; name the place and the rule instead, so a
-        # secret given in the wrong place is not echoed back.
-        problems.append(f"{where}: fails {e.validator!r} of the schema")
     return f"invalid arguments for tool {name!r}: " + "; ".join(problems)
 
 

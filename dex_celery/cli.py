@@ -87,7 +87,7 @@ def main(ctx: click.Context, app_path: str) -> None:
 
 def _attach_command_groups() -> None:
     """Attach the command modules that exist; each defines `commands: list[click.Command]`."""
-    for name in ("cli_calls", "cli_approvals", "cli_ops"):
+    for name in ("cli_calls", "cli_approvals", "cli_ops", "cli_web", "cli_mcp"):
         try:
             module = importlib.import_module(f"dex_celery.{name}")
         except ModuleNotFoundError as e:

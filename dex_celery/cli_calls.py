@@ -28,6 +28,7 @@ from dex_celery.outcomes import CallStatus
 from dex_celery.reconcile import ReconcileReport
 from dex_celery.records import Message, MessageRole, ToolCallRecord
 from dex_celery.redact import redact
+from dex_celery.startup import check_redis
 
 # --- rendering ---------------------------------------------------------------------------------
 
@@ -362,6 +363,7 @@ def sweep(ctx: DexContext, loop: bool, as_json: bool) -> None:
     from dex_celery.sweep import Sweeper, run_forever
 
     dex = ctx.dex
+    check_redis(dex, "sweep")  # one warning, or UnsafeRedis: `error:` and exit 1
     if not loop:
         report = Sweeper(dex).sweep_once()
         if as_json:

@@ -1,6 +1,6 @@
 """Requests become records, records become attempts, ledger steps become actions.
 
-`Dispatcher.request` is the client's side of DESIGN.md's flow (validate, record, open, publish).
+`Dispatcher.request` is the client's side of flow (validate, record, open, publish; docs/ledger.md).
 `Dispatcher.apply` is shared by the worker, the fast path and the sweeper: whoever wins a ledger
 transition acts on its step (publish the next attempt, record the outcome, keep a late result).
 """
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dex_celery import tracing
 from dex_celery.arguments import check_arguments
 from dex_celery.errors import (
     ArgumentsTooLarge,
@@ -31,6 +32,7 @@ from dex_celery.sealing import seal
 from dex_celery.sealing import split as split_secrets
 from dex_celery.store.repository import NewCall, Outcome, arguments_json
 from dex_celery.tools import TASK_PREFIX
+from dex_celery.tracing import span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -101,6 +103,16 @@ class Dispatcher:
     # --- requests ------------------------------------------------------------------------------
 
     def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """`_request` inside a `dex.request` span (key, effect and status of a single call)."""
+        with span(tracing.REQUEST, calls=len(requests)) as traced:
+            records = self._request(requests)
+            if traced.live and len(records) == 1:
+                traced.set("key", records[0].key)
+                traced.set("effect", records[0].effect)
+                traced.set("status", records[0].status)
+            return records
+
+    def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         """Record and dispatch calls of one turn in one transaction; duplicates return as is.
 
         Everything is validated before anything is written, so a bad request in the batch
@@ -159,7 +171,18 @@ class Dispatcher:
         arguments: Mapping[str, Mapping[str, Any]],
         sealed: Mapping[str, str | None],
     ) -> None:
-        """Open the new calls of one request in one round trip, then publish each."""
+        """Open the new calls of one request in one round trip, then publish each.
+
+        A requester that stalled after its insert for a good part of the orphan grace may find
+        that the sweeper started (and even finished) these calls meanwhile: those go through
+        `start`, which opens only what the database still has in flight.
+        """
+        now = self.dex.ledger.now()
+        late = {r.key for r in records if now - r.requested_at > self.dex.settings.orphan_grace / 2}
+        for record in records:
+            if record.key in late:
+                self.start(record, arguments[record.key])
+        records = [r for r in records if r.key not in late]
         if not records:
             return
         opened = self.dex.ledger.open_many(
@@ -176,7 +199,7 @@ class Dispatcher:
                     record.policy,
                     sealed[record.key],
                 )
-                self.publish(message, attempt=1, countdown=0.0, producer=producer)
+                self.publish(message, attempt=1, producer=producer)
         for record, result in zip(records, opened, strict=True):
             if result is OpenResult.EPOCH_CHANGED:
                 self.start(record)  # refreshes the epoch and reopens
@@ -208,6 +231,8 @@ class Dispatcher:
         `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
         """
         ledger = self.dex.ledger
+        if not self._may_open(record):
+            return
         # A call that waited for approval announced its request already.
         announce = record.approval is None
         result = ledger.open(
@@ -218,8 +243,9 @@ class Dispatcher:
             may_have_run=may_have_run,
         )
         if result is OpenResult.EPOCH_CHANGED:
-            # Redis was restarted or replaced since this process last looked; this call cannot
-            # have run (it was never opened), so open it under the new ledger's epoch.
+            # The ledger started a new life since this process last looked (the one place an
+            # epoch change is handled when opening): open the call under the epoch in force.
+            # A write still runs only after its claim in SQL, so this cannot run it twice.
             result = ledger.open(
                 record.key,
                 record.policy,
@@ -235,14 +261,30 @@ class Dispatcher:
         message = AttemptMessage(
             record.tool_name, record.key, arguments, record.policy, record.sealed_arguments
         )
-        self.publish(message, attempt=1, countdown=0.0)
+        self.publish(message, attempt=1)
+
+    def _may_open(self, record: ToolCallRecord) -> bool:
+        """Open only what the system of record still has in flight (and, for a write, not yet
+        claimed): a requester or sweeper acting on an old read of the record must not start a
+        call that has ended or whose write was claimed meanwhile (docs/ledger.md)."""
+        current = self.dex.store.get_call(record.key)
+        if current is None or current.status is not CallStatus.PENDING:
+            log.info("call %s is no longer pending in the database; not opening it", record.key)
+            return False
+        if not current.effect.retryable and current.claimed_by is not None:
+            log.warning("write %s was claimed already; not opening it again", record.key)
+            return False
+        return True
 
     # --- attempts ------------------------------------------------------------------------------
 
-    def publish(
-        self, message: AttemptMessage, *, attempt: int, countdown: float, producer: Any = None
-    ) -> None:
-        """Send attempt `attempt`; if the broker refuses it, the attempt ends as never reached."""
+    def publish(self, message: AttemptMessage, *, attempt: int, producer: Any = None) -> None:
+        """Send attempt `attempt` now; if the broker refuses it, it ends as never reached.
+
+        A retry's backoff is not a Celery countdown: an ETA is computed on the publisher's clock
+        and waited out on the worker's, so skewed hosts would run it early or let it expire.
+        The ledger holds the retry's `not_before` on Redis's clock and its claim waits it out.
+        """
         key = CallKey.parse(message.key)
         shown = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
         # Arguments travel as JSON text: see `invoke.stored_arguments` (Kombu's type markers).
@@ -257,7 +299,6 @@ class Dispatcher:
                 TASK_PREFIX + message.tool_name,
                 kwargs=kwargs,
                 task_id=key.task_id(attempt),
-                countdown=countdown if countdown > 0 else None,
                 soft_time_limit=message.policy.start_to_close,
                 argsrepr="()",
                 kwargsrepr=redacted_kwargs_repr(shown, message.policy.secret_arguments),
@@ -289,8 +330,8 @@ class Dispatcher:
         if step.kind is StepKind.RETRY:
             if message is None:
                 message = self._message_from_record(key)
-            log.info("retrying %s: attempt %d in %.2fs", key, step.attempt, step.delay)
-            self.publish(message, attempt=step.attempt, countdown=step.delay)
+            log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
+            self.publish(message, attempt=step.attempt)
         elif step.kind is StepKind.FINISHED:
             self.record(key, step, result=result)
 
@@ -300,8 +341,23 @@ class Dispatcher:
             entry = self.dex.ledger.read(key)
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
-        self.dex.store.record_outcome(key, outcome)
-        self.dex.ledger.recorded(key, status=outcome.status.value, error=outcome.error)
+        status, error = outcome.status.value, outcome.error
+        with span(tracing.RECORD, key=key, outcome=outcome.status):
+            if not self.dex.store.record_outcome(key, outcome):
+                record = self.dex.store.get_call(key)
+                if (
+                    outcome.did_not_run
+                    and record is not None
+                    and record.status is CallStatus.PENDING
+                ):
+                    # Refused by the write fence: an attempt of this write was claimed in SQL.
+                    outcome = claimed_write_outcome(record, step.attempt, step.log)
+                    self.dex.store.record_outcome(key, outcome)
+                    record = self.dex.store.get_call(key)
+                if record is not None and record.finished:
+                    # The event tells what the database holds, whoever wrote it.
+                    status, error = record.status.value, record.error or ""
+            self.dex.ledger.recorded(key, status=status, error=error)
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)
@@ -334,26 +390,27 @@ def same_call(new: NewCall, tool_name: str, arguments: str) -> None:
 def outcome_of(step: Step, result: str | None) -> Outcome:
     """The SQL outcome of a FINISHED step: status, the error the model reads, attempts."""
     status = CallStatus(step.status)
+    reason = EndReason(step.reason)
     return Outcome(
         status=status,
-        error=error_text(status, EndReason(step.reason), step.detail, step.attempt),
+        error=error_text(status, reason, step.detail, step.attempt),
         result=result if status is CallStatus.SUCCEEDED else None,
         attempts=step.attempt,
-        attempt_log=_log_json(step.log),
+        attempt_log=step.log,
+        did_not_run=reason is EndReason.DID_NOT_RUN,
     )
 
 
-def _log_json(log_text: str) -> str:
-    entries = []
-    for item in filter(None, log_text.split(";")):
-        n, state, owner, claimed, ended = item.split("|")
-        entries.append(
-            {
-                "attempt": int(n),
-                "state": state,
-                "owner": owner or None,
-                "claimed_at": float(claimed) if claimed else None,
-                "ended_at": float(ended),
-            }
-        )
-    return json.dumps(entries)
+def claimed_write_outcome(record: ToolCallRecord, attempts: int, log_json: str | None) -> Outcome:
+    """The ledger said "did not run", but the system of record holds a claim of this write:
+    the ledger went back in time after the claim, so the tool may have run (S10.2)."""
+    detail = (
+        f"the ledger lost the claim of this write, which the database shows was claimed by "
+        f"{record.claimed_by or 'a worker'}"
+    )
+    return Outcome(
+        CallStatus.OUTCOME_UNKNOWN,
+        error_text(CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(attempts, 1)),
+        attempts=attempts,
+        attempt_log=log_json,
+    )

@@ -203,5 +203,23 @@ class RetryableToolError(ToolError):
         super().__init__(message, retryable=True)
 
 
+class ToolLost(ToolError):
+    """The tool may have taken effect, but its answer was lost (a service that dropped the
+    connection after the request was sent, an MCP server that died mid-call).
+
+    The attempt ends as lost, exactly like a worker that stopped after its claim (S4.3): `read`
+    and `idempotent_write` calls are retried, and when attempts are used up a read is `failed`
+    and any other call `outcome_unknown`.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 class AttemptCancelled(DexError):
     """Raised by `ToolContext.heartbeat(raise_if_cancelled=True)` once the attempt is fenced."""
+
+
+class LedgerMismatch(ConfigurationError):
+    """This process's Redis is not the ledger the database belongs to (one database, one
+    ledger): acting on the database's calls from here would misjudge them as lost."""

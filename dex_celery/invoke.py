@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 
 from dex_celery.arguments import check_arguments
-from dex_celery.errors import AttemptCancelled, DexError, ToolError
+from dex_celery.errors import AttemptCancelled, DexError, ToolError, ToolLost
 from dex_celery.ledger.ledger import Cause
 from dex_celery.sealing import Scrubber, unseal
 from dex_celery.tools import Tool, ToolContext
@@ -185,7 +185,13 @@ def overtime_action(dex: Dex, key: str, attempt: int, ctx: ToolContext) -> Calla
 
 
 def invoke(
-    tool: Tool, ctx: ToolContext, kwargs: dict[str, Any], *, scrubber: Scrubber, limit: int
+    tool: Tool,
+    ctx: ToolContext,
+    kwargs: dict[str, Any],
+    *,
+    scrubber: Scrubber,
+    limit: int,
+    effect: str | None = None,
 ) -> tuple[Cause, str]:
     """Run the tool once and turn what happened into the ledger's (cause, payload)."""
     try:
@@ -204,6 +210,8 @@ def invoke(
         return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
     except (AttemptCancelled, asyncio.CancelledError, concurrent.futures.CancelledError):
         return Cause.TIMED_OUT, "the attempt was fenced (timed out or presumed lost) and cancelled"
+    except ToolLost as e:
+        return Cause.LOST, scrubber.text(e.message)
     except ToolError as e:
         return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), scrubber.text(e.message)
     except TRANSIENT_ERRORS as e:
@@ -212,7 +220,7 @@ def invoke(
         text = scrubber.text("".join(traceback.format_exception(e)))
         log.error("tool %s raised:\n%s", tool.name, text)
         return Cause.TOOL_ERROR, scrubber.text(f"{type(e).__name__}: {e}")
-    return encode_result(tool, value, scrubber=scrubber, limit=limit)
+    return encode_result(tool, value, scrubber=scrubber, limit=limit, effect=effect)
 
 
 def _await(tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
@@ -257,14 +265,16 @@ def _gevent_patched() -> bool:
     return monkey is not None and bool(monkey.is_module_patched("threading"))
 
 
-def encode_result(tool: Tool, value: Any, *, scrubber: Scrubber, limit: int) -> tuple[Cause, str]:
+def encode_result(
+    tool: Tool, value: Any, *, scrubber: Scrubber, limit: int, effect: str | None = None
+) -> tuple[Cause, str]:
     """The result as JSON text within `limit` bytes, or a record of why it is not kept.
 
     A `read` that returned something unusable failed (running it changed nothing). Any other
     tool ran and its effect may have taken place: that call succeeded, and its result says the
     return value was not kept, so nobody reads "failed" and calls the write again.
     """
-    read = tool.effect_hint == "read"
+    read = (effect or tool.effect_hint) == "read"
     try:
         text = json.dumps(scrubber.value(value), allow_nan=False)
     except (TypeError, ValueError) as e:
@@ -320,8 +330,12 @@ def invoke_attempt(
     sealed: str | None,
     *,
     start_to_close: float,
+    effect: str | None = None,
 ) -> tuple[Cause, str]:
-    """Open the sealed secrets, check the arguments, run the tool under the watchdog."""
+    """Open the sealed secrets, check the arguments, run the tool under the watchdog.
+
+    `effect`: the call's effect class as the claim reported it (the tool's own hint otherwise).
+    """
     scrubber = Scrubber()
     try:
         shown = stored_arguments(arguments)
@@ -336,7 +350,9 @@ def invoke_attempt(
         action = overtime_action(dex, ctx.call.key, ctx.attempt, ctx)
         guard = watchdog().add(start_to_close + WATCHDOG_SLACK, action)
     try:
-        return invoke(tool, ctx, kwargs, scrubber=scrubber, limit=dex.settings.max_result_bytes)
+        return invoke(
+            tool, ctx, kwargs, scrubber=scrubber, limit=dex.settings.max_result_bytes, effect=effect
+        )
     finally:
         if guard is not None:
             watchdog().remove(guard)

@@ -26,7 +26,8 @@ from types import TracebackType
 import redis
 
 from dex_celery.errors import ConfigurationError
-from dex_celery.settings import env_name
+from dex_celery.ledger.connection import redis_client
+from dex_celery.settings import Settings, env_name
 
 REDIS_URL_ENV = env_name("redis_url")
 #: How long a stopping process may take before it is killed.
@@ -48,9 +49,13 @@ def free_port() -> int:
 
 
 def redis_answers(url: str) -> bool:
+    master = Settings.from_env().redis_sentinel_master  # a sentinel:// URL needs it
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping())
-    except redis.RedisError:
+        client = redis_client(
+            url, sentinel_master=master, socket_connect_timeout=1, socket_timeout=1
+        )
+        return bool(client.ping())
+    except (redis.RedisError, ConfigurationError):
         return False
 
 

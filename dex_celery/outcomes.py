@@ -63,10 +63,13 @@ def error_text(status: CallStatus, reason: EndReason, detail: str, attempts: int
         ).strip()
     if status is CallStatus.OUTCOME_UNKNOWN:
         return (
-            f"the worker running the tool stopped after the tool started ({detail or 'lost'}); "
+            f"the attempt was lost after the tool started ({detail or 'lost'}); "
             f"the tool may or may not have taken effect ({tried})"
         )
-    return f"the worker running the tool stopped ({detail or 'lost'}) and no attempts are left ({tried})"
+    return (
+        f"the attempt was lost after the tool started ({detail or 'lost'}) and no attempts are "
+        f"left ({tried})"
+    )
 
 
 def tool_output(status: CallStatus, result: str | None, error: str) -> str:

@@ -4,7 +4,7 @@ The ledger already holds each decided outcome (and lists it in the unrecorded in
 reaches this writer, so the task can return at once: the writer commits whatever has queued up
 in one transaction, then releases the batch's ledger entries and announces them
 in one pipeline. If the process dies with a batch still queued, nothing is lost: the sweeper
-writes any outcome left unrecorded for longer than `Settings.unrecorded_grace` (DESIGN.md crash
+writes any outcome left unrecorded for longer than `Settings.unrecorded_grace` (docs/ledger.md, crash
 table, "after finish script, before SQL write").
 """
 
@@ -17,7 +17,9 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from dex_celery import tracing
 from dex_celery.store.repository import OutcomeRow
+from dex_celery.tracing import span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -77,10 +79,13 @@ class OutcomeWriter:
                     self._idle.notify_all()
 
     def _write(self, batch: list[OutcomeRow]) -> None:
-        self.dex.store.record_outcomes(batch)
-        self.dex.ledger.recorded_many(
-            [(r.key.key, r.outcome.status.value, r.outcome.error) for r in batch]
-        )
+        with span(tracing.RECORD, calls=len(batch)) as traced:
+            self.dex.store.record_outcomes(batch)
+            self.dex.ledger.recorded_many(
+                [(r.key.key, r.outcome.status.value, r.outcome.error) for r in batch]
+            )
+            if traced.live:
+                tracing.recorded((r.key.key, r.outcome.status) for r in batch)
 
 
 _writers: dict[int, OutcomeWriter] = {}

@@ -65,6 +65,9 @@ class ToolCallRecord:
     late_result: str | None = None
     attempt_log: str | None = None
     ledger_epoch: str | None = None
+    #: The write fence: who claimed this write's attempt in the system of record, and when.
+    claimed_by: str | None = None
+    claimed_at: float | None = None
     #: The secret argument values, sealed; `arguments` shows them as `***` (docs/secrets.md).
     sealed_arguments: str | None = field(default=None, repr=False)
 

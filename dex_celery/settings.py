@@ -41,7 +41,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 #: First retry delay; doubled per attempt, capped, with full jitter.
 DEFAULT_BACKOFF_INITIAL = 0.5
 DEFAULT_BACKOFF_MAX = 30.0
-#: Beat interval of the sweeper.
+#: Seconds between sweeps (the sweeper thread of beat, or `dex-celery sweep --loop`).
 DEFAULT_SWEEP_INTERVAL = 2.0
 #: Beat interval of the reconcile job (S8.4); unknown outcomes are rare and checks call other
 #: services, so it runs less often than the sweeper.
@@ -63,6 +63,36 @@ DEFAULT_EVENTS_MAXLEN = 100_000
 DEFAULT_TASK_EVENTS = True
 #: Prefix of every Redis key the ledger writes.
 DEFAULT_KEY_PREFIX = "dex"
+#: People who may sign in to `dex-celery web`: `name:password` pairs, comma-separated. Unset and
+#: without `web_tokens`, the web app serves only a loopback address, unauthenticated.
+DEFAULT_WEB_USERS: str | None = None
+#: Bearer tokens for scripts and Prometheus scrapes of `dex-celery web`: `name:token` pairs.
+DEFAULT_WEB_TOKENS: str | None = None
+#: Key that signs the web app's session cookies; random per process when unset (sign-ins then
+#: end when the web app restarts).
+DEFAULT_WEB_SECRET_KEY: str | None = None
+#: Port of a worker's own Prometheus endpoint (0: none; the web app's `/metrics` has the same).
+DEFAULT_WORKER_METRICS_PORT = 0
+#: Where beat sends webhooks (awaiting approval, outcome unknown, reconciliation reports):
+#: URLs, comma-separated. None: no webhooks.
+DEFAULT_WEBHOOK_URLS: str | None = None
+#: Key of the HMAC-SHA256 signature of each webhook body (header `X-Dex-Signature`).
+DEFAULT_WEBHOOK_SECRET: str | None = None
+#: Tries of one webhook delivery before it is given up; delays double from `webhook_backoff`.
+DEFAULT_WEBHOOK_MAX_ATTEMPTS = 8
+DEFAULT_WEBHOOK_BACKOFF = 1.0
+#: Seconds one webhook POST may take.
+DEFAULT_WEBHOOK_TIMEOUT = 5.0
+#: With a `sentinel://` Redis URL: the name of the master the Sentinels monitor.
+DEFAULT_REDIS_SENTINEL_MASTER = None
+#: A claim counts only once this many replicas hold it (Redis `WAIT`); 0 = the primary alone.
+DEFAULT_CLAIM_REPLICAS = 0
+#: How long a worker waits for those replicas before it gives the attempt up unrun.
+DEFAULT_CLAIM_REPLICAS_TIMEOUT = 1.0
+#: Refuse to start (instead of warning) when Redis's configuration can lose claims.
+DEFAULT_REQUIRE_DURABLE_REDIS = False
+#: Run the sweeper as a thread of `celery beat` (it then never waits for a tool slot).
+DEFAULT_SWEEP_IN_BEAT = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +123,20 @@ class Settings:
     finished_ttl: int = DEFAULT_FINISHED_TTL
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     task_events: bool = DEFAULT_TASK_EVENTS
+    web_users: str | None = DEFAULT_WEB_USERS
+    web_tokens: str | None = DEFAULT_WEB_TOKENS
+    web_secret_key: str | None = DEFAULT_WEB_SECRET_KEY
+    worker_metrics_port: int = DEFAULT_WORKER_METRICS_PORT
+    webhook_urls: str | None = DEFAULT_WEBHOOK_URLS
+    webhook_secret: str | None = DEFAULT_WEBHOOK_SECRET
+    webhook_max_attempts: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS
+    webhook_backoff: float = DEFAULT_WEBHOOK_BACKOFF
+    webhook_timeout: float = DEFAULT_WEBHOOK_TIMEOUT
+    redis_sentinel_master: str | None = DEFAULT_REDIS_SENTINEL_MASTER
+    claim_replicas: int = DEFAULT_CLAIM_REPLICAS
+    claim_replicas_timeout: float = DEFAULT_CLAIM_REPLICAS_TIMEOUT
+    require_durable_redis: bool = DEFAULT_REQUIRE_DURABLE_REDIS
+    sweep_in_beat: bool = DEFAULT_SWEEP_IN_BEAT
 
     def __post_init__(self) -> None:
         positive = (
@@ -110,12 +154,24 @@ class Settings:
             "sweep_batch",
             "finished_ttl",
             "events_maxlen",
+            "webhook_max_attempts",
+            "webhook_backoff",
+            "webhook_timeout",
+            "claim_replicas_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(
                     f"setting {name} must be positive, got {getattr(self, name)!r}"
                 )
+        if not 0 <= self.worker_metrics_port <= 65535:
+            raise ConfigurationError(
+                f"setting worker_metrics_port must be 0 (off) or a port, got {self.worker_metrics_port!r}"
+            )
+        if self.claim_replicas < 0:
+            raise ConfigurationError(
+                f"setting claim_replicas must be 0 or more, got {self.claim_replicas!r}"
+            )
         if not self.key_prefix or "{" in self.key_prefix or "}" in self.key_prefix:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"

@@ -1,4 +1,4 @@
-"""The sweeper: finds what stopped moving and moves it (DESIGN.md, flow step 6).
+"""The sweeper: finds what stopped moving and moves it (docs/ledger.md, "Sweeps").
 
 Every scan reads a deadline index (`ZRANGEBYSCORE ... LIMIT`) or an indexed SQL status, so its
 cost follows the number of due items, never the size of history. Every move is a compare-and-set
@@ -13,11 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from dex_celery.ledger.ledger import Step, StepKind
+from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.records import ApprovalDecision, ToolCallRecord
+from dex_celery.stats import record_sweep
 from dex_celery.store.repository import Outcome
 
 if TYPE_CHECKING:
@@ -49,12 +50,27 @@ class SweepReport:
         return sum(v for k, v in self.as_dict().items() if k != "errors")
 
 
+#: How far before the last surviving event the replay after a rollback looks, for outcomes
+#: written to SQL just before their event was appended.
+REPLAY_MARGIN = 5.0
+#: Most finished events one replay announces again.
+REPLAY_LIMIT = 10_000
+
+
 class Sweeper:
     def __init__(self, dex: Dex) -> None:
         self.dex = dex
+        self._epoch: str | None = None
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
+        started = time.monotonic()
         ledger, keys, batch = self.dex.ledger, self.dex.keys, self.dex.settings.sweep_batch
+        # Before acting on ledger state: is this the database's ledger (else LedgerMismatch),
+        # and has Redis gone back in time since the last look (then a new epoch, S10.2)?
+        epoch = self.dex.epoch(refresh=True)
+        if self._epoch is not None and epoch != self._epoch:
+            self._replay_finished_events(epoch)
+        self._epoch = epoch
         counts = {"lost": 0, "expired": 0, "timed_out": 0, "recorded": 0}
         errors = 0
 
@@ -75,7 +91,9 @@ class Sweeper:
         each(
             keys.lease_index,
             "lost",
-            lambda k: ledger.lose(k, None, worker_lost=False, detail="its heartbeat lease lapsed"),
+            lambda k: ledger.lose(
+                k, None, mode=LoseMode.LAPSED, detail="its heartbeat lease lapsed"
+            ),
         )
         each(
             keys.queue_index,
@@ -94,7 +112,7 @@ class Sweeper:
                 k, None, detail="fenced by the sweeper at its start-to-close deadline"
             ),
         )
-        now = ledger.clock()
+        now = ledger.now()
         for key in ledger.due(
             keys.unrecorded_index, now=now - self.dex.settings.unrecorded_grace, limit=batch
         ):
@@ -118,22 +136,50 @@ class Sweeper:
         )
         if report.moved or report.errors:
             log.info("sweep: %s", report.as_dict())
+        record_sweep(self.dex, started)  # sweep lag and duration for the metrics
         return report
+
+    def _replay_finished_events(self, epoch: str) -> int:
+        """The events stream went back in time with Redis: announce again, once, the calls that
+        ended after its last surviving entry, so every ended call has its finished event (S7.3).
+        """
+        ledger, keys = self.dex.ledger, self.dex.keys
+        if not ledger.client.set(
+            keys.replayed(epoch), "1", nx=True, ex=self.dex.settings.finished_ttl
+        ):
+            return 0  # another process replays this rollback
+        last = ledger.client.xrevrange(keys.events, count=1)
+        if last:
+            since = int(str(last[0][0]).split("-")[0]) / 1000 - REPLAY_MARGIN
+        else:  # the stream is gone with the data: the recent past, as the ledger keeps it
+            since = ledger.now() - self.dex.settings.finished_ttl
+        start = f"{max(0, int(since * 1000))}-0"
+        entries = cast(
+            list[tuple[str, dict[str, str]]], ledger.client.xrange(keys.events, min=start)
+        )
+        seen = {f.get("key") for _id, f in entries if f.get("type") == "tool_call_finished"}
+        replayed = 0
+        for record in self.dex.store.finished_since(since, limit=REPLAY_LIMIT):
+            if record.key not in seen:
+                ledger.announce_finished(
+                    record.key, status=record.status.value, error=record.error or ""
+                )
+                replayed += 1
+        if replayed:
+            log.warning("announced %d finished events again after the ledger's rollback", replayed)
+        return replayed
 
     def _record_unrecorded(self, key: str) -> bool:
         """A worker decided an outcome but died before its SQL write: write it now."""
         entry = self.dex.ledger.read(key)
         if entry is None or entry.status not in {s.value for s in CallStatus if s.terminal}:
             return False
-        log_text = ";".join(
-            f"{e.attempt}|{e.state}|{e.owner}|{e.claimed_at or ''}|{e.ended_at}" for e in entry.log
-        )
         step = Step(
             StepKind.FINISHED,
             attempt=entry.attempt,
             status=entry.status,
             reason=entry.reason,
-            log=log_text,
+            log=entry.log_json,
             detail=entry.error,
         )
         self.dex.dispatcher.record(key, step, result=entry.result)
@@ -177,25 +223,32 @@ class Sweeper:
         return done
 
     def _orphans(self, now: float) -> tuple[int, int, int]:
-        """SQL calls in flight with no ledger entry: never opened, or Redis lost its data."""
+        """SQL calls in flight with no entry in the ledger's current life (docs/ledger.md).
+
+        Either never opened (a crash between the SQL insert and the ledger open), or opened in
+        a life of the ledger that Redis lost (it went back in time, or lost its data). A write
+        whose claim the database holds may have run: `outcome_unknown`, never run again. A
+        write the database never saw claimed cannot have run (the write fence): opened afresh.
+        A read or idempotent write is opened again; if an earlier life may have run it, it can
+        never end "did not run".
+        """
         candidates = self._next_orphan_page(now)
         if not candidates:
             return 0, 0, 0
-        exists = self.dex.ledger.exists([c.key for c in candidates])
-        epoch = self.dex.epoch(refresh=True)
+        live = self.dex.ledger.live([c.key for c in candidates])
+        epoch = self.dex.epoch()
         reopened = ended = errors = 0
         for record in candidates:
-            if exists[record.key]:
+            if live[record.key]:
                 continue
             try:
-                if record.ledger_epoch == epoch or record.effect.retryable:
-                    # Never opened (a crash between the SQL insert and the ledger open), or a
-                    # read / idempotent write whose repetition is harmless: (re)start it. Opened
-                    # in a ledger that is gone, it may have run: never "did not run" (S4.2).
-                    self.dex.dispatcher.start(record, may_have_run=record.ledger_epoch != epoch)
-                    reopened += 1
-                elif self._end_after_data_loss(record):
-                    ended += 1
+                if not record.effect.retryable and record.claimed_by is not None:
+                    if self._end_after_data_loss(record):
+                        ended += 1
+                    continue
+                may_have_run = record.effect.retryable and record.ledger_epoch != epoch
+                self.dex.dispatcher.start(record, may_have_run=may_have_run)
+                reopened += 1
             except Exception:
                 errors += 1
                 log.exception("could not resolve orphaned call %s", record.key)
@@ -225,7 +278,10 @@ class Sweeper:
 
     def _end_after_data_loss(self, record: ToolCallRecord) -> bool:
         """The ledger that knew whether this write reached a worker is gone: be conservative."""
-        detail = "the ledger lost its data (Redis restarted empty) while the call was in flight"
+        detail = (
+            "the ledger lost track of it while it was in flight (Redis lost data or went back in "
+            f"time), and the database shows it was claimed by {record.claimed_by}"
+        )
         error = error_text(
             CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(record.attempts, 1)
         )

@@ -11,19 +11,24 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Ignore
 
+from dex_celery import tracing
 from dex_celery.dispatch import outcome_of
 from dex_celery.errors import DexError
 from dex_celery.ids import CallKey, parse_task_id
 from dex_celery.invoke import invoke_attempt, stored_arguments
-from dex_celery.ledger.ledger import Cause, Ledger, StepKind
+from dex_celery.ledger.durability import claim_shortfall
+from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import outcome_writer
+from dex_celery.stats import count_refused_claim
 from dex_celery.store.repository import OutcomeRow, arguments_json
 from dex_celery.tools import Tool, ToolContext
+from dex_celery.tracing import Span, span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -45,6 +50,8 @@ class HeartbeatPump:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        #: When the loop's next beat is due (monotonic clock); set by the loop.
+        self._due = float("inf")
 
     def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
         with self._lock:
@@ -54,6 +61,12 @@ class HeartbeatPump:
                     target=self._loop, name="dex-heartbeat", daemon=True
                 )
                 self._thread.start()
+            # This lease needs its first renewal within a third of itself. If the loop's next
+            # beat is later than that (it slept on longer leases, or idle), wake it to re-plan;
+            # otherwise the planned beat covers it and the loop is left alone.
+            late = time.monotonic() + min(self.interval, heartbeat_timeout / 3) < self._due
+        if late:
+            self._wake.set()
 
     def remove(self, key: str) -> None:
         with self._lock:
@@ -79,15 +92,29 @@ class HeartbeatPump:
                     entry[1].cancel()
                     log.warning("attempt of %s was fenced; the tool is told to stop", key)
 
-    def _next_interval(self) -> float:
-        """A third of the shortest heartbeat timeout among the running attempts' policies."""
-        with self._lock:
-            shortest = min((hb for _, _, hb in self._running.values()), default=self.interval * 3)
-        return min(self.interval, shortest / 3)
+    def _interval_locked(self) -> float:
+        """A third of the shortest heartbeat timeout among the running attempts' policies, at
+        most `interval` (a third of the deployment's); `interval` when nothing runs."""
+        shortest = min((hb for _, _, hb in self._running.values()), default=None)
+        return self.interval if shortest is None else min(self.interval, shortest / 3)
 
     def _loop(self) -> None:
+        """Beat every third of the shortest running lease, counted from the previous beat.
+
+        `add` wakes the loop only when a new attempt's lease is shorter than the planned sleep
+        allows; the loop then re-plans from the previous beat rather than from now, so a stream
+        of new attempts cannot keep pushing the next beat back.
+        """
+        last_beat = time.monotonic()
         while True:
-            self._wake.wait(self._next_interval())
+            with self._lock:
+                self._due = last_beat + self._interval_locked()
+                due = self._due
+            delay = due - time.monotonic()
+            if delay > 0 and self._wake.wait(delay):
+                self._wake.clear()
+                continue  # re-plan with the attempt just added
+            last_beat = time.monotonic()
             with self._lock:
                 batch = [(k, fence) for k, (fence, _, _) in self._running.items()]
             if not batch:
@@ -95,7 +122,7 @@ class HeartbeatPump:
             try:
                 self._fence(self.ledger.heartbeat(batch))
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
-                log.exception("heartbeat failed; retrying in %.1fs", self.interval)
+                log.exception("heartbeat failed; trying again at the next beat")
 
 
 _pumps: dict[int, HeartbeatPump] = {}
@@ -118,6 +145,36 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def owner_is_dead_here(owner: str) -> bool:
+    """True if `owner` (`host:pid`, see `owner_id`) names a process of this host that is gone."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+#: Most times a claim waits out a retry's backoff before it gives up waiting and claims anyway
+#: being refused or early again is then the ledger's word.
+_EARLY_WAITS = 8
+
+
+def claim_attempt(ledger: Ledger, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
+    """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`)."""
+    claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    for _ in range(_EARLY_WAITS):
+        if claim.kind is not ClaimKind.EARLY:
+            break
+        time.sleep(claim.wait)
+        claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    return claim
+
+
 def run_attempt(
     dex: Dex,
     tool: Tool,
@@ -127,22 +184,65 @@ def run_attempt(
     sealed: str | None = None,
 ) -> None:
     """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.invoke`)."""
+    with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
+        _run_attempt(dex, tool, key, attempt, arguments, sealed, traced)
+
+
+def _run_attempt(
+    dex: Dex,
+    tool: Tool,
+    key: str,
+    attempt: int,
+    arguments: str | dict[str, Any],
+    sealed: str | None,
+    traced: Span,
+) -> None:
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
-    claim = dex.ledger.claim(key, attempt, owner=owner_id(), fence=fence)
+    owner = owner_id()
+    with span(tracing.CLAIM, key=key, attempt=attempt):
+        claim = claim_attempt(dex.ledger, key, attempt, owner=owner, fence=fence)
     if not claim.ok:
         log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
+        count_refused_claim(dex, claim.reason)
+        traced.set("outcome", f"claim_refused:{claim.reason}")
+        raise Ignore()
+    traced.set("effect", claim.effect)
+    # With `claim_replicas`, the claim counts only once replicas hold it (WAIT); short of that
+    # the tool does not run and the attempt ends as not run (ledger/durability.py). Checked
+    # before the write fence, so SQL holds claims only of writes that may then run.
+    refused = claim_shortfall(dex, key, attempt)
+    if (
+        not refused
+        and claim.effect not in RETRYABLE_EFFECTS
+        and not _fence_write(dex, key, attempt, fence, owner)
+    ):
+        traced.set("outcome", "write_fence_refused")
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
     pump.add(key, fence, ctx, claim.heartbeat_timeout)
     try:
-        cause, payload = invoke_attempt(
-            dex, tool, ctx, arguments, sealed, start_to_close=claim.start_to_close
-        )
+        with span(tracing.RUN, key=key, attempt=attempt) as running:
+            if refused:
+                cause, payload = Cause.RETRYABLE, refused
+            else:
+                cause, payload = invoke_attempt(
+                    dex,
+                    tool,
+                    ctx,
+                    arguments,
+                    sealed,
+                    start_to_close=claim.start_to_close,
+                    effect=claim.effect,
+                )
+            running.set("cause", cause)
     finally:
         pump.remove(key)
-    step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+    with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
+        step = dex.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+        finishing.set("step", step.kind)
+    traced.set("outcome", step.status if step.kind is StepKind.FINISHED else step.kind)
     if step.kind is StepKind.LATE or step.late_result:
         # Fenced, or past start-to-close: the outcome stands; this is evidence only (S5.2).
         log.warning("attempt %d of %s finished too late; kept as a late result", attempt, key)
@@ -161,15 +261,54 @@ def run_attempt(
         dex.dispatcher.apply(key, step, result=result)
 
 
+#: Effect classes whose claim in Redis is enough: running them again is harmless.
+RETRYABLE_EFFECTS = frozenset({"read", "idempotent_write"})
+
+
+def _fence_write(dex: Dex, key: str, attempt: int, fence: str, owner: str) -> bool:
+    """The write fence (docs/ledger.md): a write runs only once its claim is committed in SQL.
+
+    If SQL refuses (another attempt of this write holds the claim there, or the call has ended
+    there), Redis's claim was made on a ledger that went back in time: the attempt is given up
+    before any tool code, and, since the write may have run under the other claim, it is lost.
+    """
+    if dex.store.claim_write(key, attempt, fence=fence, owner=owner, now=dex.ledger.now()):
+        return True
+    log.warning("attempt %d of %s not run: the database holds another claim of it", attempt, key)
+    step = dex.ledger.lose(
+        key,
+        attempt,
+        mode=LoseMode.RELEASED,
+        fence=fence,
+        detail="the database shows this write was claimed before; the ledger had lost that claim",
+    )
+    dex.dispatcher.apply(key, step)
+    return False
+
+
 def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:
-    """Mark the attempt of a dead pool child lost now (or expired, if it died before its claim)."""
+    """Mark the attempt of a dead pool child lost now (or expired, if it died before its claim).
+
+    Only an attempt claimed by a process of this host that is gone is lost here: the same
+    attempt delivered twice may have died in one process while another runs it.
+    """
     try:
         call, attempt = parse_task_id(task_id)
     except DexError:
         log.warning("WorkerLostError for a task id that is not ours: %r", task_id)
         return
+    entry = dex.ledger.read(call.key)
+    if entry is None or entry.attempt != attempt:
+        return
+    if entry.state == "running" and not owner_is_dead_here(entry.owner):
+        log.info("attempt %s is running in live process %s; not lost", task_id, entry.owner)
+        return
     step = dex.ledger.lose(
-        call.key, attempt, worker_lost=True, detail=f"the pool process died: {detail}"
+        call.key,
+        attempt,
+        mode=LoseMode.WORKER_LOST,
+        owner=entry.owner,
+        detail=f"the pool process died: {detail}",
     )
     log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
     dex.dispatcher.apply(call.key, step)

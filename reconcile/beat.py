@@ -4,7 +4,8 @@
 (`dex.register_outcome_check`); the reconcile beat job (`dex.reconcile`, in
 `dex.beat_schedule()`) then surfaces every new `outcome_unknown` call and, for these tools,
 asks the desk and reports the real outcome to the session. `beat_schedule` is the deployment's
-whole `app.conf.beat_schedule`: the sweeper and the reconcile job.
+whole `app.conf.beat_schedule`: the reconcile job (beat runs the sweeper in a thread of its own,
+see `dex_celery.startup`).
 """
 
 from __future__ import annotations
@@ -22,5 +23,5 @@ def register_checks(dex: Dex, desk: OrderDesk) -> None:
 
 
 def beat_schedule(dex: Dex) -> dict[str, dict[str, Any]]:
-    """Both intervals come from the settings (`DEX_SWEEP_INTERVAL`, `DEX_RECONCILE_INTERVAL`)."""
+    """The interval comes from the settings (`DEX_RECONCILE_INTERVAL`)."""
     return dict(dex.beat_schedule())

@@ -3,14 +3,17 @@
 The ledger is where "this attempt reached a worker" is decided (S3.3), atomically and before any
 tool code runs, and where each attempt's end decides the call's next step (retry or outcome).
 Scripts are compare-and-set: two sweepers, a sweeper and a worker, or a late worker racing over
-the same attempt cause exactly one transition.
+the same attempt cause exactly one transition. Every time a script compares or stores is Redis's
+own (S10.1): no argument carries a host's clock. docs/ledger.md describes the states, the
+transitions and what happens when Redis goes back in time.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
@@ -19,10 +22,10 @@ from typing import Any, cast
 import redis
 
 from dex_celery.errors import LedgerError
+from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
 from dex_celery.ledger.keys import KeySpace
+from dex_celery.ledger.protocol import decode
 from dex_celery.policy import PolicySnapshot
-
-Clock = Callable[[], float]
 
 
 class OpenResult(StrEnum):
@@ -34,19 +37,30 @@ class OpenResult(StrEnum):
 class StepKind(StrEnum):
     """What the caller of a transition must do next."""
 
-    RETRY = "retry"  # publish attempt `attempt` after `delay` seconds
+    RETRY = "retry"  # publish attempt `attempt`; its claim waits out the backoff
     FINISHED = "finished"  # write the outcome to SQL, then call `recorded`
     LATE = "late"  # the attempt was fenced: keep the result as evidence only
     NOOP = "noop"  # someone else already moved this attempt
 
 
 class Cause(StrEnum):
-    """Why an attempt ended, as the scripts understand it (see `_common.lua`)."""
+    """Why an attempt ended, as the worker reports it (see `_common.lua`)."""
 
     OK = "ok"
     TOOL_ERROR = "tool_error"
     RETRYABLE = "retryable"
     TIMED_OUT = "timed_out"
+    #: The tool's answer was lost after it may have acted (`ToolLost`); `next_step` treats it as
+    #: a lost worker (retry, else failed for a read, else outcome_unknown).
+    LOST = "lost"
+
+
+class LoseMode(StrEnum):
+    """How an attempt came to be lost (see `lose.lua`)."""
+
+    LAPSED = "lapsed"  # its lease ran out (the sweeper)
+    WORKER_LOST = "worker_lost"  # the pool process that claimed it died (its parent says so)
+    RELEASED = "released"  # its worker gave it up: the system of record refused the claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,45 +70,49 @@ class Step:
     delay: float = 0.0
     status: str = ""
     reason: str = ""
-    log: str = ""
+    #: The attempt log as JSON (`attempt_log.py`), stored unchanged in SQL.
+    log: str = "[]"
     detail: str = ""
     #: The worker's result arrived after the deadline and was kept as evidence only.
     late_result: bool = False
 
     @classmethod
-    def from_reply(cls, reply: Sequence[Any]) -> Step:
-        kind = StepKind(reply[0])
-        late = len(reply) > 1 and reply[-1] == "late_result"
+    def from_fields(cls, f: dict[str, str]) -> Step:
+        kind = StepKind(f["kind"])
+        late = f.get("late_result") == "1"
         if kind is StepKind.RETRY:
-            return cls(kind, attempt=int(reply[1]), delay=float(reply[2]), late_result=late)
+            return cls(kind, attempt=int(f["attempt"]), delay=float(f["delay"]), late_result=late)
         if kind is StepKind.FINISHED:
             return cls(
                 kind,
-                attempt=int(reply[3]),
-                status=str(reply[1]),
-                reason=str(reply[2]),
-                log=str(reply[4]),
-                detail=str(reply[5]),
+                attempt=int(f["attempt"]),
+                status=f["status"],
+                reason=f["reason"],
+                log=f.get("log") or "[]",
+                detail=f.get("detail", ""),
                 late_result=late,
             )
         return cls(kind)
 
 
+class ClaimKind(StrEnum):
+    CLAIMED = "claimed"
+    EARLY = "early"  # a retry whose backoff has not passed yet on the ledger's clock
+    REFUSED = "refused"
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
-    ok: bool
+    kind: ClaimKind
     reason: str = ""
     heartbeat_timeout: float = 0.0
     start_to_close: float = 0.0
+    effect: str = ""
+    wait: float = 0.0
 
-
-@dataclass(frozen=True, slots=True)
-class AttemptLogEntry:
-    attempt: int
-    state: str
-    owner: str
-    claimed_at: float | None
-    ended_at: float
+    @property
+    def ok(self) -> bool:
+        return self.kind is ClaimKind.CLAIMED
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +130,10 @@ class LedgerCall:
     result: str | None
     late: str | None
     owner: str
+    fence: str
     refused: int
+    epoch: str
+    log_json: str
     log: tuple[AttemptLogEntry, ...]
 
     @classmethod
@@ -129,32 +150,59 @@ class LedgerCall:
             result=h.get("result"),
             late=h.get("late"),
             owner=h.get("owner", ""),
+            fence=h.get("fence", ""),
             refused=int(h.get("refused", "0")),
-            log=_parse_log(h.get("log", "")),
+            epoch=h.get("epoch", ""),
+            log_json=h.get("log") or "[]",
+            log=parse_attempt_log(h.get("log")),
         )
-
-
-def _parse_log(text: str) -> tuple[AttemptLogEntry, ...]:
-    entries = []
-    for item in filter(None, text.split(";")):
-        n, state, owner, claimed, ended = item.split("|")
-        entries.append(
-            AttemptLogEntry(int(n), state, owner, float(claimed) if claimed else None, float(ended))
-        )
-    return tuple(entries)
 
 
 def _load(name: str) -> str:
-    source = resources.files("dex_celery.ledger").joinpath("scripts").joinpath(name).read_text()
-    return source
+    return resources.files("dex_celery.ledger").joinpath("scripts").joinpath(name).read_text()
 
 
-_ENDING_SCRIPTS = ("finish", "lose", "expire", "time_out")
+_SCRIPTS = (
+    "open",
+    "claim",
+    "heartbeat",
+    "finish",
+    "lose",
+    "expire",
+    "time_out",
+    "recorded",
+    "rotate",
+    "now",
+)
 
 
 def _n(attempt: int | None) -> str:
     """Attempt number for a script; '' lets the sweeper act on whichever attempt is current."""
     return "" if attempt is None else str(attempt)
+
+
+class LedgerClock:
+    """Redis's time without a round trip per reading.
+
+    One `now.lua` call pins Redis's time to this process's monotonic clock; readings in between
+    add the monotonic time elapsed, which no change of the host's wall clock affects. Re-pinned
+    every `refresh` seconds (0: every reading asks Redis, as the unit tests that freeze time do).
+    """
+
+    def __init__(self, read: Callable[[], float], refresh: float) -> None:
+        self._read = read
+        self._refresh = refresh
+        self._pinned: tuple[float, float] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        mono = time.monotonic()
+        with self._lock:
+            pinned = self._pinned
+            if pinned is None or mono - pinned[1] >= self._refresh:
+                pinned = (self._read(), time.monotonic())
+                self._pinned = pinned
+        return pinned[0] + (mono - pinned[1]) if mono > pinned[1] else pinned[0]
 
 
 class Ledger:
@@ -167,32 +215,31 @@ class Ledger:
         keys: KeySpace | None = None,
         events_maxlen: int = 100_000,
         finished_ttl: int = 3600,
-        clock: Clock = time.time,
         jitter: Callable[[], float] = random.random,
+        clock_refresh: float = 2.0,
     ) -> None:
         self.client = client
         self.keys = keys or KeySpace()
         self.events_maxlen = events_maxlen
         self.finished_ttl = finished_ttl
-        self.clock = clock
         self.jitter = jitter
         common = _load("_common.lua")
         self._scripts = {
-            name: client.register_script(
-                (common + "\n" if name in _ENDING_SCRIPTS else "") + _load(f"{name}.lua")
-            )
-            for name in ("open", "claim", "heartbeat", "recorded", *_ENDING_SCRIPTS)
+            name: client.register_script(common + "\n" + _load(f"{name}.lua")) for name in _SCRIPTS
         }
+        #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
+        self.now = LedgerClock(self._redis_now, clock_refresh)
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> dict[str, str]:
         try:
-            return self._scripts[name](keys=list(keys), args=list(args))
+            reply = self._scripts[name](keys=list(keys), args=list(args))
         except redis.ResponseError as e:
             raise LedgerError(f"ledger script {name} failed: {e}") from e
+        return decode(name, reply)
 
     def _run_many(
         self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
-    ) -> list[Any]:
+    ) -> list[dict[str, str]]:
         """Several runs of one script in one round trip (a pipeline, not a transaction).
 
         Plain EVALSHA: redis-py's script-aware pipeline asks `SCRIPT EXISTS` first, a second
@@ -217,20 +264,38 @@ class Ledger:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise LedgerError(f"ledger script {name} failed: {reply}") from reply
-        return replies
+        return [decode(name, reply) for reply in replies]
 
     def _ending_keys(self, key: str) -> tuple[str, ...]:
         k = self.keys
-        return (k.call(key), k.queue_index, k.lease_index, k.close_index, k.unrecorded_index)
+        return (
+            k.call(key),
+            k.queue_index,
+            k.lease_index,
+            k.close_index,
+            k.unrecorded_index,
+            k.epoch,
+            k.clock,
+        )
 
-    # --- epoch --------------------------------------------------------------------------------
+    def _redis_now(self) -> float:
+        return float(self._run("now", (self.keys.clock,), ())["now"])
 
-    def epoch(self, *, candidate: str) -> str:
-        """This ledger's life id, creating it with `candidate` if Redis has none."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.set(self.keys.epoch, candidate, nx=True)
-        pipe.get(self.keys.epoch)
-        return str(pipe.execute()[1])
+    # --- epoch ----------------------------------------------------------------------------------
+
+    def current_epoch(self) -> str | None:
+        value = self.client.get(self.keys.epoch)
+        return None if value is None else str(value)
+
+    def rotate(self, *, expected_dataset: str, dataset: str, epoch: str) -> tuple[bool, str]:
+        """Start a new life of the ledger (compare-and-set on the dataset marker).
+
+        Returns (whether this call rotated, the epoch in force afterwards).
+        """
+        f = self._run(
+            "rotate", (self.keys.epoch, self.keys.dataset), (expected_dataset, dataset, epoch)
+        )
+        return f["kind"] == "rotated", f["epoch"]
 
     # --- transitions ----------------------------------------------------------------------------
 
@@ -246,7 +311,8 @@ class Ledger:
         """Create the call's entry with attempt 1 enqueued.
 
         `may_have_run`: a lost ledger may have handed this call to a worker already (a reopen
-        after Redis lost its data); its attempts then count as having reached one (S4.2, S4.3).
+        after Redis went back in time); its attempts then count as having reached one (S4.2,
+        S4.3).
         """
         return self.open_many(
             [(key, snapshot)], epoch=epoch, announce=announce, may_have_run=may_have_run
@@ -266,98 +332,114 @@ class Ledger:
             "open",
             [
                 (
-                    (k.call(key), k.queue_index, k.epoch, k.events),
-                    self._open_args(key, snapshot, epoch, announce, may_have_run),
+                    (k.call(key), k.queue_index, k.epoch, k.clock, k.events),
+                    (
+                        key,
+                        epoch,
+                        snapshot.effect.value,
+                        snapshot.max_attempts,
+                        snapshot.backoff_initial,
+                        snapshot.backoff_max,
+                        snapshot.schedule_to_start,
+                        snapshot.start_to_close,
+                        snapshot.heartbeat_timeout,
+                        self.events_maxlen,
+                        "1" if announce else "0",
+                        "1" if may_have_run else "0",
+                    ),
                 )
                 for key, snapshot in calls
             ],
         )
-        return [OpenResult(reply[0]) for reply in replies]
-
-    def _open_args(
-        self, key: str, snapshot: PolicySnapshot, epoch: str, announce: bool, may_have_run: bool
-    ) -> tuple[Any, ...]:
-        return (
-            key,
-            epoch,
-            self.clock(),
-            snapshot.effect.value,
-            snapshot.max_attempts,
-            snapshot.backoff_initial,
-            snapshot.backoff_max,
-            snapshot.schedule_to_start,
-            snapshot.start_to_close,
-            snapshot.heartbeat_timeout,
-            self.events_maxlen,
-            "1" if announce else "0",
-            "1" if may_have_run else "0",
-        )
+        return [OpenResult(reply["kind"]) for reply in replies]
 
     def claim(self, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
         k = self.keys
-        reply = self._run(
+        f = self._run(
             "claim",
-            (k.call(key), k.queue_index, k.lease_index, k.close_index, k.events),
-            (key, attempt, owner, fence, self.clock(), self.events_maxlen),
+            (
+                k.call(key),
+                k.queue_index,
+                k.lease_index,
+                k.close_index,
+                k.events,
+                k.epoch,
+                k.clock,
+            ),
+            (key, attempt, owner, fence, self.events_maxlen),
         )
-        if int(reply[0]) == 1:
-            return Claim(True, "", float(reply[1]), float(reply[2]))
-        return Claim(False, str(reply[1]))
+        kind = ClaimKind(f["kind"])
+        if kind is ClaimKind.CLAIMED:
+            return Claim(
+                kind,
+                heartbeat_timeout=float(f["heartbeat_timeout"]),
+                start_to_close=float(f["start_to_close"]),
+                effect=f.get("effect", ""),
+            )
+        if kind is ClaimKind.EARLY:
+            return Claim(kind, wait=float(f["wait"]))
+        return Claim(kind, reason=f["reason"])
 
     def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
         """Renew leases of `(key, fence)` pairs; return the keys that are fenced."""
         if not running:
             return set()
-        args: list[object] = [self.clock()]
+        args: list[object] = []
         for key, fence in running:
             args.extend((key, fence))
-        reply = self._run(
-            "heartbeat", (self.keys.lease_index, *(self.keys.call(k) for k, _ in running)), args
+        k = self.keys
+        f = self._run(
+            "heartbeat",
+            (k.lease_index, k.epoch, k.clock, *(k.call(key) for key, _ in running)),
+            args,
         )
-        return {running[int(i) - 1][0] for i in reply}
+        return {running[int(i) - 1][0] for i in filter(None, f["fenced"].split(","))}
 
     def finish(self, key: str, attempt: int, *, fence: str, cause: Cause, payload: str) -> Step:
-        reply = self._run(
+        k = self.keys
+        f = self._run(
             "finish",
-            (*self._ending_keys(key), self.keys.events),
             (
-                key,
-                attempt,
-                fence,
-                self.clock(),
-                cause.value,
-                payload,
-                self.jitter(),
-                self.events_maxlen,
+                k.call(key),
+                k.queue_index,
+                k.lease_index,
+                k.close_index,
+                k.unrecorded_index,
+                k.events,
+                k.epoch,
+                k.clock,
             ),
+            (key, attempt, fence, cause.value, payload, self.jitter(), self.events_maxlen),
         )
-        return Step.from_reply(reply)
+        return Step.from_fields(f)
 
-    def lose(self, key: str, attempt: int | None, *, worker_lost: bool, detail: str) -> Step:
-        mode = "worker_lost" if worker_lost else "lapsed"
-        reply = self._run(
+    def lose(
+        self,
+        key: str,
+        attempt: int | None,
+        *,
+        mode: LoseMode,
+        detail: str,
+        owner: str = "",
+        fence: str = "",
+    ) -> Step:
+        f = self._run(
             "lose",
             self._ending_keys(key),
-            (key, _n(attempt), self.clock(), mode, self.jitter(), detail),
+            (key, _n(attempt), mode.value, self.jitter(), detail, owner, fence),
         )
-        return Step.from_reply(reply)
+        return Step.from_fields(f)
 
     def expire(self, key: str, attempt: int | None, *, unpublished: bool, detail: str) -> Step:
         mode = "unpublished" if unpublished else "due"
-        reply = self._run(
-            "expire",
-            self._ending_keys(key),
-            (key, _n(attempt), self.clock(), mode, self.jitter(), detail),
+        f = self._run(
+            "expire", self._ending_keys(key), (key, _n(attempt), mode, self.jitter(), detail)
         )
-        return Step.from_reply(reply)
+        return Step.from_fields(f)
 
     def time_out(self, key: str, attempt: int | None, *, detail: str) -> Step:
-        reply = self._run(
-            "time_out",
-            self._ending_keys(key),
-            (key, _n(attempt), self.clock(), self.jitter(), detail),
-        )
-        return Step.from_reply(reply)
+        f = self._run("time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail))
+        return Step.from_fields(f)
 
     def announce_finished(self, key: str, *, status: str, error: str) -> None:
         """The finished event of a call that ended without a ledger entry (approvals, lost data)."""
@@ -385,29 +467,28 @@ class Ledger:
                 for key, status, error in outcomes
             ],
         )
-        return [int(reply) == 1 for reply in replies]
+        return [reply["kind"] == "announced" for reply in replies]
 
     # --- reads ----------------------------------------------------------------------------------
 
     def due(self, index: str, *, now: float | None = None, limit: int = 500) -> list[str]:
         """Keys whose deadline in `index` has passed, oldest first, at most `limit`."""
-        at = self.clock() if now is None else now
+        at = self.now() if now is None else now
         return [str(m) for m in self.client.zrangebyscore(index, "-inf", at, start=0, num=limit)]
-
-    def current_attempts(self, keys: Iterable[str]) -> dict[str, int]:
-        """The current attempt number of each call that still has a ledger entry."""
-        keys = list(keys)
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hget(self.keys.call(key), "n")
-        return {key: int(n) for key, n in zip(keys, pipe.execute(), strict=True) if n is not None}
 
     def read(self, key: str) -> LedgerCall | None:
         h = cast(dict[str, str], self.client.hgetall(self.keys.call(key)))
         return LedgerCall.from_hash(key, h) if h else None
 
-    def exists(self, keys: Sequence[str]) -> dict[str, bool]:
+    def live(self, keys: Sequence[str]) -> dict[str, bool]:
+        """Whether the ledger still acts on each call: an entry of its current life, or an
+        outcome decided in an older life (it happened; the unrecorded sweep writes it)."""
         pipe = self.client.pipeline(transaction=False)
+        pipe.get(self.keys.epoch)
         for key in keys:
-            pipe.exists(self.keys.call(key))
-        return {key: bool(v) for key, v in zip(keys, pipe.execute(), strict=True)}
+            pipe.hmget(self.keys.call(key), "status", "epoch")
+        epoch, *entries = pipe.execute()
+        return {
+            key: status is not None and (mine is None or mine == epoch or status != "active")
+            for key, (status, mine) in zip(keys, entries, strict=True)
+        }

@@ -78,6 +78,9 @@ class Outcome:
     result: str | None = None
     attempts: int = 0
     attempt_log: str | None = None
+    #: "The tool did not run": true only while no attempt of the call was claimed in the system
+    #: of record (the write fence); otherwise the outcome becomes `outcome_unknown` (S10.2).
+    did_not_run: bool = False
 
 
 class Store:
@@ -257,6 +260,8 @@ class Store:
         )
         if deadline_after is not None:
             query = query.where(tool_calls.c.approval_deadline > deadline_after)
+        if outcome.did_not_run:
+            query = query.where(tool_calls.c.claim_fence.is_(None))
         with self.engine.begin() as conn:
             row = conn.execute(
                 query.values(**values).returning(
@@ -292,6 +297,10 @@ class Store:
         message is inserted only where that update happened, so a row that lost a race to
         another writer changes nothing. One commit for the whole batch.
         """
+        for row in rows:
+            if row.outcome.did_not_run:  # rare; conditional on the write fence, one by one
+                self.record_outcome(row.key.key, row.outcome)
+        rows = [row for row in rows if not row.outcome.did_not_run]
         if not rows:
             return
         now = self.clock()
@@ -341,6 +350,26 @@ class Store:
             mine = [m for m in new_messages if m["call_key"] in ended]
             if mine:
                 conn.execute(insert(messages), mine)
+
+    def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
+        """The write fence: commit this attempt's claim before any tool code runs.
+
+        One conditional update: only while the call is pending and no other attempt holds the
+        claim (the same fence again succeeds, for a retried command). Redis's claim says the
+        attempt reached a worker; this row says whether a write may run, and it survives Redis
+        going back in time (docs/ledger.md, "The write fence").
+        """
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(tool_calls)
+                .where(tool_calls.c.key == key)
+                .where(tool_calls.c.status == CallStatus.PENDING.value)
+                .where(or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence))
+                .values(
+                    claim_fence=fence, claimed_attempt=attempt, claimed_at=now, claimed_by=owner
+                )
+            )
+            return bool(result.rowcount == 1)
 
     def record_late_result(self, key: str, late: str) -> None:
         """Evidence from a fenced attempt (S5.2); never touches status, error or result."""
@@ -438,6 +467,18 @@ class Store:
                     and_(tool_calls.c.requested_at == at, tool_calls.c.key > key),
                 )
             )
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
+    def finished_since(self, since: float, *, limit: int) -> list[ToolCallRecord]:
+        """Calls that ended after `since`, oldest first: the finished events a rollback of the
+        ledger may have taken with it (rare; a scan of recent history)."""
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.finished_at > since)
+            .order_by(tool_calls.c.finished_at, tool_calls.c.key)
+            .limit(limit)
+        )
         with self.engine.connect() as conn:
             return [_call(r) for r in conn.execute(query).mappings()]
 
@@ -573,6 +614,8 @@ def _call(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         attempt_log=row.get("attempt_log"),
         ledger_epoch=row.get("ledger_epoch"),
         sealed_arguments=row.get("sealed_arguments"),
+        claimed_by=row.get("claimed_by"),
+        claimed_at=row.get("claimed_at"),
     )
 
 

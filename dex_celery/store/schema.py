@@ -77,6 +77,13 @@ tool_calls = Table(
     Column("attempt_log", Text, nullable=True),
     Column("late_result", Text, nullable=True),
     Column("ledger_epoch", String(64), nullable=True),
+    # The claim of a `non_idempotent_write` / `unclassified` attempt, committed here before any
+    # tool code runs: the system of record has the final word on "may this write run?", however
+    # far Redis goes back in time (docs/ledger.md, "The write fence").
+    Column("claim_fence", String(64), nullable=True),
+    Column("claimed_attempt", Integer, nullable=True),
+    Column("claimed_at", Float, nullable=True),
+    Column("claimed_by", String(200), nullable=True),
     Column("requested_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
     Column("approval_deadline", Float, nullable=True),
@@ -121,4 +128,15 @@ unknown_outcomes = Table(
     Column("reported_at", Float, nullable=True),
     # The runs read only open rows of tools that have a check.
     Index("ix_dex_unknown_outcomes_open", "state", "tool_name"),
+)
+
+# The ledger this database belongs to (one row). A process whose Redis holds another ledger
+# refuses to act on these calls (docs/ledger.md, "One database, one ledger").
+ledger_bindings = Table(
+    "dex_ledger_binding",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("ledger_id", String(64), nullable=False),
+    Column("location", String(600), nullable=False),
+    Column("bound_at", Float, nullable=False),
 )

@@ -64,7 +64,7 @@ def test_worker_killed_between_delivery_and_claim(
     # The read: attempt 1 expired too and attempt 2 waits in the queue; a new worker (with a
     # broker that gives back the dead worker's unacknowledged attempt-1 message) runs it.
     wait_for(
-        lambda: dex.ledger.current_attempts([read.key]).get(read.key) == 2,
+        lambda: getattr(dex.ledger.read(read.key), "attempt", 0) == 2,
         timeout=30,
         what="the read's attempt 1 to expire and attempt 2 to be published",
     )

@@ -1,4 +1,4 @@
-"""Two sweepers at once over the same due items: each transition happens exactly once (DESIGN.md
+"""Two sweepers at once over the same due items: each transition happens exactly once (docs/ledger.md,
 flow step 6; S3.2, S4.1, S7.3).
 
 50 calls are requested with no worker running, with 0.5 s queue deadlines and leases: 30 are left

@@ -1,4 +1,4 @@
-"""A pool child SIGKILLed while its parent lives: the WorkerLostError fast path (DESIGN.md crash
+"""A pool child SIGKILLed while its parent lives: the WorkerLostError fast path (docs/ledger.md, crash
 table) ends the attempt at once, without waiting for its lease (S4.3) or its queue deadline
 (S4.2).
 

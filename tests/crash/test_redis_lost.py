@@ -1,5 +1,5 @@
 """Redis restarted empty (no persistence) while calls are in flight: SQL still knows them, and the
-sweeper ends them conservatively (DESIGN.md, "Three stores"; S3.2, S4.3).
+sweeper ends them conservatively (docs/ledger.md, "Rollback"; S3.2, S4.3).
 
 A redis-server of this test's own (the session one is shared by the other tests) is SIGKILLed
 and started again on the same port with no data, while four tools of the four effect classes are
@@ -87,7 +87,7 @@ def test_redis_restarted_empty_ends_writes_unknown_and_reruns_reads(
     for tool in WRITES:
         done = wait_finished(dex, records[tool].key, timeout=30)
         assert done.status is CallStatus.OUTCOME_UNKNOWN, done
-        assert "the ledger lost its data" in (done.error or "")
+        assert "the ledger lost track of it" in (done.error or "")
         (message,) = tool_messages(dex, done.key)
         assert OUTCOME_UNKNOWN_TOOL_RESULT in message
     # Reads: reopened under the new ledger's life.
@@ -148,6 +148,10 @@ def test_rerun_after_data_loss_that_never_reaches_a_worker_is_not_called_did_not
     for record in records.values():  # a worker (never started here) claimed every attempt
         claim = lost.ledger.claim(record.key, 1, owner="ghost:1", fence="f")
         assert claim.ok, claim
+    # The non-idempotent write's claim also reached the database (the write fence), as a real
+    # worker's does before any tool code; the unclassified write's worker died before that.
+    noni = records["slow_non_idempotent_write"].key
+    assert lost.store.claim_write(noni, 1, fence="f", owner="ghost:1", now=lost.ledger.now())
 
     own_redis.restart()
     stop = threading.Event()
@@ -159,8 +163,12 @@ def test_rerun_after_data_loss_that_never_reaches_a_worker_is_not_called_did_not
         stop.set()
         thread.join(timeout=15)
 
-    for tool in WRITES:
-        assert done[tool].status is CallStatus.OUTCOME_UNKNOWN, done[tool]
+    # Claimed in the database: it may have run. Never claimed there: no tool code ran, so the
+    # reopened write that no worker takes ends "did not run", which the write fence proves.
+    assert done["slow_non_idempotent_write"].status is CallStatus.OUTCOME_UNKNOWN
+    unclassified = done["slow_unclassified"]
+    assert unclassified.status is CallStatus.FAILED, unclassified
+    assert (unclassified.error or "").startswith(DID_NOT_RUN), unclassified.error
     read, idempotent = done["slow_read"], done["slow_idempotent_write"]
     assert read.status is CallStatus.FAILED, read
     assert not (read.error or "").startswith(DID_NOT_RUN), read.error

@@ -1,4 +1,4 @@
-"""The first two rows of DESIGN.md's crash table: the requesting process dies between the SQL
+"""The first two rows of the crash table (docs/ledger.md): the requesting process dies between the SQL
 insert and the publish, and the broker refuses the message.
 
 Both end with a record that says the truth about whether the tool ran (S4.1, S4.2): the first

@@ -1,4 +1,4 @@
-"""DESIGN.md crash table, "after finish script, before SQL write": the ledger holds the outcome
+"""docs/ledger.md crash table, "after finish script, before SQL write": the ledger holds the outcome
 and the sweeper writes it, exactly once.
 
 The worker's outcome writer is stalled by a test hook, so each finished outcome stays in the

@@ -502,7 +502,7 @@ def test_crash_between_approval_and_publish_is_started_by_the_sweeper(
     sweeper: threading.Event,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """DESIGN crash table (row 1) for approvals, S6.2: the approval is committed but the
+    """The crash table (docs/ledger.md, first row) for approvals, S6.2: the approval is committed but the
     process dies before opening the attempt, leaving a `pending` call with no ledger entry. The
     sweeper's orphan check opens and publishes it (nothing ran), and it runs exactly once. The
     second call's ledger lost its data while the call waited (new epoch); the approval records

@@ -107,7 +107,7 @@ def test_a_schema_only_tool_is_checked_against_its_schema(dex: Dex, broker: redi
     dex.add_tool(Tool("forecast", call, ToolPolicy(effect=EffectClass.READ), input_schema=schema))
     client = dex.client()
     for bad in ({"days": 2}, {"city": "Oslo", "days": 99}, {"city": 5}, {"city": "x", "y": 1}):
-        with pytest.raises(InvalidToolArguments, match="invalid arguments for tool 'forecast'"):
+        with pytest.raises(InvalidToolArguments, match="tool 'forecast'"):
             client.request_call("s1", "t1", "c1", "forecast", bad)
     assert_nothing_written(dex, broker)
     definitions = dex.tool_definitions(format="anthropic")

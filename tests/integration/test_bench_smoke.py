@@ -3,7 +3,7 @@
 Each runs the script as `python -m bench.<name>` the way docs/benchmarks.md and
 docs/reliability.md do, so a broken benchmark fails CI long before someone needs its figures.
 The figures themselves are never asserted: these machines are too noisy. The chaos smoke run does
-assert its invariants (S3.2, S4.1-S4.3): the script exits non-zero on any violation.
+assert its invariants (S3.2, S4.1-S4.3, S10.2): the script exits non-zero on any violation.
 """
 
 from __future__ import annotations
@@ -82,12 +82,13 @@ def test_sweep_cost_smoke() -> None:
 
 def test_memory_smoke() -> None:
     out = run("memory", "--attempts", "200", "--finished-ttl", "1")
-    assert "running:" in out and "after expiry: keys left 2" in out
+    assert "running:" in out and "after expiry: keys left 3" in out
 
 
 @pytest.mark.filterwarnings("ignore")
 def test_chaos_smoke() -> None:
-    """S3.2, S4.1-S4.3 under kills and a Redis restart: every invariant holds (exit 0)."""
+    """S3.2, S4.1-S4.3, S10.2 under kills, a Redis restart and a rollback of Redis to an older
+    snapshot (on by default): every invariant holds (exit 0)."""
     out = run(
         "chaos",
         "--calls",
@@ -98,9 +99,14 @@ def test_chaos_smoke() -> None:
         "20",
         "--schedule-to-start",
         "4",
+        "--rollback-after",
+        "2",
         timeout=180,
     )
     assert "restarting redis-server" in out
+    assert "redis snapshot taken" in out
+    assert "redis-server restarted from the snapshot" in out
+    assert "rollbacks to an older snapshot 1" in out
     assert out.count(": OK") == 6
 
 

@@ -125,7 +125,7 @@ def test_late_consumer_resumes_and_sees_each_finish_once(
 
 
 def test_stream_is_trimmed_by_the_events_maxlen_setting(env: dict[str, str]) -> None:
-    """S7.3 (DESIGN: approximate length limit is a setting): with `events_maxlen=10` the stream
+    """S7.3 (the approximate length limit is a setting): with `events_maxlen=10` the stream
     stays far below the number of events written, and a consumer can tell it fell behind."""
     _app, dex = make_app(Settings.from_env(env, events_maxlen=10))
     dex.store.create_schema()

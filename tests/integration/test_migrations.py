@@ -1,4 +1,4 @@
-"""Alembic migrations: the production path to the schema (S9.1; DESIGN "Three stores").
+"""Alembic migrations: the production path to the schema (S9.1; docs/ledger.md).
 
 Upgrade from an empty database on SQLite and on the PostgreSQL of this machine (a database of
 its own, created and dropped here, so no other test's tables are touched), a downgrade-upgrade

@@ -419,7 +419,7 @@ def test_concurrent_decisions_have_one_winner(url: str) -> None:
 
 
 def test_approvals_due_in_deadline_order_with_a_limit(store: Store, clock: Clock) -> None:
-    """DESIGN "Sweep": approvals past their deadline, oldest deadline first, at most `limit`."""
+    """docs/ledger.md, "Sweeps": approvals past their deadline, oldest deadline first, at most `limit`."""
     for name, timeout in [("c", 30.0), ("a", 10.0), ("d", 500.0), ("b", 20.0)]:
         store.insert_calls(
             [new_call(f"s/t/{name}", effect=EffectClass.UNCLASSIFIED, approval_timeout=timeout)],
@@ -439,7 +439,7 @@ def test_approvals_due_in_deadline_order_with_a_limit(store: Store, clock: Clock
 
 
 def test_in_flight_before_in_request_order_with_a_limit(store: Store, clock: Clock) -> None:
-    """DESIGN "Sweep": pending calls requested before a time, oldest first, at most `limit`."""
+    """docs/ledger.md, "Sweeps": pending calls requested before a time, oldest first, at most `limit`."""
     for name in ["b", "a", "c", "d"]:
         store.insert_calls([new_call(f"s/t/{name}")], epoch="e")
         clock.now += 1

@@ -1,4 +1,4 @@
-"""The orphan check pages through every call in flight (DESIGN.md crash table, first row).
+"""The orphan check pages through every call in flight (docs/ledger.md, crash table, first row).
 
 A crash between the SQL insert and the ledger open leaves a pending call with no ledger entry;
 the sweeper must find it even behind a backlog larger than one sweep's batch.

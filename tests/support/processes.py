@@ -47,6 +47,8 @@ class RedisServer:
     appendfsync: str = "everysec"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: More `redis-server` options, e.g. `("--maxmemory-policy", "allkeys-lru")`.
+    extra_args: Sequence[str] = ()
 
     @property
     def url(self) -> str:
@@ -73,6 +75,7 @@ class RedisServer:
             self.appendfsync,
             "--logfile",
             str(self.directory / "redis.log"),
+            *self.extra_args,
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
@@ -204,3 +207,60 @@ class Worker(CeleryWorker):
         super().__init__(
             "tests.support.toolapp", env, log_dir, concurrency, pool=pool, extra_args=extra_args
         )
+
+
+@dataclass
+class CeleryBeat:
+    """`celery -A <app> beat` in its own process group, ready once its log shows `ready_line`
+    (the dex sweeper thread announces itself there when beat starts)."""
+
+    app: str
+    env: Mapping[str, str]
+    directory: Path
+    loglevel: str = "info"
+    ready_line: str = "the dex sweeper runs every"
+    process: subprocess.Popen[bytes] | None = None
+    logfile: Path = field(default_factory=lambda: Path("/dev/null"))
+
+    def start(self, *, timeout: float = 60) -> Self:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.logfile = self.directory / f"beat-{time.time_ns()}.log"
+        args = [
+            sys.executable, "-m", "celery", "-A", self.app, "beat", "-l", self.loglevel,
+            "-s", str(self.directory / "celerybeat-schedule"),
+        ]  # fmt: skip
+        with self.logfile.open("wb") as out:
+            self.process = subprocess.Popen(
+                args, cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_for(
+            lambda: self.ready_line in self.log() or self.died(),
+            timeout=timeout,
+            what=f"celery beat of {self.app} to start",
+        )
+        if self.died():
+            raise RuntimeError(f"beat exited at start:\n{self.log()[-3000:]}")
+        return self
+
+    def died(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
+
+    def stop(self, *, timeout: float = 15) -> int | None:
+        """SIGTERM (beat's own shutdown), then SIGKILL after `timeout`; the exit status."""
+        if self.process is None:
+            return None
+        code: int | None = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = self.process.wait(timeout=timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        self.process = None
+        return code
+
+    def log(self) -> str:
+        return self.logfile.read_text() if self.logfile.exists() else ""

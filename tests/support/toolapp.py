@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ BLOCK_BEFORE_CLAIM_ENV = "DEX_TEST_BLOCK_BEFORE_CLAIM"
 #: Seconds: a short Kombu `visibility_timeout`, with the restore sweep every second, so a test can
 #: make the broker redeliver the unacknowledged messages of a killed worker quickly.
 VISIBILITY_TIMEOUT_ENV = "DEX_TEST_VISIBILITY_TIMEOUT"
+#: The queue of `unserved_write`; test workers consume only Celery's default queue.
+UNSERVED_QUEUE = "dex-test-unserved"
 
 
 def log_dir() -> Path:
@@ -73,9 +76,12 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
     settings = settings or Settings.from_env()
     app = Celery("dex_test_tools")
     dex = Dex(app, settings)
+    # What a deployment's beat sends (the reconcile job); the sweeper runs inside beat itself.
+    app.conf.beat_schedule = dex.beat_schedule()
     visibility = os.environ.get(VISIBILITY_TIMEOUT_ENV)
     if visibility:
         app.conf.broker_transport_options = {
+            **(app.conf.broker_transport_options or {}),
             "visibility_timeout": float(visibility),
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
@@ -91,6 +97,14 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         dex.tool(f"slow_{effect.value}", policy=ToolPolicy(effect=effect, requires_approval=False))(
             slow
         )
+
+    # A lease much shorter than the deployment's heartbeat timeout: only the worker's heartbeat
+    # thread keeps these alive (they never heartbeat themselves).
+    for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
+        dex.tool(
+            f"short_lease_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False, heartbeat_timeout=2.0),
+        )(slow)
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def echo(ctx: ToolContext, **arguments: Any) -> Any:
@@ -161,6 +175,47 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
 
     _async_tools(dex)
     _edge_tools(dex)
+
+    # Clock skew (S10.1, tests/crash/test_clock_skew.py): tools whose outcome would change if
+    # any decision used a host's clock instead of Redis's.
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def host_clock(ctx: ToolContext) -> Any:
+        """The worker host's wall clock, so a test can see that its clock shim is in force."""
+        _note(ctx, "start")
+        return {"time": time.time(), "datetime": datetime.now(UTC).timestamp()}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.READ, max_attempts=3, backoff_initial=1.0, backoff_max=1.0
+        )
+    )
+    def flaky_read_backoff(ctx: ToolContext, fail_times: int = 1) -> Any:
+        """Like `flaky_read`, with a backoff long enough to be waited out on some clock."""
+        _note(ctx, "start")
+        if ctx.attempt <= fail_times:
+            raise RetryableToolError(f"transient failure on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, heartbeat_timeout=2.0))
+    def slow_short_heartbeat(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """Runs past its own heartbeat timeout, never beating itself: the worker's pump keeps
+        its lease alive."""
+        _note(ctx, "start")
+        _hold(ctx, seconds)
+        _note(ctx, "end")
+        return "done"
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, schedule_to_start=2.0
+        )
+    )
+    def unserved_write(ctx: ToolContext) -> Any:
+        """Routed to a queue no test worker consumes: it expires waiting for a worker."""
+        _note(ctx, "start")
+        return "ran"
+
+    app.conf.task_routes = {"dex.tool.unserved_write": {"queue": UNSERVED_QUEUE}}
     return app, dex
 
 

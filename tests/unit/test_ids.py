@@ -1,4 +1,4 @@
-"""Call identity and the idempotency key (S2.1, S2.2) and Celery task ids (DESIGN flow step 2)."""
+"""Call identity and the idempotency key (S2.1, S2.2) and Celery task ids (docs/ledger.md)."""
 
 from __future__ import annotations
 

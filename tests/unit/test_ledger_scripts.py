@@ -18,8 +18,17 @@ import fakeredis
 import pytest
 import redis
 
+from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.ledger.keys import KeySpace
-from dex_celery.ledger.ledger import Cause, Ledger, OpenResult, Step, StepKind
+from dex_celery.ledger.ledger import (
+    Cause,
+    ClaimKind,
+    Ledger,
+    LoseMode,
+    OpenResult,
+    Step,
+    StepKind,
+)
 from dex_celery.policy import EffectClass, EffectSource, PolicySnapshot
 from tests.support.processes import RedisServer
 
@@ -35,13 +44,19 @@ FINISHED_TTL = 600
 
 @dataclass
 class Knobs:
-    """The clock and the jitter the scripts see; tests move them by hand."""
+    """The clock and the jitter the scripts see; tests move them by hand.
+
+    The scripts read Redis's clock; the ledger's frozen-time key (`KeySpace.clock`) holds it
+    still, so every host, here the test, sees the same time.
+    """
 
     now: float = T0
     jitter: float = 0.5
+    freeze: Callable[[float], object] = lambda _t: None
 
     def advance(self, seconds: float) -> float:
         self.now += seconds
+        self.freeze(self.now)
         return self.now
 
 
@@ -87,15 +102,16 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         server = cast(RedisServer, request.getfixturevalue("redis_server"))
         client = redis.Redis.from_url(server.url, decode_responses=True)
     keys = KeySpace(f"u{uuid.uuid4().hex[:10]}")
-    knobs = Knobs()
+    knobs = Knobs(freeze=lambda t: client.set(keys.clock, repr(t)))
+    knobs.freeze(T0)
     ledger = Ledger(
         client,
         keys=keys,
         finished_ttl=FINISHED_TTL,
-        clock=lambda: knobs.now,
         jitter=lambda: knobs.jitter,
+        clock_refresh=0.0,
     )
-    assert ledger.epoch(candidate=EPOCH) == EPOCH
+    assert ledger.rotate(expected_dataset="", dataset="test", epoch=EPOCH) == (True, EPOCH)
     yield Rig(ledger, client, keys, knobs)
     if request.param == "redis-server":
         names = list(client.scan_iter(match=f"{keys.prefix}:*"))
@@ -332,12 +348,10 @@ def test_finish_ok_is_succeeded(rig: Rig) -> None:
 
 
 def _log_entries(text: str) -> list[tuple[int, str, str, float | None, float]]:
-    """The attempt log a step carries: `n|state|owner|claimed_at|ended_at;` per attempt."""
-    out = []
-    for item in filter(None, text.split(";")):
-        n, state, owner, claimed_at, ended = item.split("|")
-        out.append((int(n), state, owner, float(claimed_at) if claimed_at else None, float(ended)))
-    return out
+    """The attempt log a step carries (JSON, one codec: `attempt_log.py`)."""
+    return [
+        (e.attempt, e.state, e.owner, e.claimed_at, e.ended_at) for e in parse_attempt_log(text)
+    ]
 
 
 def test_finish_tool_error_is_failed_without_retry(rig: Rig) -> None:
@@ -368,6 +382,10 @@ def test_finish_retryable_backs_off_exponentially_with_jitter_then_fails(rig: Ri
         indexes = rig.indexes(key)
         assert indexes["queue"] == pytest.approx(now + expected + S2S)
         assert (indexes["lease"], indexes["close"], indexes["unrecorded"]) == (None, None, None)
+        # The retry waits out its backoff on the ledger's clock before it may claim.
+        early = rig.ledger.claim(key, n + 1, owner="w", fence=f"f{n + 1}")
+        assert (early.kind, early.wait) == (ClaimKind.EARLY, pytest.approx(expected))
+        rig.knobs.advance(expected)
         assert rig.ledger.claim(key, n + 1, owner="w", fence=f"f{n + 1}").ok
     step = rig.ledger.finish(key, 4, fence="f4", cause=Cause.RETRYABLE, payload="still down")
     finished(step, "failed", "tool_error", attempt=4)
@@ -461,10 +479,10 @@ def test_lose_lapsed_only_when_the_lease_really_passed(rig: Rig) -> None:
     rig.ledger.heartbeat([(key, "f1")])
     rig.knobs.advance(HB - 1)  # past the first lease, not the renewed one
     before = rig.state(key)
-    assert rig.ledger.lose(key, None, worker_lost=False, detail="lapsed").kind is StepKind.NOOP
+    assert rig.ledger.lose(key, None, mode=LoseMode.LAPSED, detail="lapsed").kind is StepKind.NOOP
     assert rig.state(key) == before
     rig.knobs.advance(1.5)
-    step = rig.ledger.lose(key, None, worker_lost=False, detail="its lease lapsed")
+    step = rig.ledger.lose(key, None, mode=LoseMode.LAPSED, detail="its lease lapsed")
     finished(step, "outcome_unknown", "lost")
     assert rig.hash(key)["state"] == "lost"
 
@@ -472,7 +490,7 @@ def test_lose_lapsed_only_when_the_lease_really_passed(rig: Rig) -> None:
 def test_lose_worker_lost_while_running_is_lost_at_once(rig: Rig) -> None:
     """S4.3: a dead pool child after the claim may have run the tool, lease or not."""
     key = claimed(rig, EffectClass.UNCLASSIFIED)
-    step = rig.ledger.lose(key, 1, worker_lost=True, detail="SIGKILL")
+    step = rig.ledger.lose(key, 1, mode=LoseMode.WORKER_LOST, owner="w1", detail="SIGKILL")
     finished(step, "outcome_unknown", "lost")
     assert step.detail == "SIGKILL"
     assert [e[1] for e in _log_entries(step.log)] == ["lost"]
@@ -481,7 +499,7 @@ def test_lose_worker_lost_while_running_is_lost_at_once(rig: Rig) -> None:
 def test_lose_worker_lost_before_the_claim_did_not_run(rig: Rig) -> None:
     """S4.2: the child died before claiming: the tool provably did not run."""
     key = opened(rig, EffectClass.NON_IDEMPOTENT_WRITE)
-    step = rig.ledger.lose(key, 1, worker_lost=True, detail="died early")
+    step = rig.ledger.lose(key, 1, mode=LoseMode.WORKER_LOST, owner="w1", detail="died early")
     finished(step, "failed", "did_not_run")
     h = rig.hash(key)
     assert (h["state"], h["reached"]) == ("expired", "0")
@@ -492,15 +510,21 @@ def test_lose_lapsed_of_an_enqueued_attempt_does_nothing(rig: Rig) -> None:
     key = opened(rig)
     rig.knobs.advance(S2S * 5)
     before = rig.state(key)
-    assert rig.ledger.lose(key, None, worker_lost=False, detail="x").kind is StepKind.NOOP
+    assert rig.ledger.lose(key, None, mode=LoseMode.LAPSED, detail="x").kind is StepKind.NOOP
     assert rig.state(key) == before
 
 
 def test_lose_of_another_attempt_or_an_unknown_call_does_nothing(rig: Rig) -> None:
     key = claimed(rig, EffectClass.NON_IDEMPOTENT_WRITE)
     before = rig.state(key)
-    assert rig.ledger.lose(key, 2, worker_lost=True, detail="x").kind is StepKind.NOOP
-    assert rig.ledger.lose("s/t/none", None, worker_lost=True, detail="x").kind is StepKind.NOOP
+    assert (
+        rig.ledger.lose(key, 2, mode=LoseMode.WORKER_LOST, owner="w1", detail="x").kind
+        is StepKind.NOOP
+    )
+    assert (
+        rig.ledger.lose("s/t/none", None, mode=LoseMode.WORKER_LOST, owner="w1", detail="x").kind
+        is StepKind.NOOP
+    )
     assert rig.state(key) == before
     assert rig.hash("s/t/none") == {}
 
@@ -627,7 +651,7 @@ LOST_OUTCOME = {
 def test_lost_after_the_last_attempt(rig: Rig, effect: EffectClass) -> None:
     """S4.3: out of attempts, a lost read is failed; any other lost call is outcome_unknown."""
     key = claimed(rig, effect, max_attempts=1)
-    step = rig.ledger.lose(key, None, worker_lost=True, detail="killed")
+    step = rig.ledger.lose(key, None, mode=LoseMode.WORKER_LOST, owner="w1", detail="killed")
     finished(step, *LOST_OUTCOME[effect])
 
 
@@ -635,7 +659,7 @@ def test_lost_after_the_last_attempt(rig: Rig, effect: EffectClass) -> None:
 def test_lost_with_attempts_left(rig: Rig, effect: EffectClass) -> None:
     """S3.1, S3.2: reads and idempotent writes are retried; the other classes never are."""
     key = claimed(rig, effect)
-    step = rig.ledger.lose(key, None, worker_lost=True, detail="killed")
+    step = rig.ledger.lose(key, None, mode=LoseMode.WORKER_LOST, owner="w1", detail="killed")
     if effect.retryable:
         assert (step.kind, step.attempt) == (StepKind.RETRY, 2)
         assert rig.hash(key)["reached"] == "1"
@@ -663,7 +687,7 @@ def test_reached_once_then_expired_counts_as_lost(rig: Rig, effect: EffectClass)
     """S4.3: once any attempt reached a worker the tool may have run, whatever came after."""
     key = claimed(rig, effect, max_attempts=2)
     rig.knobs.advance(HB + 1)
-    assert rig.ledger.lose(key, None, worker_lost=False, detail="lapsed").kind is StepKind.RETRY
+    assert rig.ledger.lose(key, None, mode=LoseMode.LAPSED, detail="lapsed").kind is StepKind.RETRY
     rig.knobs.advance(1000)
     step = rig.ledger.expire(key, 2, unpublished=False, detail="no worker for attempt 2")
     finished(step, *LOST_OUTCOME[effect], attempt=2)
@@ -680,7 +704,7 @@ def test_a_second_identical_transition_is_a_noop(rig: Rig) -> None:
     timed = claimed(rig, EffectClass.NON_IDEMPOTENT_WRITE, key="s/t/timed")
     rig.knobs.advance(S2C + 1)
     moves: dict[str, Callable[[], Step]] = {
-        lost: lambda: rig.ledger.lose(lost, 1, worker_lost=False, detail="d"),
+        lost: lambda: rig.ledger.lose(lost, 1, mode=LoseMode.LAPSED, detail="d"),
         expired: lambda: rig.ledger.expire(expired, 1, unpublished=False, detail="d"),
         timed: lambda: rig.ledger.time_out(timed, 1, detail="d"),
     }
@@ -688,7 +712,10 @@ def test_a_second_identical_transition_is_a_noop(rig: Rig) -> None:
         assert move().kind is StepKind.FINISHED
         before = rig.state(key)
         assert move().kind is StepKind.NOOP
-        assert rig.ledger.lose(key, None, worker_lost=True, detail="d").kind is StepKind.NOOP
+        assert (
+            rig.ledger.lose(key, None, mode=LoseMode.WORKER_LOST, owner="w1", detail="d").kind
+            is StepKind.NOOP
+        )
         assert rig.ledger.expire(key, None, unpublished=True, detail="d").kind is StepKind.NOOP
         assert rig.ledger.time_out(key, None, detail="d").kind is StepKind.NOOP
         assert rig.state(key) == before
@@ -746,15 +773,14 @@ def test_a_second_finish_by_another_fence_never_changes_the_outcome(rig: Rig) ->
 
 
 def test_due_reads_only_items_whose_deadline_passed_oldest_first(rig: Rig) -> None:
-    """DESIGN "Sweep": a scan costs the number of due items, in deadline order, with a limit."""
+    """docs/ledger.md, "Sweeps": a scan costs the number of due items, in deadline order, with a limit."""
     for i in range(5):
         opened(rig, key=f"s/t/c{i}")
         rig.knobs.advance(1)
     index = rig.keys.queue_index
     assert rig.ledger.due(index, now=T0 + S2S + 2) == ["s/t/c0", "s/t/c1", "s/t/c2"]
     assert rig.ledger.due(index, now=T0 + S2S + 10, limit=2) == ["s/t/c0", "s/t/c1"]
-    assert rig.ledger.current_attempts(["s/t/c0", "s/t/none"]) == {"s/t/c0": 1}
-    assert rig.ledger.exists(["s/t/c0", "s/t/none"]) == {"s/t/c0": True, "s/t/none": False}
+    assert rig.ledger.live(["s/t/c0", "s/t/none"]) == {"s/t/c0": True, "s/t/none": False}
 
 
 def test_full_sequence_matches_between_backends(rig: Rig) -> None:
@@ -766,9 +792,10 @@ def test_full_sequence_matches_between_backends(rig: Rig) -> None:
     rig.knobs.advance(2)
     assert rig.ledger.heartbeat([(key, "f1")]) == set()
     rig.knobs.advance(HB + 0.5)
-    step = rig.ledger.lose(key, None, worker_lost=False, detail="lapsed")
+    step = rig.ledger.lose(key, None, mode=LoseMode.LAPSED, detail="lapsed")
     assert (step.kind, step.attempt, step.delay) == (StepKind.RETRY, 2, 0.5)
     assert not rig.ledger.claim(key, 1, owner="w", fence="x").ok
+    rig.knobs.advance(0.5)
     assert rig.ledger.claim(key, 2, owner="w2", fence="f2").ok
     step = rig.ledger.finish(key, 2, fence="f2", cause=Cause.OK, payload='{"ok": true}')
     finished(step, "succeeded", "ok", attempt=2)

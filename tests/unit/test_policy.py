@@ -295,7 +295,7 @@ def test_nonsense_limits_are_policy_errors(kwargs: dict[str, Any]) -> None:
 def test_celery_options_follow_the_effect_class(
     dex: Dex, policy: ToolPolicy, annotations: dict[str, bool] | None, late_ack: bool
 ) -> None:
-    """DESIGN.md "Celery options by class", S3.1, S3.2: late ack only where a redelivered
+    """docs/ledger.md, "Celery options by class", S3.1, S3.2: late ack only where a redelivered
     message is harmless; never requeued on a lost worker (the ledger decides retries)."""
     dex.tool("t", policy=policy, annotations=annotations)(lambda ctx: None)
     task = dex.celery.tasks["dex.tool.t"]

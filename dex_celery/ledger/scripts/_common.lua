@@ -1,10 +1,18 @@
--- _common.lua: helpers prepended to the transition scripts that end an attempt
--- (finish, lose, expire, time_out). It reads no KEYS or ARGV of its own: every key arrives as
--- a function argument from the script that includes it.
+-- _common.lua: helpers prepended to every ledger script. It reads no KEYS or ARGV of its own:
+-- every key arrives as a function argument from the script that includes it.
 --
--- next_step decides, atomically with the move that ended the attempt, what happens to the
--- call: another attempt (read / idempotent_write with attempts left, S3.1) or a terminal
--- outcome (S4). Causes:
+-- One clock (docs/semantics.md, S10.1): every time a script compares or stores comes from
+-- Redis's own TIME, never from the host that called the script, so skew between worker, sweeper
+-- and requester hosts changes no outcome. `clock_key` may hold a frozen time: the unit tests set
+-- it to move time by hand; no production code writes it. It lives in Redis, so every host still
+-- reads the same clock.
+--
+-- Replies are self-describing: a flat list of field, value pairs that `ledger/protocol.py` decodes
+-- in one place.
+--
+-- next_step decides, atomically with the move that ended the attempt, what happens to the call:
+-- another attempt (read / idempotent_write with attempts left, S3.1) or a terminal outcome (S4).
+-- Causes:
 --   ok          the tool returned                      -> succeeded
 --   tool_error  the tool reported a failure            -> failed with its message
 --   retryable   the tool reported a transient failure  -> retry, else failed
@@ -14,11 +22,42 @@
 --               outcome_unknown (S4.3)
 --   timed_out   past start-to-close, fenced (S5.1)     -> retry, else failed
 
-local function log_attempt(call, n, state, now)
-  local owner = redis.call('HGET', call, 'owner') or ''
-  local claimed = redis.call('HGET', call, 'claimed_at') or ''
-  redis.call('HSET', call, 'log', (redis.call('HGET', call, 'log') or '') ..
-    n .. '|' .. state .. '|' .. owner .. '|' .. claimed .. '|' .. now .. ';')
+local function ledger_now(clock_key)
+  local frozen = redis.call('GET', clock_key)
+  if frozen then
+    return tonumber(frozen)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+-- A call hash written in an earlier life of the ledger (before Redis went back in time and the
+-- epoch was rotated) is stale: its state may be older than what really happened, so no script
+-- acts on it (docs/ledger.md, "Rollback"). A hash without an epoch field predates the field.
+local function is_stale(call, epoch_key)
+  local mine = redis.call('HGET', call, 'epoch')
+  return mine ~= false and mine ~= redis.call('GET', epoch_key)
+end
+
+local function drop_from_indexes(key, queue, lease, close)
+  redis.call('ZREM', queue, key)
+  redis.call('ZREM', lease, key)
+  redis.call('ZREM', close, key)
+end
+
+-- The attempt log is one JSON array per call (its one codec in Python is ledger/attempt_log.py).
+local function log_attempt(call, n, state, now, detail)
+  local f = redis.call('HMGET', call, 'owner', 'claimed_at', 'log')
+  local entry = cjson.encode({
+    attempt = tonumber(n), state = state, owner = f[1] or '',
+    claimed_at = tonumber(f[2] or ''), ended_at = now, error = detail or ''})
+  local log = f[3]
+  if not log or log == '' then
+    log = '[' .. entry .. ']'
+  else
+    log = string.sub(log, 1, -2) .. ',' .. entry .. ']'
+  end
+  redis.call('HSET', call, 'log', log)
 end
 
 local function terminal(call, unrecorded, key, now, status, reason, detail)
@@ -27,7 +66,8 @@ local function terminal(call, unrecorded, key, now, status, reason, detail)
     'finished_at', now, 'fence', '')
   redis.call('ZADD', unrecorded, now, key)
   local f = redis.call('HMGET', call, 'n', 'log')
-  return {'finished', status, reason, f[1], f[2] or '', detail}
+  return {'kind', 'finished', 'status', status, 'reason', reason, 'attempt', f[1],
+    'log', f[2] or '[]', 'detail', detail}
 end
 
 local function next_step(call, queue, lease, close, unrecorded, key, now, cause, detail, jitter)
@@ -44,13 +84,15 @@ local function next_step(call, queue, lease, close, unrecorded, key, now, cause,
     return terminal(call, unrecorded, key, now, 'failed', 'tool_error', detail)
   end
   if retryable_class and n < max then
+    -- The retry is published at once; its claim waits until not_before on Redis's clock, so a
+    -- worker whose host clock differs neither runs it early nor lets it expire in the queue.
     local delay = math.min(tonumber(f[6]), tonumber(f[5]) * (2 ^ (n - 1))) * tonumber(jitter)
     local deadline = now + delay + tonumber(f[7])
     redis.call('HSET', call, 'n', n + 1, 'state', 'enqueued', 'deadline', deadline,
-      'owner', '', 'fence', '', 'claimed_at', '', 'lease', '', 'close', '',
-      'last_cause', cause, 'last_detail', detail)
+      'not_before', now + delay, 'owner', '', 'fence', '', 'claimed_at', '', 'lease', '',
+      'close', '', 'last_cause', cause, 'last_detail', detail)
     redis.call('ZADD', queue, deadline, key)
-    return {'retry', tostring(n + 1), tostring(delay)}
+    return {'kind', 'retry', 'attempt', tostring(n + 1), 'delay', tostring(delay)}
   end
   if cause == 'retryable' then
     return terminal(call, unrecorded, key, now, 'failed', 'tool_error', detail)

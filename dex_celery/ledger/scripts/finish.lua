@@ -1,57 +1,61 @@
 -- finish.lua: the attempt's own end, reported by the worker that claimed it.
--- KEYS[1] call hash  KEYS[2] queue index  KEYS[3] lease index  KEYS[4] start-to-close index
--- KEYS[5] unrecorded index  KEYS[6] events stream
--- ARGV[1] key  ARGV[2] attempt n  ARGV[3] fence  ARGV[4] now
--- ARGV[5] cause: ok | tool_error | retryable | timed_out (the soft time limit fired)  ARGV[6] payload (result JSON or error text)
--- ARGV[7] jitter in [0, 1)  ARGV[8] events maxlen
+-- cause: ok | tool_error | retryable | timed_out (the soft time limit fired) | lost (the tool's
+-- own link to its service broke after the call went out: it may have taken effect); payload is
+-- the result JSON or the error text.
 -- Moves running -> succeeded/failed (or to the next attempt) only while the fence matches;
 -- otherwise the payload is kept as a late result and announced (S5.2), never as the outcome.
 -- A result reported after the start-to-close deadline counts as a time-out, with the payload
--- kept as a late result; the step then ends with the marker 'late_result'.
--- The fence that finished is kept in 'done_fence', so a repeat of the same finish is {'noop'}.
-local now = tonumber(ARGV[4])
-local f = redis.call('HMGET', KEYS[1], 'state', 'n', 'fence')
-if f[1] ~= 'running' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
-  if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'done_fence') == ARGV[3] then
+-- kept as a late result; the step then carries late_result = 1.
+-- The fence that finished is kept in 'done_fence', so a repeat of the same finish is a noop.
+local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local unrecorded, events, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local key, attempt, fence, cause, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local jitter, events_maxlen = ARGV[6], ARGV[7]
+
+local now = ledger_now(clock_key)
+local function keep_late()
+  if redis.call('EXISTS', call) == 1 then
+    redis.call('HSET', call, 'late', cjson.encode({attempt = tonumber(attempt),
+      cause = cause, payload = payload, at = now}))
+  end
+  redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',
+    'type', 'tool_call_late_result', 'key', key, 'attempt', attempt, 'cause', cause)
+end
+
+local f = redis.call('HMGET', call, 'state', 'n', 'fence', 'close')
+if f[1] ~= 'running' or f[2] ~= attempt or f[3] ~= fence or is_stale(call, epoch_key) then
+  if fence ~= '' and redis.call('HGET', call, 'done_fence') == fence then
     -- The same finish again (redis-py retries a command whose reply was lost): it was applied
     -- already; it is neither a late result nor a second outcome.
-    return {'noop'}
+    return {'kind', 'noop'}
   end
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('HSET', KEYS[1], 'late', cjson.encode({attempt = tonumber(ARGV[2]),
-      cause = ARGV[5], payload = ARGV[6], at = now}))
-  end
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*',
-    'type', 'tool_call_late_result', 'key', ARGV[1], 'attempt', ARGV[2], 'cause', ARGV[5])
-  return {'late'}
+  keep_late()
+  return {'kind', 'late'}
 end
-local cause, detail = ARGV[5], ARGV[6]
-local converted = false
-local close = tonumber(redis.call('HGET', KEYS[1], 'close'))
+local detail = payload
+local late_result = '0'
+local close = tonumber(f[4])
 if cause ~= 'timed_out' and close and now > close then
   -- Finished after its start-to-close deadline but before the sweeper fenced it: the timeout
   -- stands, and what the tool returned is evidence only (S5.1, S5.2).
-  redis.call('HSET', KEYS[1], 'late', cjson.encode({attempt = tonumber(ARGV[2]),
-    cause = ARGV[5], payload = ARGV[6], at = now}))
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*',
-    'type', 'tool_call_late_result', 'key', ARGV[1], 'attempt', ARGV[2], 'cause', ARGV[5])
+  keep_late()
   cause, detail = 'timed_out', 'the tool finished after its start-to-close deadline'
-  converted = true
+  late_result = '1'
 end
 local state = 'failed'
 if cause == 'ok' then
   state = 'succeeded'
-elseif cause == 'timed_out' then
-  state = 'timed_out'
+  detail = ''
+elseif cause == 'timed_out' or cause == 'lost' then
+  state = cause
 end
-log_attempt(KEYS[1], ARGV[2], state, now)
-redis.call('HSET', KEYS[1], 'state', state, 'done_fence', ARGV[3])
+log_attempt(call, attempt, state, now, detail)
+redis.call('HSET', call, 'state', state, 'done_fence', fence)
 if cause == 'ok' then
-  redis.call('HSET', KEYS[1], 'result', ARGV[6])
+  redis.call('HSET', call, 'result', payload)
 end
-local step = next_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], now, cause,
-  detail, ARGV[7])
-if converted then
-  table.insert(step, 'late_result')
-end
+local step = next_step(call, queue, lease_idx, close_idx, unrecorded, key, now, cause, detail,
+  jitter)
+table.insert(step, 'late_result')
+table.insert(step, late_result)
 return step

@@ -1,20 +1,22 @@
 -- heartbeat.lua: renew the leases of every attempt one worker process runs, in one call.
--- KEYS[1] lease index  KEYS[2..N+1] call hashes
--- ARGV[1] now  then for each call i: ARGV[2i] its key, ARGV[2i+1] its fence
--- Returns the 1-based positions of calls whose attempt is no longer this one (fenced: timed
--- out, lost, or finished); their tools see `cancelled` and stop renewing.
-local now = tonumber(ARGV[1])
+-- KEYS: the lease index, the epoch, the clock, then one call hash per running attempt.
+-- ARGV: for each call i, its key then its fence.
+-- Replies kind = beat, fenced = the 1-based positions (comma-separated) of calls whose attempt is
+-- no longer this one (timed out, lost, finished, or left in an earlier life of the ledger);
+-- their tools see `cancelled` and stop renewing.
+local lease_idx, epoch_key, clock_key = KEYS[1], KEYS[2], KEYS[3]
+local now = ledger_now(clock_key)
 local fenced = {}
-for i = 2, #KEYS do
-  local key = ARGV[2 * (i - 1)]
-  local fence = ARGV[2 * (i - 1) + 1]
-  local f = redis.call('HMGET', KEYS[i], 'state', 'fence', 'hb')
-  if f[1] == 'running' and f[2] == fence then
+for i = 4, #KEYS do
+  local call = KEYS[i]
+  local key, fence = ARGV[2 * (i - 3) - 1], ARGV[2 * (i - 3)]
+  local f = redis.call('HMGET', call, 'state', 'fence', 'hb')
+  if f[1] == 'running' and f[2] == fence and not is_stale(call, epoch_key) then
     local lease = now + tonumber(f[3])
-    redis.call('HSET', KEYS[i], 'lease', lease)
-    redis.call('ZADD', KEYS[1], 'XX', lease, key)
+    redis.call('HSET', call, 'lease', lease)
+    redis.call('ZADD', lease_idx, 'XX', lease, key)
   else
-    table.insert(fenced, i - 1)
+    table.insert(fenced, tostring(i - 3))
   end
 end
-return fenced
+return {'kind', 'beat', 'fenced', table.concat(fenced, ',')}

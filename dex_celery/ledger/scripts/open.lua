@@ -1,30 +1,34 @@
 -- open.lua: create a call's ledger entry with attempt 1 enqueued.
--- KEYS[1] call hash   KEYS[2] queue-deadline index   KEYS[3] epoch   KEYS[4] events stream
--- ARGV[1] key  ARGV[2] expected epoch  ARGV[3] now  ARGV[4] effect  ARGV[5] max attempts
--- ARGV[6] backoff initial  ARGV[7] backoff max  ARGV[8] schedule-to-start
--- ARGV[9] start-to-close  ARGV[10] heartbeat timeout  ARGV[11] events maxlen
--- ARGV[12] '1' to announce tool_call_requested
--- ARGV[13] '1' if an earlier ledger, since lost, may have handed the call to a worker (the
---   sweeper reopening a call after Redis lost its data): its attempts then count as having
---   reached one, so running out of them is never reported as "did not run" (S4.2, S4.3).
---   Optional; absent means '0'.
--- Returns {'opened'} | {'exists'} | {'epoch'} (the ledger is not the one the caller knows:
--- Redis lost its data or was replaced).
-if redis.call('GET', KEYS[3]) ~= ARGV[2] then
-  return {'epoch'}
+-- Replies kind = opened | exists | epoch (the ledger is not the one the caller knows: Redis went
+-- back in time or was replaced; the caller refreshes its epoch and tries again).
+local call, queue, epoch_key, clock_key, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local key, expected_epoch, effect, max_attempts = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local backoff_initial, backoff_max, s2s, s2c = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local heartbeat_timeout, events_maxlen, announce = ARGV[9], ARGV[10], ARGV[11]
+-- '1' if an earlier ledger, since lost, may have handed the call to a worker (the sweeper
+-- reopening a call after a rollback): its attempts then count as having reached one, so running
+-- out of them is never reported as "did not run" (S4.2, S4.3).
+local may_have_run = ARGV[12]
+
+if redis.call('GET', epoch_key) ~= expected_epoch then
+  return {'kind', 'epoch'}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {'exists'}
+if redis.call('EXISTS', call) == 1 then
+  if not is_stale(call, epoch_key) then
+    return {'kind', 'exists'}
+  end
+  -- Left by an earlier life of the ledger: what it says may be out of date; start afresh.
+  redis.call('DEL', call)
 end
-local now = tonumber(ARGV[3])
-local deadline = now + tonumber(ARGV[8])
-redis.call('HSET', KEYS[1], 'status', 'active', 'n', 1, 'state', 'enqueued',
-  'deadline', deadline, 'effect', ARGV[4], 'max', ARGV[5], 'b0', ARGV[6], 'bmax', ARGV[7],
-  's2s', ARGV[8], 's2c', ARGV[9], 'hb', ARGV[10], 'reached', ARGV[13] == '1' and 1 or 0,
-  'opened_at', now)
-redis.call('ZADD', KEYS[2], deadline, ARGV[1])
-if ARGV[12] == '1' then
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*',
-    'type', 'tool_call_requested', 'key', ARGV[1], 'effect', ARGV[4])
+local now = ledger_now(clock_key)
+local deadline = now + tonumber(s2s)
+redis.call('HSET', call, 'status', 'active', 'n', 1, 'state', 'enqueued',
+  'deadline', deadline, 'effect', effect, 'max', max_attempts, 'b0', backoff_initial,
+  'bmax', backoff_max, 's2s', s2s, 's2c', s2c, 'hb', heartbeat_timeout,
+  'reached', may_have_run == '1' and 1 or 0, 'opened_at', now, 'epoch', expected_epoch)
+redis.call('ZADD', queue, deadline, key)
+if announce == '1' then
+  redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',
+    'type', 'tool_call_requested', 'key', key, 'effect', effect)
 end
-return {'opened'}
+return {'kind', 'opened'}

@@ -4,7 +4,7 @@
 only in this column, as one Fernet token opened by the worker with the `secret_key` setting.
 
 Revision ID: i11_secrets
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "i11_secrets"
-down_revision: str | None = "0001"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,285 @@
+"""dex tools as an MCP server: `dex-celery mcp` (stdio or streamable HTTP).
+
+Every `tools/call` is requested through the ledger like any other call (S2, S3): approval,
+retries and outcome rules apply, and the answer is the text of the call's record, the same text
+the session history keeps (S4.4). A call that waits for a person answers at once with that fact
+and its idempotency key; calling again with the same ids after the decision returns the record
+(S2.3: the same ids are one call, nothing runs twice).
+
+Which call a `tools/call` is: the ids travel in the request's `_meta`, either the whole key
+under `IDEMPOTENCY_META_KEY` (`"session/turn/call"`, the key dex-celery's own MCP client sends) or
+the three ids under `SESSION_META_KEY`, `TURN_META_KEY` and `TOOL_CALL_META_KEY`. A request
+without ids is a new call in the server's session (`--session`), and its answer names its key;
+while that call's outcome has not been given (it waits for approval, or is still in flight),
+the same tool with the same arguments and no ids is that call again, so a plain MCP client gets
+the outcome by asking again after the decision. Once answered, the next such request is a new
+call.
+
+Tool annotations are derived from each tool's effect class (`annotations_for`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp_types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from dex_celery.client import AsyncDexClient
+from dex_celery.errors import CallTimeout, DexError, InvalidId
+from dex_celery.ids import CallKey, validate_id
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.outcomes import CallStatus, tool_output
+from dex_celery.policy import EffectClass, effect_from_annotations
+from dex_celery.records import ToolCallRecord
+from dex_celery.tools import Tool
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.mcp")
+
+#: `_meta` keys a caller may use instead of the whole key (all three together).
+SESSION_META_KEY = "dex-celery/session-id"
+TURN_META_KEY = "dex-celery/turn-id"
+TOOL_CALL_META_KEY = "dex-celery/tool-call-id"
+#: `_meta` keys of every answer: the call's status and, for listed tools, the effect class.
+STATUS_META_KEY = "dex-celery/status"
+EFFECT_META_KEY = "dex-celery/effect"
+APPROVAL_META_KEY = "dex-celery/requires-approval"
+
+#: The turn id of calls that arrive without ids.
+ANONYMOUS_TURN = "mcp"
+#: Answers that do not give the outcome yet.
+_UNANSWERED = frozenset({CallStatus.AWAITING_APPROVAL.value, CallStatus.PENDING.value})
+
+_ANNOTATIONS: Mapping[EffectClass, mcp_types.ToolAnnotations | None] = {
+    EffectClass.READ: mcp_types.ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True
+    ),
+    EffectClass.IDEMPOTENT_WRITE: mcp_types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True
+    ),
+    EffectClass.NON_IDEMPOTENT_WRITE: mcp_types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False
+    ),
+    # Nothing is known: no hints, so clients apply MCP's defaults (a destructive,
+    # non-idempotent write), which is how dex treats it too (S1.2).
+    EffectClass.UNCLASSIFIED: None,
+}
+
+
+def declared_effect(tool: Tool) -> EffectClass:
+    """The class a call of `tool` gets without a session default: its policy, then its metadata."""
+    return (
+        tool.policy.effect or effect_from_annotations(tool.annotations) or EffectClass.UNCLASSIFIED
+    )
+
+
+def annotations_for(tool: Tool) -> mcp_types.ToolAnnotations | None:
+    """MCP hints from the tool's effect class (`openWorldHint` is left to MCP's default)."""
+    return _ANNOTATIONS[declared_effect(tool)]
+
+
+def mcp_tool(tool: Tool) -> mcp_types.Tool:
+    effect = declared_effect(tool)
+    approval = (
+        effect.approval_by_default
+        if tool.policy.requires_approval is None
+        else tool.policy.requires_approval
+    )
+    return mcp_types.Tool(
+        name=tool.name,
+        description=tool.description or None,
+        input_schema=arguments_schema(tool),
+        annotations=annotations_for(tool),
+        _meta={EFFECT_META_KEY: effect.value, APPROVAL_META_KEY: approval},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CallIds:
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+
+
+def has_ids(meta: Mapping[str, Any] | None) -> bool:
+    keys = (IDEMPOTENCY_META_KEY, SESSION_META_KEY, TURN_META_KEY, TOOL_CALL_META_KEY)
+    return any(k in (meta or {}) for k in keys)
+
+
+def call_ids(
+    meta: Mapping[str, Any] | None, default_session: str, unanswered: str | None = None
+) -> CallIds:
+    """The call's ids from the request's `_meta`. Without ids: the call `unanswered` (the key of
+    an earlier request of the same tool and arguments whose outcome was not given yet), else new
+    ids."""
+    meta = meta or {}
+    key = meta.get(IDEMPOTENCY_META_KEY)
+    if key is not None:
+        if not isinstance(key, str):
+            raise InvalidId(f"_meta {IDEMPOTENCY_META_KEY!r} must be a string 'session/turn/call'")
+        parsed = CallKey.parse(key)
+        return CallIds(parsed.session_id, parsed.turn_id, parsed.tool_call_id)
+    given = [meta.get(k) for k in (SESSION_META_KEY, TURN_META_KEY, TOOL_CALL_META_KEY)]
+    if any(v is not None for v in given):
+        if not all(isinstance(v, str) for v in given):
+            raise InvalidId(
+                f"give all of _meta {SESSION_META_KEY!r}, {TURN_META_KEY!r} and "
+                f"{TOOL_CALL_META_KEY!r} as strings, or {IDEMPOTENCY_META_KEY!r}"
+            )
+        session, turn, call = (str(v) for v in given)
+        return CallIds(session, turn, call)
+    if unanswered is not None:
+        parsed = CallKey.parse(unanswered)
+        return CallIds(parsed.session_id, parsed.turn_id, parsed.tool_call_id)
+    return CallIds(default_session, ANONYMOUS_TURN, uuid.uuid4().hex)
+
+
+def _canonical(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _text_result(
+    text: str, *, error: bool, key: str | None, status: str
+) -> mcp_types.CallToolResult:
+    meta: dict[str, Any] = {STATUS_META_KEY: status}
+    if key is not None:
+        meta[IDEMPOTENCY_META_KEY] = key
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)], is_error=error, _meta=meta
+    )
+
+
+def awaiting_approval_text(record: ToolCallRecord) -> str:
+    return (
+        f"The call {record.key} is waiting for a person's approval and has not run. Once it is "
+        f"decided, call the tool again with _meta {{{IDEMPOTENCY_META_KEY!r}: {record.key!r}}} "
+        "to get its outcome; asking again never runs it twice."
+    )
+
+
+def still_running_text(record: ToolCallRecord, waited: float) -> str:
+    return (
+        f"The call {record.key} is still in flight after {waited:g}s. Call the tool again with "
+        f"_meta {{{IDEMPOTENCY_META_KEY!r}: {record.key!r}}} to keep waiting for its outcome."
+    )
+
+
+class DexMcpServer:
+    """The MCP server of one `Dex`: its tools, each call requested through the ledger."""
+
+    def __init__(self, dex: Dex, *, session_id: str | None = None, wait_timeout: float = 300.0):
+        self.dex = dex
+        self.client = AsyncDexClient(dex)
+        self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
+        validate_id("session id", self.session_id)
+        self.wait_timeout = wait_timeout
+        #: Calls without ids whose outcome was not given yet, by (tool, arguments): asking the
+        #: same again answers for that call instead of making a new one.
+        self._unanswered: dict[tuple[str, str], str] = {}
+        self.server: Server[Any] = Server(
+            "dex-celery",
+            instructions=(
+                "Tools run on Celery workers with recorded outcomes. An answer may say the call "
+                "is waiting for approval or that its outcome is unknown: read it before acting."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[mcp_tool(t) for t in self.dex.tools.values()])
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        arguments = params.arguments or {}
+        asked = (params.name, _canonical(arguments))
+        try:
+            ids = call_ids(params.meta, self.session_id, self._unanswered.get(asked))
+            record = await self.client.request_call(
+                ids.session_id, ids.turn_id, ids.tool_call_id, params.name, arguments
+            )
+        except DexError as e:  # bad ids, unknown tool, bad arguments: nothing was recorded
+            return _text_result(f"error: {e}", error=True, key=None, status="refused")
+        result = await self.answer(record)
+        if not has_ids(params.meta):
+            # A client that sends no ids gets the outcome by asking again the same way.
+            if result.meta is not None and result.meta[STATUS_META_KEY] in _UNANSWERED:
+                self._unanswered[asked] = record.key
+            else:
+                self._unanswered.pop(asked, None)
+        return result
+
+    async def answer(self, record: ToolCallRecord) -> mcp_types.CallToolResult:
+        """The record's text once the call has ended; at once if it waits for a person."""
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            return _text_result(
+                awaiting_approval_text(record), error=False, key=record.key, status=record.status
+            )
+        if not record.finished:
+            try:
+                (record,) = await self.client.wait([record.key], timeout=self.wait_timeout)
+            except CallTimeout:
+                return _text_result(
+                    still_running_text(record, self.wait_timeout),
+                    error=False,
+                    key=record.key,
+                    status=record.status,
+                )
+        text = tool_output(record.status, record.result, record.error or "")
+        return _text_result(
+            text,
+            error=record.status is not CallStatus.SUCCEEDED,
+            key=record.key,
+            status=record.status,
+        )
+
+    # --- transports ----------------------------------------------------------------------------
+
+    async def serve_stdio(self) -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(
+                read_stream, write_stream, self.server.create_initialization_options()
+            )
+
+    async def serve_http(self, *, host: str, port: int, path: str) -> None:
+        # Deferred: uvicorn comes with the `mcp` extra and is needed for HTTP only.
+        import uvicorn
+
+        app = self.server.streamable_http_app(
+            streamable_http_path=path, stateless_http=True, host=host
+        )
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+        await uvicorn.Server(config).serve()
+
+
+def serve(
+    dex: Dex,
+    *,
+    transport: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    path: str = "/mcp",
+    session_id: str | None = None,
+    wait_timeout: float = 300.0,
+) -> None:
+    """Run the server until stdin closes (stdio) or the process is stopped (HTTP)."""
+    server = DexMcpServer(dex, session_id=session_id, wait_timeout=wait_timeout)
+    if transport == "stdio":
+        anyio.run(server.serve_stdio)
+    else:
+        anyio.run(lambda: server.serve_http(host=host, port=port, path=path))

@@ -1,0 +1,207 @@
+"""dex tools as OpenAI Agents SDK function tools: an `Agent`'s tool calls run on Celery workers.
+
+    from dex_celery.integrations.openai_agents import dex_function_tools
+
+    agent = Agent(name="desk", tools=dex_function_tools(dex, ["lookup_order", "cancel_order"]))
+
+Each tool call the model makes is requested through the ledger (S2, S3) and waited for; the
+model then reads exactly the text of the call's record, the same text the session history keeps
+(S4.4): the result, `Error: ...` (with the did-not-run sentence where it applies, S4.2), the
+rejection, or `OUTCOME_UNKNOWN_TOOL_RESULT` (S4.5). A failed or unknown call is text for the
+model, never an exception that ends the run.
+
+The idempotency key is built from the SDK's own ids (S2.1):
+
+- session id: the run's id, which is the SDK's trace id (one per `Runner.run`, kept when a run
+  resumes from a `RunState`; pin it with `RunConfig(trace_id=...)`), unless `session_id` is
+  given (a string, or a function of the run context, e.g. your conversation id); with tracing
+  disabled, an id made for the run (`run_<hex>`, not kept across a serialized `RunState`);
+- turn id: `turn-<n>`, the run's model-response count so far (the SDK keeps it in the run's
+  usage and restores it with a `RunState`), so turn 1 is the first model response;
+- tool-call id: the model's `call_id`, which the SDK requires to be unique within a run.
+
+Approvals use the SDK's human-in-the-loop mechanism: a tool whose dex policy asks a person
+(S1.3) has `needs_approval`, so the run stops with an interruption. Approving it there
+(`state.approve(item)`, then `Runner.run(agent, state)`) records the decision in dex, by
+`approver`, and the call runs under its recorded policy (S6.2). Rejecting it there never
+requests the call: nothing is recorded in dex and nothing runs; the model reads the SDK's
+rejection message. A call found waiting for a person in dex anyway (decided elsewhere, e.g.
+`dex-celery approvals`) answers with that pending state and its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agents import FunctionTool, RunContextWrapper
+from agents.tool_context import ToolContext as AgentsToolContext
+from agents.tracing import get_current_trace
+
+from dex_celery.app import Dex
+from dex_celery.client import AsyncDexClient, DexClient
+from dex_celery.errors import (
+    ApprovalError,
+    CallTimeout,
+    ConfigurationError,
+    InvalidRequest,
+    UnknownSession,
+)
+from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.outcomes import CallStatus, tool_output
+from dex_celery.policy import EffectClass, resolve_policy
+from dex_celery.records import ToolCallRecord
+from dex_celery.tools import Tool
+
+#: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).
+DEFAULT_APPROVER = "openai-agents-sdk"
+#: The trace id of a run whose tracing is disabled: it names no run.
+_NO_TRACE = "no-op"
+#: Where a run without a trace keeps the id made for it (see `_Bridge._untraced_run_id`).
+_RUN_ID_ATTRIBUTE = "_dex_celery_run_id"
+
+SessionIdSource = str | Callable[[RunContextWrapper[Any]], str]
+
+
+def dex_function_tools(
+    dex: Dex | DexClient | AsyncDexClient,
+    names: Sequence[str] | None = None,
+    *,
+    session_id: SessionIdSource | None = None,
+    approver: str = DEFAULT_APPROVER,
+    wait_timeout: float = 300.0,
+) -> list[FunctionTool]:
+    """The SDK function tools of the named dex tools (all registered tools by default).
+
+    `dex` may also be a `DexClient` or `AsyncDexClient` of the deployment.
+    """
+    if isinstance(dex, AsyncDexClient):
+        dex = dex.sync.dex
+    elif isinstance(dex, DexClient):
+        dex = dex.dex
+    tools = (
+        [dex.get_tool(name) for name in names] if names is not None else list(dex.tools.values())
+    )
+    bridge = _Bridge(dex, session_id, approver, wait_timeout)
+    return [bridge.function_tool(tool) for tool in tools]
+
+
+class _Bridge:
+    def __init__(
+        self, dex: Dex, session_id: SessionIdSource | None, approver: str, wait_timeout: float
+    ) -> None:
+        self.dex = dex
+        self.client = AsyncDexClient(dex)
+        self.session_id = session_id
+        self.approver = approver
+        self.wait_timeout = wait_timeout
+
+    def function_tool(self, tool: Tool) -> FunctionTool:
+        async def invoke(ctx: AgentsToolContext[Any], arguments: str) -> str:
+            return await self.invoke(tool, ctx, arguments)
+
+        async def needs_approval(
+            ctx: RunContextWrapper[Any], _arguments: dict[str, Any], _call_id: str
+        ) -> bool:
+            return await self.requires_approval(tool, ctx)
+
+        return FunctionTool(
+            name=tool.name,
+            description=tool.description or tool.name,
+            params_json_schema=arguments_schema(tool),
+            on_invoke_tool=invoke,
+            # Schemas come from tools and MCP servers as they are, not in the SDK's strict form.
+            strict_json_schema=False,
+            needs_approval=needs_approval,
+        )
+
+    # --- ids -----------------------------------------------------------------------------------
+
+    def run_id(self, ctx: RunContextWrapper[Any]) -> str:
+        if isinstance(self.session_id, str):
+            return self.session_id
+        if self.session_id is not None:
+            return self.session_id(ctx)
+        trace = get_current_trace()
+        if trace is not None and trace.trace_id != _NO_TRACE:
+            return trace.trace_id
+        return self._untraced_run_id(ctx)
+
+    @staticmethod
+    def _untraced_run_id(ctx: RunContextWrapper[Any]) -> str:
+        """Tracing is off, so the run has no id of its own: make one and keep it on the run's
+        usage object, which the SDK shares between the run and every tool context of it."""
+        run_id = getattr(ctx.usage, _RUN_ID_ATTRIBUTE, None)
+        if isinstance(run_id, str):
+            return run_id
+        run_id = f"run_{uuid.uuid4().hex}"
+        try:
+            setattr(ctx.usage, _RUN_ID_ATTRIBUTE, run_id)
+        except (AttributeError, TypeError) as e:
+            raise ConfigurationError(
+                "the run has no trace id to use as its session id (tracing is disabled); pass "
+                "dex_function_tools(..., session_id=...) or enable tracing"
+            ) from e
+        return run_id
+
+    @staticmethod
+    def turn_id(ctx: RunContextWrapper[Any]) -> str:
+        return f"turn-{ctx.usage.requests}"
+
+    # --- approval ------------------------------------------------------------------------------
+
+    async def requires_approval(self, tool: Tool, ctx: RunContextWrapper[Any]) -> bool:
+        """What the call's policy snapshot will say (S1.3, S1.4), session default included."""
+        session_default = await asyncio.to_thread(self._session_default, self.run_id(ctx))
+        snapshot = resolve_policy(tool.policy, tool.annotations, session_default, self.dex.settings)
+        return snapshot.requires_approval
+
+    def _session_default(self, session_id: str) -> EffectClass | None:
+        try:
+            return self.dex.store.get_session(session_id).default_effect
+        except UnknownSession:
+            return None
+
+    # --- the call ------------------------------------------------------------------------------
+
+    async def invoke(self, tool: Tool, ctx: AgentsToolContext[Any], arguments: str) -> str:
+        try:
+            record = await self.client.request_call(
+                self.run_id(ctx), self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"
+            )
+        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
+            return f"Error: {e}"
+        if record.status is CallStatus.AWAITING_APPROVAL and await self.requires_approval(
+            tool, ctx
+        ):
+            # The SDK only invokes a tool with needs_approval after a person approved it.
+            try:
+                record = await self.client.approve(
+                    record.key, self.approver, "approved in the OpenAI Agents SDK run"
+                )
+            except ApprovalError:
+                # Decided meanwhile elsewhere, or its deadline passed: the record says how.
+                record = await self.client.get_call(record.key)
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            return pending_text(record)
+        if not record.finished:
+            try:
+                (record,) = await self.client.wait([record.key], timeout=self.wait_timeout)
+            except CallTimeout:
+                return (
+                    f"The call {record.key} is still in flight after {self.wait_timeout:g}s; its "
+                    "outcome will be in the session's history."
+                )
+        return tool_output(record.status, record.result, record.error or "")
+
+
+def pending_text(record: ToolCallRecord) -> str:
+    """What the model reads for a call still waiting for a person's decision."""
+    deadline = json.dumps(record.approval_deadline)
+    return (
+        f"The call {record.key} is waiting for a person's approval (deadline {deadline}) and has "
+        "not run."
+    )

@@ -1,0 +1,15 @@
+-- rotate.lua: start a new life of the ledger after Redis went back in time (docs/ledger.md,
+-- "Rollback"). Compare-and-set on the dataset marker, so two processes that notice the same
+-- rollback rotate once. Every call hash of the old life becomes stale.
+-- expected = '' means "no marker" (an empty Redis, or the first start).
+-- Replies kind = rotated | raced, epoch = the epoch in force afterwards.
+local epoch_key, dataset_key = KEYS[1], KEYS[2]
+local expected, new_dataset, new_epoch = ARGV[1], ARGV[2], ARGV[3]
+
+local current = redis.call('GET', dataset_key) or ''
+if current ~= expected then
+  return {'kind', 'raced', 'epoch', redis.call('GET', epoch_key) or ''}
+end
+redis.call('SET', epoch_key, new_epoch)
+redis.call('SET', dataset_key, new_dataset)
+return {'kind', 'rotated', 'epoch', new_epoch}

@@ -1,0 +1,73 @@
+"""Facts for the metrics that no SQL row or ledger index holds, kept in Redis.
+
+Celery's prefork workers are many processes, so a counter kept in one process's memory would
+show only that process's share. Everything the metrics report is therefore read at scrape time
+from SQL and Redis (`dex_celery.metrics`); the two facts that exist nowhere else are written
+here, each with one cheap command on a rare path:
+
+- a claim refused (a stale or redelivered message turned away, S3.3): one `HINCRBY` on the
+  `stats` hash (`KeySpace.stats`), field `claims_refused:<reason>`;
+- each sweep's end time and duration: one `HSET` on the `sweep_stats` hash.
+
+Failing to count never fails the work it counts: the errors are logged and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.stats")
+
+#: Field prefix of refused claims in the `stats` hash.
+CLAIMS_REFUSED = "claims_refused:"
+
+
+def count_refused_claim(dex: Dex, reason: str) -> None:
+    """One more claim refused for `reason` (`finished`, `stale_attempt`, `already_running`, …)."""
+    try:
+        dex.ledger.client.hincrby(dex.keys.stats, CLAIMS_REFUSED + (reason or "unknown"), 1)
+    except Exception:  # a metric must never turn a refused claim into a task failure
+        log.warning("could not count a refused claim (%s)", reason, exc_info=True)
+
+
+def refused_claims(dex: Dex) -> dict[str, int]:
+    """Refused claims by reason since the ledger began."""
+    raw: Any = dex.ledger.client.hgetall(dex.keys.stats)
+    return {
+        str(k)[len(CLAIMS_REFUSED) :]: int(v)
+        for k, v in raw.items()
+        if str(k).startswith(CLAIMS_REFUSED)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStats:
+    """The last sweep: when it ended (ledger clock) and how long it took, in seconds."""
+
+    finished_at: float
+    duration: float
+
+
+def record_sweep(dex: Dex, started: float) -> None:
+    """Note a sweep that began at `started` (`time.monotonic()`) and has just ended."""
+    duration = time.monotonic() - started
+    try:
+        dex.ledger.client.hset(
+            dex.keys.sweep_stats,
+            mapping={"finished_at": repr(dex.ledger.now()), "duration": repr(duration)},
+        )
+    except Exception:  # the sweep did its work; only its metric is missing
+        log.warning("could not record the sweep's duration", exc_info=True)
+
+
+def last_sweep(dex: Dex) -> SweepStats | None:
+    raw: Any = dex.ledger.client.hgetall(dex.keys.sweep_stats)
+    if not raw or "finished_at" not in raw:
+        return None
+    return SweepStats(float(raw["finished_at"]), float(raw.get("duration", 0.0)))

@@ -1,0 +1,156 @@
+"""Read-only queries for operators: the web app's lists and the metrics' counts.
+
+Nothing here writes. The counts are computed at scrape time from the records themselves, so
+they agree across every worker process and survive restarts (a counter kept in one process's
+memory would see only its share). `count_by_outcome` reads every call: one grouped scan per
+scrape, the price of counters that never disagree with the records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, case, func, select
+
+from dex_celery.outcomes import CallStatus
+from dex_celery.records import ToolCallRecord
+from dex_celery.store.repository import Store, _call
+from dex_celery.store.schema import tool_calls, unknown_outcomes
+from dex_celery.store.unknowns import REPORTED, UnknownOutcome, _row
+
+#: Most rows one search returns.
+MAX_SEARCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeCount:
+    """Calls of one tool, effect class and status, with their attempts and retries."""
+
+    tool: str
+    effect: str
+    status: str
+    calls: int
+    attempts: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalBacklog:
+    waiting: int
+    oldest_requested_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallSearch:
+    """Filters of the calls page; every field optional."""
+
+    session_id: str | None = None
+    tool_name: str | None = None
+    status: CallStatus | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class UnreportedUnknown:
+    """An `outcome_unknown` call whose real outcome nobody has told its session yet."""
+
+    record: ToolCallRecord
+    #: None until the reconcile job has surfaced it.
+    state: UnknownOutcome | None
+
+
+class OperatorViews:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def count_by_outcome(self) -> list[OutcomeCount]:
+        retries = case((tool_calls.c.attempts > 1, tool_calls.c.attempts - 1), else_=0)
+        query = select(
+            tool_calls.c.tool_name,
+            tool_calls.c.effect,
+            tool_calls.c.status,
+            func.count(),
+            func.coalesce(func.sum(tool_calls.c.attempts), 0),
+            func.coalesce(func.sum(retries), 0),
+        ).group_by(tool_calls.c.tool_name, tool_calls.c.effect, tool_calls.c.status)
+        with self.store.engine.connect() as conn:
+            return [
+                OutcomeCount(str(t), str(e), str(s), int(n), int(a), int(r))
+                for t, e, s, n, a, r in conn.execute(query)
+            ]
+
+    def approval_backlog(self, now: float) -> ApprovalBacklog:
+        query = (
+            select(func.count(), func.min(tool_calls.c.requested_at))
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+            .where(tool_calls.c.approval_deadline > now)
+        )
+        with self.store.engine.connect() as conn:
+            count, oldest = conn.execute(query).one()
+        return ApprovalBacklog(int(count), float(oldest) if oldest is not None else None)
+
+    def _unreported(self) -> tuple[Any, Any]:
+        joined = tool_calls.outerjoin(
+            unknown_outcomes, unknown_outcomes.c.call_key == tool_calls.c.key
+        )
+        condition = and_(
+            tool_calls.c.status == CallStatus.OUTCOME_UNKNOWN.value,
+            (unknown_outcomes.c.state.is_(None)) | (unknown_outcomes.c.state != REPORTED),
+        )
+        return joined, condition
+
+    def count_unreported_unknowns(self) -> int:
+        joined, condition = self._unreported()
+        query = select(func.count()).select_from(joined).where(condition)
+        with self.store.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def unreported_unknowns(self, *, limit: int = 200) -> list[UnreportedUnknown]:
+        """Oldest end first: the call that has waited longest for a report leads."""
+        joined, condition = self._unreported()
+        query = (
+            select(tool_calls, unknown_outcomes.c.call_key.label("u_key"))
+            .select_from(joined)
+            .where(condition)
+            .order_by(tool_calls.c.finished_at, tool_calls.c.key)
+            .limit(limit)
+        )
+        keys: list[tuple[ToolCallRecord, bool]] = []
+        with self.store.engine.connect() as conn:
+            for row in conn.execute(query).mappings():
+                keys.append((_call(dict(row)), row["u_key"] is not None))
+            states: dict[str, UnknownOutcome] = {}
+            surfaced = [r.key for r, has in keys if has]
+            if surfaced:
+                rows = conn.execute(
+                    select(unknown_outcomes).where(unknown_outcomes.c.call_key.in_(surfaced))
+                ).mappings()
+                states = {r["call_key"]: _row(r) for r in rows}
+        return [UnreportedUnknown(r, states.get(r.key)) for r, _ in keys]
+
+    def search(self, search: CallSearch) -> list[ToolCallRecord]:
+        """Calls matching every given filter, newest request first."""
+        query = select(tool_calls).order_by(
+            tool_calls.c.requested_at.desc(), tool_calls.c.key.desc()
+        )
+        if search.session_id:
+            query = query.where(tool_calls.c.session_id == search.session_id)
+        if search.tool_name:
+            query = query.where(tool_calls.c.tool_name == search.tool_name)
+        if search.status is not None:
+            query = query.where(tool_calls.c.status == search.status.value)
+        if search.since is not None:
+            query = query.where(tool_calls.c.requested_at >= search.since)
+        if search.until is not None:
+            query = query.where(tool_calls.c.requested_at < search.until)
+        query = query.limit(max(1, min(search.limit, MAX_SEARCH)))
+        with self.store.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
+    def tool_names(self) -> list[str]:
+        query = select(tool_calls.c.tool_name).distinct().order_by(tool_calls.c.tool_name)
+        with self.store.engine.connect() as conn:
+            return [str(r[0]) for r in conn.execute(query)]

@@ -1,0 +1,394 @@
+"""The Starlette application: routes, authentication gate, pages.
+
+GET handlers are plain functions (Starlette runs them in its thread pool, since SQLAlchemy and
+redis-py block); POST handlers read the form, check the CSRF token and origin, then do the work in
+the thread pool too.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+# defers an optional dependency: starlette, jinja2, prometheus_client (the `web` extra)
+import jinja2
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+import dex_celery.cli  # noqa: F401  (first: `cli` attaches `cli_calls`, which imports `cli`)
+from dex_celery.approvals import Approvals, utc
+from dex_celery.cli_calls import call_details
+from dex_celery.errors import DexError, UnknownCall
+from dex_celery.ids import CallKey
+from dex_celery.metrics import registry_for
+from dex_celery.outcomes import CallStatus
+from dex_celery.redact import redact
+from dex_celery.store.unknowns import UnknownOutcomes
+from dex_celery.store.views import CallSearch, OperatorViews
+from dex_celery.web.actions import reconcile_session
+from dex_celery.web.auth import (
+    COOKIE,
+    SESSION_SECONDS,
+    Credentials,
+    Identity,
+    Signer,
+    header_identity,
+    local_identity,
+    safe_next,
+    same_origin,
+)
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+TEMPLATES = Path(__file__).parent / "templates"
+#: Paths served without signing in.
+PUBLIC = frozenset({"/login", "/healthz"})
+#: Argument names always hidden, whatever the policy says (S10.4).
+ALWAYS_SECRET = ("secret",)
+
+
+def time_left(deadline: float | None, now: float) -> str:
+    if not deadline:
+        return "-"
+    seconds = int(deadline - now)
+    if seconds <= 0:
+        return "passed"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def _utc(value: float | None) -> str:
+    return utc(value) if value else "-"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def shown_arguments(text: str, secret_names: tuple[str, ...]) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return redact(value, (*secret_names, *ALWAYS_SECRET)) if isinstance(value, dict) else value
+
+
+def parse_time(text: str | None) -> float | None:
+    """`YYYY-MM-DDTHH:MM` (an HTML datetime-local field), read as UTC."""
+    if not text:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
+        try:
+            return float(calendar.timegm(time.strptime(text, fmt)))
+        except ValueError:
+            continue
+    raise ValueError(f"not a time: {text!r} (use YYYY-MM-DDTHH:MM, UTC)")
+
+
+class WebApp:
+    """Holds the deployment, the credentials and the signer; builds the Starlette app."""
+
+    def __init__(self, dex: Dex, credentials: Credentials | None = None) -> None:
+        self.dex = dex
+        self.credentials = credentials or Credentials.from_settings(dex.settings)
+        self.signer = Signer(dex.settings.web_secret_key)
+        self.approvals = Approvals(dex)
+        self.views = OperatorViews(dex.store)
+        self.registry = registry_for(dex)
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.env.filters["utc"] = _utc
+        self.env.filters["tojson_text"] = _json
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def identity(self, request: Request) -> Identity | None:
+        if not self.credentials.required:
+            return local_identity()
+        found = self.signer.read_cookie(request.cookies.get(COOKIE))
+        if found is not None and found.name in self.credentials.users:
+            return found
+        return header_identity(self.credentials, request.headers.get("authorization"))
+
+    def page(
+        self,
+        request: Request,
+        template: str,
+        identity: Identity | None,
+        status_code: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            user=identity.name if identity else None,
+            csrf=self.signer.csrf_token(identity) if identity else "",
+            auth_required=self.credentials.required,
+            path=request.url.path,
+            flash=context.pop("flash", request.query_params.get("flash")),
+            error=context.pop("error", None),
+            **context,
+        )
+        return HTMLResponse(html, status_code=status_code)
+
+    def gate(
+        self, handler: Callable[[Request, Identity], Awaitable[Response] | Response]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """Every non-public route: who is it (or 401 / sign-in), and for POSTs, CSRF + origin."""
+
+        async def endpoint(request: Request) -> Response:
+            identity = self.identity(request)
+            if identity is None:
+                if request.method == "GET" and request.url.path != "/metrics":
+                    target = request.url.path + (
+                        f"?{request.url.query}" if request.url.query else ""
+                    )
+                    return RedirectResponse(f"/login?next={_quote(target)}", status_code=303)
+                # A challenge only where a script reads it: a browser would open a password
+                # dialog over a refused form post.
+                challenge = {"WWW-Authenticate": 'Basic realm="dex-celery"'}
+                return PlainTextResponse(
+                    "refused: authentication required\n",
+                    status_code=401,
+                    headers=challenge if request.method == "GET" else None,
+                )
+            if request.method == "POST":
+                refusal = await self.check_post(request, identity)
+                if refusal is not None:
+                    return refusal
+            result = handler(request, identity)
+            if isinstance(result, Response):
+                return result
+            return await result
+
+        return endpoint
+
+    async def check_post(self, request: Request, identity: Identity) -> Response | None:
+        if not self.origin_ok(request):
+            return PlainTextResponse("cross-site request refused\n", status_code=403)
+        form = await request.form()
+        token = form.get("csrf")
+        if not self.signer.check_csrf(identity, token if isinstance(token, str) else None):
+            return PlainTextResponse(
+                "missing or wrong CSRF token: reload the page and try again\n", status_code=403
+            )
+        return None
+
+    def origin_ok(self, request: Request) -> bool:
+        host = request.headers.get("host")
+        scheme = request.url.scheme
+        origin = request.headers.get("origin")
+        if origin is not None:
+            return same_origin(origin, host, scheme)
+        referer = request.headers.get("referer")
+        return referer is None or same_origin(referer, host, scheme)
+
+    # --- sign-in -------------------------------------------------------------------------------
+
+    def login_form(self, request: Request) -> Response:
+        if not self.credentials.required:
+            return RedirectResponse("/approvals", status_code=303)
+        return self.page(
+            request, "login.html", None, next=safe_next(request.query_params.get("next"))
+        )
+
+    async def login(self, request: Request) -> Response:
+        if not self.origin_ok(request):
+            return PlainTextResponse("cross-site request refused\n", status_code=403)
+        form = await request.form()
+        name, password = str(form.get("name", "")), str(form.get("password", ""))
+        target = safe_next(str(form.get("next", "/")))
+        if not self.credentials.check_password(name, password):
+            return self.page(
+                request, "login.html", None, 401, next=target, error="wrong name or password"
+            )
+        response = RedirectResponse(target if target != "/" else "/approvals", status_code=303)
+        response.set_cookie(
+            COOKIE,
+            self.signer.session_cookie(name),
+            max_age=SESSION_SECONDS,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    def logout(self, request: Request, identity: Identity) -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    # --- approvals -----------------------------------------------------------------------------
+
+    def approvals_page(
+        self, request: Request, identity: Identity, *, status_code: int = 200, **extra: Any
+    ) -> HTMLResponse:
+        now = self.dex.store.clock()
+        rows = [
+            {
+                "item": p,
+                "arguments": _json(redact(p.arguments, ALWAYS_SECRET)),
+                "left": time_left(p.deadline, now),
+            }
+            for p in self.approvals.pending(limit=500)
+        ]
+        return self.page(request, "approvals.html", identity, status_code, rows=rows, **extra)
+
+    def _refused_decision(self, request: Request, identity: Identity, error: str) -> Response:
+        """A decision the store refused (decided already, deadline passed...): say why (409)."""
+        return self.approvals_page(request, identity, status_code=409, error=error)
+
+    async def decide(self, request: Request, identity: Identity) -> Response:
+        form = await request.form()
+        key, action = str(form.get("key", "")), str(form.get("action", ""))
+        note = str(form.get("note", "")) or None
+        try:
+            if action == "approve":
+                record = await run_in_threadpool(self.approvals.approve, key, identity.name, note)
+            elif action == "reject":
+                record = await run_in_threadpool(self.approvals.reject, key, identity.name, note)
+            else:
+                return PlainTextResponse(f"unknown action {action!r}\n", status_code=400)
+        except DexError as e:
+            return await run_in_threadpool(self._refused_decision, request, identity, str(e))
+        flash = f"{action}d {record.key} as {identity.name}; it is now {record.status.value}"
+        return RedirectResponse(
+            f"/calls/{_quote(record.key)}?flash={_quote(flash)}", status_code=303
+        )
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def calls_page(self, request: Request, identity: Identity) -> Response:
+        q = request.query_params
+        error = None
+        try:
+            status = CallStatus(q["status"]) if q.get("status") else None
+            search = CallSearch(
+                session_id=q.get("session") or None,
+                tool_name=q.get("tool") or None,
+                status=status,
+                since=parse_time(q.get("since")),
+                until=parse_time(q.get("until")),
+                limit=int(q.get("limit") or 100),
+            )
+            calls = self.views.search(search)
+        except ValueError as e:
+            calls, error = [], str(e)
+        return self.page(
+            request,
+            "calls.html",
+            identity,
+            400 if error else 200,
+            calls=calls,
+            q={k: q.get(k, "") for k in ("session", "tool", "status", "since", "until", "limit")},
+            statuses=[s.value for s in CallStatus],
+            tools=self.views.tool_names(),
+            error=error,
+        )
+
+    def call_page(self, request: Request, identity: Identity) -> Response:
+        key = request.path_params["key"]
+        try:
+            CallKey.parse(key)
+            record = self.dex.store.get_call(key)
+            if record is None:
+                raise UnknownCall(f"no tool call {key!r}")
+        except DexError as e:
+            return self.page(request, "error.html", identity, 404, error=str(e))
+        details = call_details(self.dex, record)
+        details["arguments"] = shown_arguments(record.arguments, record.policy.secret_arguments)
+        unknown = UnknownOutcomes(self.dex.store).get(key)
+        return self.page(
+            request,
+            "call.html",
+            identity,
+            d=details,
+            record=record,
+            unknown=unknown,
+            finished=record.status.terminal,
+        )
+
+    # --- unknown outcomes ----------------------------------------------------------------------
+
+    def unknowns_page(self, request: Request, identity: Identity) -> HTMLResponse:
+        items = self.views.unreported_unknowns(limit=500)
+        sessions = sorted({i.record.session_id for i in items})
+        checks = self.dex.outcome_checks.tool_names
+        return self.page(
+            request,
+            "unknowns.html",
+            identity,
+            items=items,
+            sessions=sessions,
+            checks=checks,
+        )
+
+    async def reconcile(self, request: Request, identity: Identity) -> Response:
+        form = await request.form()
+        session_id = str(form.get("session", ""))
+        try:
+            result = await run_in_threadpool(reconcile_session, self.dex, session_id)
+        except DexError as e:
+            return self.page(request, "error.html", identity, 400, error=str(e))
+        return RedirectResponse(f"/unknowns?flash={_quote(result.summary())}", status_code=303)
+
+    # --- metrics and health --------------------------------------------------------------------
+
+    def metrics(self, request: Request, identity: Identity) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def build(self) -> Starlette:
+        gate = self.gate
+
+        def home(request: Request, identity: Identity) -> Response:
+            return RedirectResponse("/approvals", status_code=303)
+
+        routes = [
+            Route("/", gate(home)),
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", gate(self.logout), methods=["POST"]),
+            Route("/healthz", lambda r: PlainTextResponse("ok\n")),
+            Route("/approvals", gate(self._threaded(self.approvals_page))),
+            Route("/approvals/decide", gate(self.decide), methods=["POST"]),
+            Route("/calls", gate(self._threaded(self.calls_page))),
+            Route("/calls/{key:path}", gate(self._threaded(self.call_page))),
+            Route("/unknowns", gate(self._threaded(self.unknowns_page))),
+            Route("/unknowns/reconcile", gate(self.reconcile), methods=["POST"]),
+            Route("/metrics", gate(self._threaded(self.metrics))),
+        ]
+        return Starlette(routes=routes)
+
+    @staticmethod
+    def _threaded(
+        handler: Callable[[Request, Identity], Response],
+    ) -> Callable[[Request, Identity], Awaitable[Response]]:
+        """Run a blocking page handler in Starlette's thread pool."""
+
+        async def run(request: Request, identity: Identity) -> Response:
+            return await run_in_threadpool(handler, request, identity)
+
+        return run
+
+
+def _quote(text: str) -> str:
+    return quote(text, safe="/")
+
+
+def create_app(dex: Dex, credentials: Credentials | None = None) -> Starlette:
+    """The ASGI app of `dex-celery web` (also for `uvicorn --factory`-style embedding)."""
+    return WebApp(dex, credentials).build()

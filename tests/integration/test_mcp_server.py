@@ -1,0 +1,157 @@
+"""`dex-celery mcp` driven by the `mcp` SDK's own client, over stdio and over streamable HTTP:
+list the tools (annotations from effect classes), call a read, call a write that needs
+approval (answered at once), approve it, call again (the record's text); a real worker runs the
+tools and the tool's own log counts executions."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from dex_celery import CallStatus, Dex
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_server import EFFECT_META_KEY, STATUS_META_KEY
+from tests.support.crash import lines, tool_messages
+from tests.support.processes import ROOT, Worker, free_port, wait_for
+
+DEX_CELERY = str(ROOT / ".venv" / "bin" / "dex-celery")
+APP = ["--app", "tests.support.toolapp:dex", "mcp"]
+
+
+def _text(result: Any) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+@contextmanager
+def _server(transport: str, env: dict[str, str]) -> Iterator[Any]:
+    """What `Client(...)` connects to: the stdio command, or the URL of a running HTTP server."""
+    full_env = {**env, "PYTHONPATH": str(ROOT)}
+    if transport == "stdio":
+        yield StdioServerParameters(
+            command=DEX_CELERY, args=[*APP, "--wait-timeout", "60"], env=full_env, cwd=str(ROOT)
+        )
+        return
+    port = free_port()
+    process = subprocess.Popen(
+        [DEX_CELERY, *APP, "--transport", "http", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, **full_env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(
+            lambda: _listening(port) or process.poll() is not None,
+            timeout=30,
+            what="dex-celery mcp to listen",
+        )
+        assert process.poll() is None, process.communicate()[1].decode()
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_dex_tools_served_over_mcp(
+    transport: str, dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+    client = dex.client()
+    read_key, write_key = f"s-{transport}/t1/read", f"s-{transport}/t1/write"
+
+    async def scenario(target: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with Client(target) as mcp:
+            listed = {t.name: t for t in (await mcp.list_tools()).tools}
+            seen["tools"] = listed
+            seen["read"] = await mcp.call_tool(
+                "echo", {"x": 1}, meta={IDEMPOTENCY_META_KEY: read_key}
+            )
+            seen["pending"] = await mcp.call_tool(
+                "guarded_write", {"value": "ok"}, meta={IDEMPOTENCY_META_KEY: write_key}
+            )
+            await anyio.to_thread.run_sync(client.approve, write_key, "ops@example.com")
+            seen["written"] = await mcp.call_tool(
+                "guarded_write", {"value": "ok"}, meta={IDEMPOTENCY_META_KEY: write_key}
+            )
+            seen["again"] = await mcp.call_tool(
+                "guarded_write", {"value": "ok"}, meta={IDEMPOTENCY_META_KEY: write_key}
+            )
+            seen["unknown"] = await mcp.call_tool("no_such_tool", {})
+            seen["no_ids"] = await mcp.call_tool("echo", {})
+            # A client that sends no ids: asking the same again after approval gets the outcome.
+            plain = await mcp.call_tool("guarded_write", {"value": "plain"})
+            seen["plain_pending"] = plain
+            await anyio.to_thread.run_sync(
+                client.approve, plain.meta[IDEMPOTENCY_META_KEY], "ops@example.com"
+            )
+            seen["plain_written"] = await mcp.call_tool("guarded_write", {"value": "plain"})
+            seen["plain_new"] = await mcp.call_tool("guarded_write", {"value": "plain"})
+        return seen
+
+    with _server(transport, env) as target:
+        seen = anyio.run(scenario, target)
+
+    tools = seen["tools"]
+    echo, write = tools["echo"].annotations, tools["guarded_write"].annotations
+    assert (echo.read_only_hint, echo.idempotent_hint, echo.destructive_hint) == (True, True, False)
+    assert (write.read_only_hint, write.idempotent_hint, write.destructive_hint) == (
+        False,
+        False,
+        True,
+    )
+    failing = tools["failing"].annotations  # idempotent_write
+    assert (failing.read_only_hint, failing.idempotent_hint) == (False, True)
+    assert tools["slow_unclassified"].annotations is None  # nothing known: MCP's defaults
+    assert tools["guarded_write"].meta[EFFECT_META_KEY] == "non_idempotent_write"
+    # Input schemas read from the tools' signatures.
+    assert tools["slow_read"].input_schema["properties"]["seconds"] == {"type": "number"}
+    assert tools["echo"].input_schema["additionalProperties"] is True
+
+    # The read: answered with the record's text, which is the session history's text too.
+    read = client.get_call(read_key)
+    assert read.status is CallStatus.SUCCEEDED
+    assert not seen["read"].is_error
+    assert tool_messages(dex, read_key) == [_text(seen["read"])]
+
+    # The write waited for a person: answered at once with that fact and the key; not run.
+    pending = seen["pending"]
+    assert "waiting for a person's approval" in _text(pending)
+    assert write_key in _text(pending)
+    assert pending.meta[STATUS_META_KEY] == "awaiting_approval"
+    assert pending.meta[IDEMPOTENCY_META_KEY] == write_key
+
+    # After approval, the same ids: the record's text; asking once more runs nothing again.
+    assert _text(seen["written"]) == '"ok"'
+    assert seen["written"].meta[STATUS_META_KEY] == "succeeded"
+    assert _text(seen["again"]) == '"ok"'
+    assert tool_messages(dex, write_key) == ['"ok"']
+    assert len(lines(write_key, "start")) == 1
+
+    assert seen["unknown"].is_error
+    assert _text(seen["unknown"]).startswith("error: no tool named 'no_such_tool'")
+    anonymous = seen["no_ids"].meta[IDEMPOTENCY_META_KEY]
+    assert client.get_call(anonymous).status is CallStatus.SUCCEEDED
+
+    plain_key = seen["plain_pending"].meta[IDEMPOTENCY_META_KEY]
+    assert seen["plain_pending"].meta[STATUS_META_KEY] == "awaiting_approval"
+    assert seen["plain_written"].meta[IDEMPOTENCY_META_KEY] == plain_key
+    assert _text(seen["plain_written"]) == '"plain"'
+    # Once answered, the same request is a new call (which waits for a person again).
+    assert seen["plain_new"].meta[IDEMPOTENCY_META_KEY] != plain_key
+    assert seen["plain_new"].meta[STATUS_META_KEY] == "awaiting_approval"
+    assert len(lines(plain_key, "start")) == 1

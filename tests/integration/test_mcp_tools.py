@@ -1,0 +1,323 @@
+"""MCP servers' tools as dex tools: a real MCP server subprocess (the `mcp` SDK's `MCPServer`),
+real Celery workers, a real redis-server.
+
+Witnesses: the SQL record and the server's own call log (`mcp_tools_server.calls`), which also
+shows the idempotency key each call carried in its `_meta`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dex_celery import (
+    DID_NOT_RUN,
+    OUTCOME_UNKNOWN_TOOL_RESULT,
+    CallStatus,
+    ConfigurationError,
+    Dex,
+    EffectClass,
+    InvalidArguments,
+    RetryableToolError,
+    Settings,
+    ToolContext,
+    ToolError,
+    ToolLost,
+)
+from dex_celery.ids import CallKey
+from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
+from dex_celery.policy import EffectSource, resolve_policy
+from tests.support.crash import tool_messages, wait_finished
+from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, HEADER, LOG_ENV, calls, headers_seen
+from tests.support.mcpapp import READY_ENV, URL_ENV, make_app
+from tests.support.processes import ROOT, CeleryWorker, free_port, wait_for
+
+pytestmark = pytest.mark.crash
+
+
+@pytest.fixture
+def mcp_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    folder = tmp_path / "mcp-log"
+    folder.mkdir()
+    return {**env, LOG_ENV: str(folder), "PYTHONPATH": str(ROOT)}
+
+
+def _build(mcp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
+    for name, value in mcp_env.items():
+        monkeypatch.setenv(name, value)
+    _app, dex = make_app(Settings.from_env(mcp_env))
+    dex.store.create_schema()
+    return dex
+
+
+@pytest.fixture
+def mcp_dex(mcp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
+    return _build(mcp_env, monkeypatch)
+
+
+@pytest.fixture
+def start_mcp_worker(mcp_env: dict[str, str]) -> Iterator[Callable[..., CeleryWorker]]:
+    workers: list[CeleryWorker] = []
+
+    def start(extra_env: dict[str, str] | None = None) -> CeleryWorker:
+        folder = Path(mcp_env[LOG_ENV]) / "worker"
+        worker = CeleryWorker(
+            "tests.support.mcpapp", {**mcp_env, **(extra_env or {})}, folder, ready_env=READY_ENV
+        ).start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture
+def http_server(mcp_env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The same MCP server over streamable HTTP, on a free port."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.mcp_tools_server", "--http", str(port)],
+        cwd=ROOT,
+        env={**os.environ, **mcp_env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: _listening(port), timeout=30, what="the MCP HTTP server to listen")
+    yield f"http://127.0.0.1:{port}/mcp", process
+    process.kill()
+    process.wait(timeout=10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _effect(dex: Dex, name: str, default: EffectClass | None = None) -> tuple[str, str]:
+    tool = dex.get_tool(name)
+    snapshot = resolve_policy(tool.policy, tool.annotations, default, dex.settings)
+    return snapshot.effect.value, snapshot.effect_source.value
+
+
+def _holding(mcp_env: dict[str, str], tool: str) -> list[int]:
+    return [int(p.read_text()) for p in Path(mcp_env[LOG_ENV]).glob(f"holding-{tool}-*")]
+
+
+def test_effect_classes_follow_annotations_with_mcp_defaults_and_policies_override(
+    mcp_dex: Dex,
+) -> None:
+    """S1.4: annotations decide the class, missing hints read with MCP's defaults; a policy given
+    to `add_mcp_server` beats them; metadata beats the session default."""
+    meta, policy = EffectSource.TOOL_METADATA.value, EffectSource.POLICY.value
+    assert _effect(mcp_dex, "lookup") == ("read", meta)  # readOnlyHint
+    assert _effect(mcp_dex, "add_note") == ("non_idempotent_write", meta)  # additive, no idempotent
+    assert _effect(mcp_dex, "cancel") == ("non_idempotent_write", meta)  # destructive
+    assert _effect(mcp_dex, "bare") == ("non_idempotent_write", meta)  # no annotations at all
+    assert _effect(mcp_dex, "slow_lookup") == ("read", meta)
+    # Overrides: an idempotent-annotated tool declared a non-idempotent write, a title-only one
+    # declared a read.
+    assert _effect(mcp_dex, "set_status") == ("non_idempotent_write", policy)
+    assert _effect(mcp_dex, "titled") == ("read", policy)
+    # A policy without an effect leaves the class to the annotations.
+    assert _effect(mcp_dex, "slow_cancel") == ("non_idempotent_write", meta)
+    # MCP's defaults are framework metadata, so they beat a session default (S1.4).
+    assert _effect(mcp_dex, "bare", EffectClass.READ) == ("non_idempotent_write", meta)
+    assert dict(mcp_dex.get_tool("bare").annotations) == dict(MCP_DEFAULT_HINTS)
+    # Approval defaults follow the class (S1.3): writes ask, unless the policy says no.
+    cancel = mcp_dex.get_tool("cancel")
+    assert resolve_policy(
+        cancel.policy, cancel.annotations, None, mcp_dex.settings
+    ).requires_approval
+    # The input schema is the server's.
+    assert mcp_dex.get_tool("lookup").input_schema is not None
+    assert mcp_dex.get_tool("lookup").input_schema["required"] == ["order_id"]
+
+
+def test_registration_errors_register_nothing(mcp_dex: Dex, mcp_env: dict[str, str]) -> None:
+    """Bad registrations are `ConfigurationError`s, raised before any tool is added."""
+    before = set(mcp_dex.tools)
+    command = f"{sys.executable} -m tests.support.mcp_tools_server"  # a string is split
+    env = {"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]}
+    with pytest.raises(ConfigurationError, match="no tool named 'nope'"):
+        mcp_dex.add_mcp_server(command=command, env=env, prefix="a_", policies={"nope": None})
+    with pytest.raises(ConfigurationError, match="'lookup' is registered already"):
+        mcp_dex.add_mcp_server(command=command, env=env)  # same names, no prefix
+    with pytest.raises(ConfigurationError, match="cannot list the tools"):
+        mcp_dex.add_mcp_server("down", url=f"http://127.0.0.1:{free_port()}/mcp")
+    assert set(mcp_dex.tools) == before
+    # The name defaults to the server's own; a prefix keeps a second copy apart.
+    added = mcp_dex.add_mcp_server(command=command, env=env, prefix="b_", tools=["lookup"])
+    assert [t.name for t in added] == ["b_lookup"]
+    assert "dex-test-tools" in (added[0].function.__doc__ or "")
+
+
+def test_calls_run_on_a_worker_and_the_server_sees_the_key(
+    mcp_dex: Dex, start_mcp_worker: Callable[..., CeleryWorker]
+) -> None:
+    start_mcp_worker()
+    client = mcp_dex.client()
+    # Arguments that break the server's input schema are refused at the request: nothing recorded.
+    with pytest.raises(InvalidArguments, match="order_id"):
+        client.request_call("s1", "t1", "bad", "lookup", {"order": "A"})
+    assert mcp_dex.store.get_call("s1/t1/bad") is None
+
+    read = client.request_call("s1", "t1", "c1", "lookup", {"order_id": "A-1"})
+    write = client.request_call("s1", "t1", "c2", "cancel", {"order_id": "A-1"})
+    assert write.status is CallStatus.AWAITING_APPROVAL  # destructive: asks a person (S1.3)
+    client.approve(write.key, "ops@example.com")
+    done_read, done_write = client.wait([read.key, write.key], timeout=60)
+
+    assert done_read.status is CallStatus.SUCCEEDED, done_read
+    assert done_read.result == '{"order_id": "A-1", "status": "open"}'
+    assert done_write.status is CallStatus.SUCCEEDED, done_write
+    assert sorted((t, k) for t, _, k in calls()) == [("cancel", write.key), ("lookup", read.key)]
+
+
+def test_server_killed_mid_call_write_is_unknown_and_read_is_retried(
+    mcp_dex: Dex, mcp_env: dict[str, str], start_mcp_worker: Callable[..., CeleryWorker]
+) -> None:
+    """A destructive tool whose server dies mid-call ends `outcome_unknown` after one attempt and
+    never runs again; a read-only one is retried on a fresh server with the same key (S4.3)."""
+    worker = start_mcp_worker()
+    client = mcp_dex.client()
+
+    write = client.request_call("s1", "t1", "w", "slow_cancel", {})
+    wait_for(lambda: _holding(mcp_env, "slow_cancel"), timeout=60, what="slow_cancel to start")
+    os.kill(_holding(mcp_env, "slow_cancel")[0], signal.SIGKILL)
+    done = wait_finished(mcp_dex, write.key, timeout=60)
+    assert done.status is CallStatus.OUTCOME_UNKNOWN, done
+    assert done.attempts == 1
+    assert "may or may not have run" in (done.error or "")
+    (message,) = tool_messages(mcp_dex, write.key)
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in message
+
+    read = client.request_call("s1", "t1", "r", "slow_lookup", {})
+    wait_for(lambda: _holding(mcp_env, "slow_lookup"), timeout=60, what="slow_lookup to start")
+    os.kill(_holding(mcp_env, "slow_lookup")[0], signal.SIGKILL)
+    (Path(mcp_env[LOG_ENV]) / "release").write_text("go")  # attempt 2 answers at once
+    done_read = wait_finished(mcp_dex, read.key, timeout=60)
+    assert done_read.status is CallStatus.SUCCEEDED, done_read
+    assert done_read.attempts == 2
+    assert done_read.result == '{"result": "looked up"}'
+
+    log = calls()
+    assert [k for t, _, k in log if t == "slow_cancel"] == [write.key]  # never run again
+    reads = [(p, k) for t, p, k in log if t == "slow_lookup"]
+    assert [k for _, k in reads] == [read.key, read.key]  # same key on both attempts
+    assert reads[0][0] != reads[1][0]  # on two server processes
+    assert not worker.died()
+
+
+def test_server_down_is_retryable_and_reported_as_did_not_run(
+    mcp_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    http_server: tuple[str, subprocess.Popen[bytes]],
+    start_mcp_worker: Callable[..., CeleryWorker],
+) -> None:
+    """Streamable HTTP: the tools are listed from the running server; once it is down, a read is
+    retried up to its attempt limit and a write gets its one attempt; both end `failed` with the
+    did-not-run text, and the server saw nothing."""
+    url, process = http_server
+    mcp_env = {**mcp_env, URL_ENV: url}
+    dex = _build(mcp_env, monkeypatch)
+    start_mcp_worker({URL_ENV: url})
+    client = dex.client()
+    first = client.request_call("s1", "t1", "up", "lookup", {"order_id": "A"})
+    assert client.wait([first.key], timeout=60)[0].status is CallStatus.SUCCEEDED
+    assert [k for _, _, k in calls()] == [first.key]
+
+    process.kill()
+    process.wait(timeout=10)
+    read = client.request_call("s1", "t1", "r", "lookup", {"order_id": "A"})
+    write = client.request_call("s1", "t1", "w", "bare", {"value": 1})
+    done_read, done_write = client.wait([read.key, write.key], timeout=60)
+    assert done_read.status is CallStatus.FAILED
+    assert done_read.attempts == dex.settings.max_attempts
+    assert done_write.status is CallStatus.FAILED
+    assert done_write.attempts == 1
+    for done in (done_read, done_write):
+        assert (done.error or "").startswith(DID_NOT_RUN), done.error
+    assert [k for _, _, k in calls()] == [first.key]
+
+
+def test_call_past_start_to_close_is_timed_out_not_lost(
+    mcp_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    start_mcp_worker: Callable[..., CeleryWorker],
+) -> None:
+    """Celery's soft time limit fires while the worker waits on the MCP server: the attempt is
+    timed out (S5.1), so the write is `failed` with the time-out text, not `outcome_unknown`."""
+    # Long enough for a stdio server to start and take the call on a loaded machine.
+    short = {"DEX_START_TO_CLOSE": "6"}
+    dex = _build({**mcp_env, **short}, monkeypatch)
+    start_mcp_worker(short)
+    record = dex.client().request_call("s1", "t1", "w", "slow_cancel", {})
+    done = wait_finished(dex, record.key, timeout=60)
+    assert done.status is CallStatus.FAILED, done
+    assert "start-to-close timeout" in (done.error or ""), done.error
+    assert [k for t, _, k in calls() if t == "slow_cancel"] == [record.key]
+
+
+def test_tool_body_maps_answers_and_faults(mcp_env: dict[str, str]) -> None:
+    """The worker's tool body, called directly: a server's refusal is a tool error (the call is
+    `failed`), an unreachable server a retryable did-not-run error."""
+    ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
+    server = McpServer(
+        "orders",
+        command=(sys.executable, "-m", "tests.support.mcp_tools_server"),
+        env={"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]},
+    )
+    with pytest.raises(ToolError) as refused:
+        McpToolFunction(server, "no_such_tool")(ctx)
+    assert not isinstance(refused.value, ToolLost | RetryableToolError)
+    with pytest.raises(ToolError, match=r"validation error|order_id"):
+        McpToolFunction(server, "lookup")(ctx)  # arguments the server refuses
+    down = McpServer("down", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=5)
+    assert "secret-token" not in repr(
+        McpServer("h", url="http://h/mcp", headers={"a": "secret-token"})
+    )
+    with pytest.raises(RetryableToolError, match=f"^{DID_NOT_RUN}"):
+        McpToolFunction(down, "lookup")(ctx, order_id="A")
+    assert McpToolFunction(server, "lookup")(ctx, order_id="A") == {
+        "order_id": "A",
+        "status": "open",
+    }
+
+
+def test_a_tool_added_on_the_server_is_picked_up_by_processes_started_later(
+    mcp_dex: Dex,
+    mcp_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    start_mcp_worker: Callable[..., CeleryWorker],
+) -> None:
+    """The tool list is read when a process registers its tools: a worker (and a requester)
+    started after the server changed have the new tool."""
+    assert "added_later" not in mcp_dex.tools
+    changed = {**mcp_env, EXTRA_TOOL_ENV: "1"}
+    dex = _build(changed, monkeypatch)
+    start_mcp_worker({EXTRA_TOOL_ENV: "1"})
+    record = dex.client().request_call("s1", "t1", "new", "added_later", {})
+    (done,) = dex.client().wait([record.key], timeout=60)
+    assert done.status is CallStatus.SUCCEEDED, done
+    assert done.result == '{"result": "new"}'
+
+
+def test_http_headers_go_with_every_request(
+    mcp_dex: Dex, http_server: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """`headers=` (an Authorization header, say) reach the server on listing and on each call."""
+    url, _process = http_server
+    (tool,) = mcp_dex.add_mcp_server(
+        url=url, headers={HEADER: "token-1"}, prefix="h_", tools=["lookup"]
+    )
+    ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
+    assert tool.function(ctx, order_id="A") == {"order_id": "A", "status": "open"}
+    assert headers_seen() == ["token-1"]

@@ -1,0 +1,149 @@
+"""An OpenAI Agents SDK `Agent` whose tools run on real Celery workers through dex-celery, driven
+by the SDK's own scripted test model (no network): the model reads exactly the records' texts,
+approvals go through the SDK's human-in-the-loop interruption, and a killed worker gives the
+`outcome_unknown` text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, gen_trace_id, set_trace_processors
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
+from dex_celery.integrations.openai_agents import DEFAULT_APPROVER, dex_function_tools
+from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.processes import Worker
+
+
+@pytest.fixture(autouse=True)
+def no_trace_export() -> Iterator[None]:
+    """Traces are still made (the run's trace id is its session id) but exported nowhere."""
+    set_trace_processors([])
+    yield
+
+
+def _outputs(model: ScriptedModel, call: int = -1) -> dict[str, str]:
+    """`call_id -> output` of the tool results the model was given in one of its calls."""
+    items: Any = model.calls[call].input
+    return {
+        item["call_id"]: item["output"]
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+
+
+def test_agent_tools_run_on_a_worker_and_the_model_reads_the_records(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+    model = ScriptedModel(
+        [
+            [
+                function_call("echo", {"query": "order A"}, call_id="call_read"),
+                function_call("guarded_write", {"value": "sent"}, call_id="call_write"),
+            ],
+            [assistant_message("Both done.")],
+        ]
+    )
+    agent = Agent(
+        name="desk", model=model, tools=dex_function_tools(dex, ["echo", "guarded_write"])
+    )
+
+    async def run() -> tuple[list[str], Any]:
+        first = await Runner.run(agent, "Look up order A and send it.")
+        waiting = [item.tool_name for item in first.interruptions]
+        state = first.to_state()
+        for item in first.interruptions:
+            state.approve(item)  # the SDK's human-in-the-loop approval
+        return waiting, await Runner.run(agent, state)
+
+    waiting, result = asyncio.run(run())
+
+    assert waiting == ["guarded_write"]  # a non-idempotent write asks a person (S1.3)
+    assert result.final_output == "Both done."
+    outputs = _outputs(model)
+    read_key = json.loads(outputs["call_read"])["key"]
+    session_id, turn_id, call_id = read_key.split("/")
+    assert session_id.startswith("trace_")  # the SDK run's trace id
+    assert (turn_id, call_id) == ("turn-1", "call_read")
+    write_key = f"{session_id}/turn-1/call_write"
+
+    read, write = dex.client().get_call(read_key), dex.client().get_call(write_key)
+    assert read.status is CallStatus.SUCCEEDED and write.status is CallStatus.SUCCEEDED
+    assert write.approval is not None and write.approval.decided_by == DEFAULT_APPROVER
+    # The model read exactly the records' texts (the session history's TOOL messages).
+    assert tool_messages(dex, read_key) == [outputs["call_read"]]
+    assert tool_messages(dex, write_key) == [outputs["call_write"]] == ['"sent"']
+    assert len(lines(write_key, "start")) == 1
+
+
+def test_killed_worker_gives_the_model_the_outcome_unknown_text(
+    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event
+) -> None:
+    """A write whose worker is SIGKILLed mid-call: the model reads `OUTCOME_UNKNOWN_TOOL_RESULT`;
+    a write asked for while no worker is left never reaches one: the did-not-run text."""
+    worker = start_worker()
+    model = ScriptedModel(
+        [
+            [function_call("slow_non_idempotent_write", {"seconds": 60}, call_id="call_kill")],
+            [function_call("slow_non_idempotent_write", {"seconds": 0}, call_id="call_queued")],
+            [assistant_message("I will check the first write before retrying.")],
+        ]
+    )
+    tools = dex_function_tools(dex, ["slow_non_idempotent_write"])
+    agent = Agent(name="desk", model=model, tools=tools)
+    trace_id = gen_trace_id()
+    killed_key = f"{trace_id}/turn-1/call_kill"
+
+    async def run() -> Any:
+        task = asyncio.create_task(
+            Runner.run(agent, "Send it twice.", run_config=RunConfig(trace_id=trace_id))
+        )
+        await asyncio.to_thread(wait_started, killed_key)
+        worker.kill_all()
+        return await task
+
+    result = asyncio.run(run())
+
+    assert result.final_output.startswith("I will check")
+    killed = dex.client().get_call(killed_key)
+    assert killed.status is CallStatus.OUTCOME_UNKNOWN
+    turn2 = _outputs(model, 1)
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in turn2["call_kill"]
+    assert tool_messages(dex, killed_key) == [turn2["call_kill"]]
+
+    queued_key = f"{trace_id}/turn-2/call_queued"
+    queued = dex.client().get_call(queued_key)
+    assert queued.status is CallStatus.FAILED
+    turn3 = _outputs(model, 2)
+    assert turn3["call_queued"] == f"Error: {queued.error}"
+    assert (queued.error or "").startswith(DID_NOT_RUN)
+    assert tool_messages(dex, queued_key) == [turn3["call_queued"]]
+    assert lines(queued_key, "start") == []
+
+
+def test_without_tracing_the_run_gets_an_id_of_its_own(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """Tracing disabled: one made-up run id for the whole run, a turn id per model response."""
+    start_worker()
+    model = ScriptedModel(
+        [
+            [function_call("echo", {"n": 1}, call_id="call_1")],
+            [function_call("echo", {"n": 2}, call_id="call_2")],
+            [assistant_message("ok")],
+        ]
+    )
+    agent = Agent(name="desk", model=model, tools=dex_function_tools(dex.client(), ["echo"]))
+    asyncio.run(Runner.run(agent, "go", run_config=RunConfig(tracing_disabled=True)))
+
+    keys = [json.loads(out)["key"] for out in _outputs(model).values()]
+    (first_session, first_turn, _), (second_session, second_turn, _) = (k.split("/") for k in keys)
+    assert first_session == second_session and first_session.startswith("run_")
+    assert (first_turn, second_turn) == ("turn-1", "turn-2")

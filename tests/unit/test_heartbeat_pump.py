@@ -1,0 +1,76 @@
+"""The heartbeat thread's schedule: every running lease is renewed within a third of itself.
+
+A stub ledger records when each key was renewed; the real worker path is covered by
+`tests/integration/test_short_heartbeat.py`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+from dex_celery.ids import CallKey
+from dex_celery.ledger.ledger import Ledger
+from dex_celery.tools import ToolContext
+from dex_celery.worker import HeartbeatPump
+from tests.support.processes import wait_for
+
+
+class RecordingLedger:
+    def __init__(self) -> None:
+        self.beats: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
+        with self.lock:
+            for key, _fence in running:
+                self.beats.setdefault(key, []).append(time.monotonic())
+        return set()
+
+    def times(self, key: str) -> list[float]:
+        with self.lock:
+            return list(self.beats.get(key, []))
+
+
+def _pump(global_timeout: float) -> tuple[HeartbeatPump, RecordingLedger]:
+    ledger = RecordingLedger()
+    return HeartbeatPump(cast(Ledger, cast(Any, ledger)), global_timeout / 3), ledger
+
+
+def _ctx(key: str) -> ToolContext:
+    return ToolContext(CallKey.parse(key), 1)
+
+
+def test_an_idle_pump_is_woken_by_a_shorter_lease() -> None:
+    """Idle after a long-lease attempt, the pump renews a new 0.6 s lease every 0.2 s, not a third
+    of the deployment's 30 s."""
+    pump, ledger = _pump(30.0)
+    pump.add("s/t/long", "f0", _ctx("s/t/long"), 30.0)
+    pump.remove("s/t/long")
+    time.sleep(0.1)  # the thread is now asleep with nothing to renew
+    added = time.monotonic()
+    pump.add("s/t/short", "f1", _ctx("s/t/short"), 0.6)
+    wait_for(lambda: len(ledger.times("s/t/short")) >= 3, timeout=5, what="three renewals")
+    beats = [added, *ledger.times("s/t/short")]
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
+    assert max(gaps) < 0.6, gaps
+
+
+def test_a_stream_of_new_attempts_does_not_postpone_the_next_beat() -> None:
+    """Each `add` wakes the pump; the next beat stays due a third of the lease after the last."""
+    pump, ledger = _pump(30.0)
+    pump.add("s/t/a", "fa", _ctx("s/t/a"), 0.9)
+    started = time.monotonic()
+    i = 0
+    while time.monotonic() - started < 1.5:
+        key = f"s/t/n{i}"
+        pump.add(key, "f", _ctx(key), 30.0)
+        i += 1
+        time.sleep(0.05)
+    beats = [started, *ledger.times("s/t/a")]
+    assert len(beats) >= 5, beats
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
+    assert max(gaps) < 0.9, gaps

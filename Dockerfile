@@ -9,9 +9,9 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY dex_celery ./dex_celery
+# The compose file's `-A config.celery_app`: a thin module over the order desk example in the
+# package. Not installed; found in the working directory, as `celery -A` does.
 COPY config ./config
-COPY tasks ./tasks
-COPY reconcile ./reconcile
 RUN pip install ".[postgres,flower,web,otel]" \
     && useradd --create-home --uid 10001 dex
 

@@ -1,36 +1,15 @@
-"""The reference deployment: one Celery app running the order desk's tools.
+"""The reference deployment of docker-compose.yml: the order desk example shipped in the package.
 
     celery -A config.celery_app worker -P prefork -Q celery,labels
     celery -A config.celery_app beat
-    celery -A config.celery_app flower
+    dex-celery -A config.celery_app calls list
 
-Everything is configured from the environment (`DEX_*`, see `dex_celery.settings` and the README's
-settings table). `app` is the Celery app the commands above find; `dex` is the `Dex` the
-`dex-celery` command uses by default (`--app config.celery_app:dex`).
+This folder is not installed with the package; it exists so the compose file's commands stay
+short. Everything lives in `dex_celery.examples.orderdesk.app`.
 """
 
 from __future__ import annotations
 
-from celery import Celery
+from dex_celery.examples.orderdesk.app import app, create_app, desk, dex
 
-from dex_celery import Dex, Settings
-from reconcile.beat import beat_schedule, register_checks
-from tasks import orders
-from tasks.orderdesk import OrderDesk
-
-
-def create_app(settings: Settings | None = None) -> tuple[Celery, Dex, OrderDesk]:
-    """Build the app, its tools, their outcome checks and the beat schedule."""
-    settings = settings or Settings.from_env()
-    app = Celery("dex_reference")
-    dex = Dex(app, settings)
-    desk = OrderDesk(settings.database_url)
-    orders.register(dex, desk)
-    register_checks(dex, desk)
-    app.conf.task_routes = orders.task_routes()
-    app.conf.task_default_queue = orders.DEFAULT_QUEUE
-    app.conf.beat_schedule = beat_schedule(dex)
-    return app, dex, desk
-
-
-app, dex, desk = create_app()
+__all__ = ["app", "create_app", "desk", "dex"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,10 @@ from celery import Celery, signals
 
 from dex_celery import hooks
 from dex_celery.arguments import prepare_tool
+from dex_celery.beat_jobs import install_beat_jobs
 from dex_celery.definitions import tool_definitions
 from dex_celery.errors import ConfigurationError, DuplicateTool, UnknownTool
+from dex_celery.health import install_worker_checks
 from dex_celery.ledger.connection import broker_transport_options, ledger_client
 from dex_celery.ledger.guard import LedgerGuard, ledger_location
 from dex_celery.ledger.keys import KeySpace
@@ -32,6 +35,7 @@ from dex_celery.reconcile import (
 from dex_celery.settings import Settings
 from dex_celery.startup import install as install_startup_hooks
 from dex_celery.store.repository import Store
+from dex_celery.task_events import AttemptFailed
 from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
 
 if TYPE_CHECKING:
@@ -75,6 +79,15 @@ def configure_celery(app: Celery, settings: Settings) -> None:
         }
 
 
+#: The `Dex` created on each Celery app, so `-A proj.celery:app` finds it (`dex_of`).
+_DEX_OF_APP: weakref.WeakKeyDictionary[Celery, Dex] = weakref.WeakKeyDictionary()
+
+
+def dex_of(celery: Celery) -> Dex | None:
+    """The `Dex` bound to a Celery app (the last one created on it), or None."""
+    return _DEX_OF_APP.get(celery)
+
+
 class Dex:
     """The registry of tools of one Celery app and the services they are recorded in."""
 
@@ -83,20 +96,31 @@ class Dex:
         self.settings = settings or Settings.from_env()
         self.keys = KeySpace(self.settings.key_prefix)
         # SQL times (requests, deadlines, outcomes) come from the ledger's clock, Redis's (S10.1).
-        self.store = Store(self.settings.database_url, clock=lambda: self.ledger.now())
+        self.store = Store(
+            self.settings.database_url,
+            schema=self.settings.database_schema,
+            clock=lambda: self.ledger.now(),
+        )
         self._tools: dict[str, Tool] = {}
         self._pid = 0
         self._ledger: Ledger | None = None
         self._epoch: str | None = None
         self._lock = threading.Lock()
         configure_celery(celery, self.settings)
+        _DEX_OF_APP[celery] = self
         self._register_sweep_task()
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
         # Startup checks of Redis (worker, beat) and the sweeper thread of beat.
         install_startup_hooks(self)
+        #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
+        self._reconcile_interval: float | None = None
+        install_beat_jobs(
+            self, lambda: self._reconcile_interval or self.settings.reconcile_interval
+        )
         signals.task_failure.connect(self._on_task_failure, weak=False)
+        install_worker_checks(self)
         signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
         signals.worker_shutdown.connect(_flush_outcomes, weak=False)
         hooks.connect(self)  # worker metrics port, beat's webhook sender (if configured)
@@ -129,6 +153,7 @@ class Dex:
         return register
 
     def add_tool(self, tool: Tool) -> None:
+        """Register a `Tool` built by hand (what `tool()` does for a decorated function)."""
         from dex_celery.worker import run_attempt
 
         check_registration(tool.name, tool.policy, tool.annotations)
@@ -143,8 +168,8 @@ class Dex:
 
         def execute(
             key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
-        ) -> None:
-            run_attempt(self, tool, key, attempt, arguments, sealed)
+        ) -> str | None:
+            return run_attempt(self, tool, key, attempt, arguments, sealed)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
@@ -156,6 +181,8 @@ class Dex:
             reject_on_worker_lost=False,
             ignore_result=True,
             typing=False,
+            # An ended call is an expected outcome: logged in one line, no traceback.
+            throws=(AttemptFailed,),
         )(execute)
 
     def add_mcp_server(self, name: str | None = None, **options: Any) -> list[Tool]:
@@ -171,6 +198,7 @@ class Dex:
         return add_mcp_server(self, name, **options)
 
     def get_tool(self, name: str) -> Tool:
+        """The registered tool `name`; `UnknownTool` if there is none."""
         try:
             return self._tools[name]
         except KeyError:
@@ -179,6 +207,7 @@ class Dex:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
+        """Every registered tool by name (read-only)."""
         return MappingProxyType(self._tools)
 
     def tool_definitions(self, format: str = "openai") -> list[dict[str, Any]]:
@@ -229,6 +258,7 @@ class Dex:
         return Dispatcher(self)
 
     def client(self) -> DexClient:
+        """A `DexClient` over this deployment (cheap; make one where needed)."""
         from dex_celery.client import DexClient
 
         return DexClient(self)
@@ -238,20 +268,18 @@ class Dex:
     def beat_schedule(
         self, *, reconcile_interval: float | None = None
     ) -> dict[str, dict[str, Any]]:
-        """Entries for `app.conf.beat_schedule`: the reconcile job (S8.4), expiring if not run
-        in time; its interval comes from `Settings` unless given here.
+        """What to put in `app.conf.beat_schedule`: nothing any more, and that is the point.
 
-        The sweeper is no entry: beat runs it in a thread of its own (`dex_celery.startup`), so
-        it never waits in the tools' queue for a free slot.
+        Both of dex-celery's periodic jobs run inside the beat process, each in a thread of its
+        own: the sweeper every `sweep_interval` (`dex_celery.startup`), so detection never waits
+        in the tools' queue for a free slot, and the reconcile job (S8.4) every
+        `reconcile_interval` (`dex_celery.beat_jobs`), so it never fills Flower's task list.
+        Kept so deployments that assign it keep working; `reconcile_interval` given here
+        overrides the setting.
         """
-        reconcile_interval = reconcile_interval or self.settings.reconcile_interval
-        return {
-            "dex-reconcile": {
-                "task": RECONCILE_TASK,
-                "schedule": reconcile_interval,
-                "options": {"expires": max(1.0, reconcile_interval * 2)},
-            },
-        }
+        if reconcile_interval is not None:
+            self._reconcile_interval = reconcile_interval
+        return {}
 
     # --- outcome checks (S8; dex_celery/reconcile.py) -------------------------------------------
 
@@ -260,6 +288,7 @@ class Dex:
         return self.outcome_checks.decorator(tool_name)
 
     def register_outcome_check(self, tool_name: str, check: AnyOutcomeCheck) -> None:
+        """`outcome_check` without the decorator: `check(key, arguments_json)`."""
         self.outcome_checks.register(tool_name, check)
 
     def _register_reconcile_task(self) -> None:
@@ -268,9 +297,14 @@ class Dex:
 
             return reconcile_once(self).as_dict()
 
-        self.celery.task(name=RECONCILE_TASK, ignore_result=True, acks_late=False, shared=False)(
-            reconcile
-        )
+        # No task events: a run by hand (`celery call dex.reconcile`) stays out of Flower too.
+        self.celery.task(
+            name=RECONCILE_TASK,
+            ignore_result=True,
+            acks_late=False,
+            shared=False,
+            send_events=False,
+        )(reconcile)
 
     def _register_sweep_task(self) -> None:
         def sweep() -> dict[str, int]:

@@ -1,101 +1,119 @@
 """The `dex-celery` command.
 
-Each command group lives in its own module (`cli_*.py`) and is attached to `main` here. Every
-command finds the deployment through `--app module:attribute` (default `config.celery_app:dex`,
-or `$DEX_APP`), the same object the Celery worker imports.
+Like `celery`, every command finds the deployment through `-A/--app` (or `$DEX_APP`), given
+before or after the subcommand: a module, `module:celery_app` or `module:dex`
+(`dex_celery.appfinder`). There is no default app; the bundled example runs only under
+`dex-celery demo`. Command groups live in `cli_*.py` and are registered explicitly below.
 
-Exit codes: 0 success, 1 a refused operation (typed `DexError`, message on stderr), 2 bad usage
-or a missing prerequisite.
+Exit codes: 0 success; 1 a refused or failed operation (one line `error: ...` on stderr: a
+typed `DexError`, Redis or the database unreachable, no schema, a bad URL, a missing driver);
+2 bad usage.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as distribution_version
 from typing import Any
 
+import celery
 import click
 
-from dex_celery.app import Dex
+from dex_celery.backends import translate
+from dex_celery.cli_approvals import approvals
+from dex_celery.cli_calls import calls, reconcile, sweep
+from dex_celery.cli_context import (
+    APP_ENV,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    DexContext,
+    app_option,
+    pass_context,
+)
+from dex_celery.cli_mcp import mcp
+from dex_celery.cli_ops import db, demo, dev
+from dex_celery.cli_status import status
+from dex_celery.cli_web import web, webhooks
 from dex_celery.errors import DexError
+from dex_celery.settings import Settings
 
-DEFAULT_APP = "config.celery_app:dex"
-
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
+__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "DexContext", "main", "pass_context"]
 
 
-def load_dex(path: str) -> Dex:
-    """Import `module:attribute` and return the `Dex` it names."""
-    module_name, _, attribute = path.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+def package_version() -> str:
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise click.UsageError(f"cannot import {module_name!r} (from --app {path!r}): {e}") from e
-    value: Any = getattr(module, attribute or "dex", None)
-    if not isinstance(value, Dex):
-        raise click.UsageError(f"--app {path!r} does not name a dex_celery.Dex object")
-    return value
-
-
-class DexContext:
-    """What every command receives: the app path, loaded on first use."""
-
-    def __init__(self, app_path: str) -> None:
-        self.app_path = app_path
-        self._dex: Dex | None = None
-
-    @property
-    def dex(self) -> Dex:
-        if self._dex is None:
-            self._dex = load_dex(self.app_path)
-        return self._dex
-
-
-pass_context = click.make_pass_decorator(DexContext)
+        return distribution_version("dex-celery")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 class DexGroup(click.Group):
-    """Turns a `DexError` into a one-line message and exit code 1."""
+    """Turns every failure a command can meet into one `error:` line and exit code 1."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _add_app_option(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except DexError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(EXIT_REFUSED)
+            _fail(ctx, e)
+        except Exception as e:
+            error = translate(e, **_urls(ctx))
+            if error is None:
+                raise
+            _fail(ctx, error)
+
+
+def _fail(ctx: click.Context, error: DexError) -> None:
+    message = " ".join(str(error).split()) or type(error).__name__
+    click.echo(f"error: {message}", err=True)
+    ctx.exit(EXIT_REFUSED)
+
+
+def _urls(ctx: click.Context) -> dict[str, str]:
+    holder = ctx.find_object(DexContext)
+    dex = holder.loaded if holder is not None else None
+    if dex is not None:
+        return {"redis_url": dex.settings.redis_url, "database_url": dex.settings.database_url}
+    try:
+        settings = Settings.from_env()
+    except DexError:
+        settings = Settings()
+    return {"redis_url": settings.redis_url, "database_url": settings.database_url}
+
+
+def _add_app_option(cmd: click.Command) -> None:
+    """Give `cmd` (and, for a group, each of its commands) its own `-A/--app`."""
+    if not any(p.name == "late_app_path" for p in cmd.params):
+        cmd.params.append(app_option())
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _add_app_option(sub)
 
 
 @click.group(cls=DexGroup)
 @click.option(
+    "-A",
     "--app",
     "app_path",
-    envvar="DEX_APP",
-    default=DEFAULT_APP,
-    show_default=True,
-    help="The Dex object to use, as module:attribute.",
+    envvar=APP_ENV,
+    default=None,
+    help="The app: module, module:celery_app or module:dex, as for celery -A (or $DEX_APP).",
+)
+@click.version_option(
+    package_version(),
+    "--version",
+    prog_name="dex-celery",
+    message=f"%(prog)s %(version)s (celery {celery.__version__})",
 )
 @click.pass_context
-def main(ctx: click.Context, app_path: str) -> None:
+def main(ctx: click.Context, app_path: str | None) -> None:
     """Run AI-agent tool calls on Celery with honest outcomes."""
     ctx.obj = DexContext(app_path)
 
 
-def _attach_command_groups() -> None:
-    """Attach the command modules that exist; each defines `commands: list[click.Command]`."""
-    for name in ("cli_calls", "cli_approvals", "cli_ops", "cli_web", "cli_mcp"):
-        try:
-            module = importlib.import_module(f"dex_celery.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"dex_celery.{name}":
-                raise
-            continue
-        for command in module.commands:
-            main.add_command(command)
-
-
-_attach_command_groups()
+for _command in (calls, approvals, sweep, reconcile, status, dev, demo, db, web, webhooks, mcp):
+    main.add_command(_command)

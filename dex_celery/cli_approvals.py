@@ -11,19 +11,13 @@ waiting, deadline passed; one line `error: ...` on stderr, nothing changed), 2 b
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import click
 
 from dex_celery.approvals import DEFAULT_LIST_LIMIT, Approvals, PendingApproval, utc
+from dex_celery.backends import require_existing_database
+from dex_celery.cli_context import DexContext, pass_context
 from dex_celery.records import ToolCallRecord
-
-if TYPE_CHECKING:
-    # Not imported at run time: `cli.py` imports this module while it is being imported.
-    from dex_celery.cli import DexContext
-
-#: `main` puts a `DexContext` in `ctx.obj`.
-pass_context = click.pass_obj
 
 
 @click.group()
@@ -44,6 +38,7 @@ def approvals() -> None:
 @pass_context
 def list_approvals(ctx: DexContext, session_id: str | None, limit: int, as_json: bool) -> None:
     """Calls waiting for approval, oldest first (secret arguments shown as ***)."""
+    require_existing_database(ctx.dex.settings.database_url)
     pending = Approvals(ctx.dex).pending(session_id, limit=limit)
     if as_json:
         click.echo(json.dumps([p.as_dict() for p in pending], indent=2, sort_keys=True))

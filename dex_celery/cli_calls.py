@@ -13,33 +13,30 @@ import dataclasses
 import json
 import signal
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
 import redis
-import sqlalchemy.exc
 
 from dex_celery.app import Dex
-from dex_celery.cli import DexContext, pass_context
+from dex_celery.backends import backend_errors, require_existing_database
+from dex_celery.cli_context import DexContext, pass_context
+from dex_celery.errors import InvalidRequest
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.outcomes import CallStatus
 from dex_celery.reconcile import ReconcileReport
 from dex_celery.records import Message, MessageRole, ToolCallRecord
 from dex_celery.redact import redact
 from dex_celery.startup import check_redis
+from dex_celery.timefmt import format_utc, parse_since
 
 # --- rendering ---------------------------------------------------------------------------------
 
 
 def format_time(value: float | None) -> str:
-    if not value:
-        return "-"
-    return (
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
-        + f".{int(value * 1000) % 1000:03d}"
-    )
+    """UTC with the zone shown, as every command prints times."""
+    return format_utc(value)
 
 
 def shorten(text: str | None, width: int) -> str:
@@ -107,6 +104,7 @@ def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str
             }
             for e in entry.log
         ]
+    attempts = _with_error(attempts, record, entry)
     if entry is None or entry.state not in ("enqueued", "running"):
         return attempts
     if all(a.get("attempt") != entry.attempt for a in attempts):
@@ -120,6 +118,46 @@ def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str
             }
         )
     return attempts
+
+
+#: What an attempt's end state says when no message of its own was kept.
+ATTEMPT_STATES = {
+    "failed": "the tool reported a failure (retried: its class allows it)",
+    "lost": "the worker stopped after claiming it (crash, kill, lost connection or lapsed "
+    "heartbeat)",
+    "expired": "it never reached a worker before its schedule-to-start deadline",
+    "timed_out": "it ran past its start-to-close timeout and was cancelled",
+}
+
+
+def _with_error(
+    attempts: list[dict[str, Any]], record: ToolCallRecord, entry: LedgerCall | None
+) -> list[dict[str, Any]]:
+    """Each attempt's error and the Celery node name of the worker that ran it.
+
+    The last attempt of an ended call carries the call's error; the attempt whose failure
+    caused the last retry, the message the ledger kept for that retry; any other what its end
+    state means (the attempt log keeps states, not messages).
+    """
+    out = []
+    for i, original in enumerate(attempts):
+        attempt = dict(original)
+        state = str(attempt.get("state") or "")
+        if not attempt.get("error"):
+            if state in ("succeeded", "enqueued", "running"):
+                attempt["error"] = None
+            elif i == len(attempts) - 1 and record.finished and record.error:
+                attempt["error"] = record.error
+            elif i == len(attempts) - 2 and entry is not None and entry.error != record.error:
+                attempt["error"] = entry.error or ATTEMPT_STATES.get(state, state or None)
+            else:
+                attempt["error"] = ATTEMPT_STATES.get(state, state or None)
+        owner = str(attempt.get("owner") or "")
+        node, _, pid = owner.rpartition(":")
+        attempt["node"] = node if "@" in node else None
+        attempt["pid"] = int(pid) if pid.isdigit() else None
+        out.append(attempt)
+    return out
 
 
 def _ledger_view(entry: LedgerCall | None) -> dict[str, Any] | None:
@@ -241,11 +279,12 @@ def render_details(d: dict[str, Any]) -> str:
             str(a.get("owner") or "-"),
             format_time(a.get("claimed_at")),
             format_time(a.get("ended_at")),
+            shorten(a.get("error"), 120) or "-",
         ]
         for a in d["attempt_log"]
     ]
     if rows:
-        table = render_table(["#", "state", "owner", "claimed", "ended"], rows)
+        table = render_table(["#", "state", "worker", "claimed", "ended", "error"], rows)
         lines.extend("  " + row for row in table.splitlines())
     if d["late_result"] is not None:
         lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
@@ -273,13 +312,8 @@ def render_details(d: dict[str, Any]) -> str:
 @contextlib.contextmanager
 def database_errors(dex: Dex) -> Iterator[None]:
     """A database without the schema (or none at all) is a one-line error, not a traceback."""
-    try:
+    with backend_errors(dex.settings.redis_url, dex.settings.database_url):
         yield
-    except sqlalchemy.exc.DBAPIError as e:
-        raise click.ClickException(
-            f"cannot read the calls at {dex.settings.database_url}: {e.orig}. "
-            "Is DEX_DATABASE_URL right, and has `dex-celery db upgrade` run?"
-        ) from e
 
 
 def emit_json(value: Any) -> None:
@@ -301,17 +335,35 @@ def calls() -> None:
     help="Only calls with this status.",
 )
 @click.option("--session", "session_id", help="Only calls of this session.")
+@click.option(
+    "--since", help="Only calls requested since: 15m, 2h, 1d, or an ISO time (UTC by default)."
+)
+@click.option("--before", "cursor", help="The next page: the cursor the previous page printed.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_context
 def calls_list(
-    ctx: DexContext, status: str | None, session_id: str | None, limit: int, as_json: bool
+    ctx: DexContext,
+    status: str | None,
+    session_id: str | None,
+    since: str | None,
+    cursor: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
-    """List calls, oldest first."""
+    """List calls, newest first, LIMIT at a time (times in UTC)."""
+    since_at = parse_since(since) if since else None
+    before = parse_cursor(cursor) if cursor else None
+    require_existing_database(ctx.dex.settings.database_url)
     with database_errors(ctx.dex):
-        records = ctx.dex.store.list_calls(
-            status=CallStatus(status) if status else None, session_id=session_id, limit=limit
+        records = ctx.dex.store.recent_calls(
+            status=CallStatus(status) if status else None,
+            session_id=session_id,
+            since=since_at,
+            before=before,
+            limit=limit,
         )
+    more = make_cursor(records[-1]) if len(records) == limit else None
     if as_json:
         emit_json([call_summary(r) for r in records])
         return
@@ -333,6 +385,23 @@ def calls_list(
     click.echo(
         render_table(["KEY", "TOOL", "EFFECT", "STATUS", "ATTEMPTS", "REQUESTED", "ERROR"], rows)
     )
+    if more:
+        click.echo(f"older calls: dex-celery calls list --before {more} (with the same filters)")
+
+
+def make_cursor(record: ToolCallRecord) -> str:
+    """Where the next page starts: `<requested_at>,<key>` of the last call shown."""
+    return f"{record.requested_at!r},{record.key}"
+
+
+def parse_cursor(text: str) -> tuple[float, str]:
+    at, _, key = text.partition(",")
+    try:
+        return float(at), key
+    except ValueError:
+        raise InvalidRequest(
+            f"--before {text!r} is not a cursor printed by `calls list` (<time>,<key>)"
+        ) from None
 
 
 @calls.command("show")
@@ -340,7 +409,8 @@ def calls_list(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_context
 def calls_show(ctx: DexContext, key: str, as_json: bool) -> None:
-    """Everything known about one call (KEY is session/turn/call)."""
+    """Everything known about one call (KEY is session/turn/call; times in UTC)."""
+    require_existing_database(ctx.dex.settings.database_url)
     with database_errors(ctx.dex):
         record = ctx.dex.client().get_call(key)
         details = call_details(ctx.dex, record)

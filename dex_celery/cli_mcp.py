@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from dex_celery.cli import EXIT_USAGE, DexContext, pass_context
+from dex_celery.cli_context import EXIT_USAGE, DexContext, pass_context
 
 
 @click.command("mcp")

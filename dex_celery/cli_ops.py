@@ -17,16 +17,16 @@ from typing import Any
 
 import click
 
-from dex_celery.cli import EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
+from dex_celery.appfinder import NO_APP_HINT
+from dex_celery.backends import require_existing_database, safe_url
+from dex_celery.cli_context import EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
+from dex_celery.errors import AppNotFound
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
 from dex_celery.settings import Settings, env_name
 
 DATABASE_URL_ENV = env_name("database_url")
-
-
-def celery_module(app_path: str) -> str:
-    """`config.celery_app:dex` -> `config.celery_app`, the module `celery -A` imports."""
-    return app_path.partition(":")[0]
+#: The app `dex-celery demo` runs, whatever -A says: the order desk shipped in the package.
+EXAMPLE_APP = "dex_celery.examples.orderdesk.app"
 
 
 def expanded_node_name(name: str) -> str:
@@ -45,9 +45,9 @@ def prepare_database(echo: Any) -> None:
     """Bring the configured database to the newest schema (Alembic), as production does."""
     from dex_celery.store.migrate import upgrade
 
-    url = Settings.from_env().database_url
-    revision = upgrade(url)
-    echo(f"database: {url} (schema at revision {revision})")
+    settings = Settings.from_env()
+    revision = upgrade(settings.database_url, schema=settings.database_schema)
+    echo(f"database: {safe_url(settings.database_url)} (schema at revision {revision})")
 
 
 def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -66,8 +66,12 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
     """The whole local stack: Redis (the configured one, or a private redis-server), a prefork
     worker and beat, and with --flower, Flower. Ctrl-C stops everything it started."""
     echo = click.echo
+    if not ctx.app_path:
+        raise AppNotFound(NO_APP_HINT)
     stack = LocalStack(
-        celery_module(ctx.app_path),
+        # The module only: `celery -A` finds its Celery app, as it would `-A proj`. The Dex is
+        # loaded later, once DEX_REDIS_URL names the stack's Redis.
+        ctx.app_path.partition(":")[0],
         concurrency=concurrency,
         flower_port=flower_port if flower else None,
         echo=echo,
@@ -132,13 +136,14 @@ def ctx_exit(code: int) -> None:
 @click.option("--timeout", type=float, default=45.0, show_default=True, help="Seconds to wait.")
 @pass_context
 def demo(ctx: DexContext, timeout: float) -> None:
-    """A scripted agent session on the order desk: one call ends succeeded, one failed (did not
+    """A scripted agent session on the bundled order desk example (it ignores -A): one call ends succeeded, one failed (did not
     run), one rejected and one outcome_unknown (its worker is SIGKILLed mid-call); then the
     reconciliation report. Starts the local stack itself, like `dev`, and stops it after."""
-    from config.demo import run_demo
+    # Imported here to break a real cycle: the demo module uses this module's stack helpers.
+    from dex_celery.examples.orderdesk.demo import run_demo
 
     line_buffered()
-    code = run_demo(ctx, timeout=timeout)
+    code = run_demo(DexContext(EXAMPLE_APP), timeout=timeout)
     ctx_exit(code)
 
 
@@ -156,8 +161,9 @@ def db_upgrade(revision: str) -> None:
     """Migrate up to REVISION (default: head)."""
     from dex_celery.store.migrate import upgrade
 
-    url = Settings.from_env().database_url
-    click.echo(f"{url}: at revision {upgrade(url, revision)}")
+    settings = Settings.from_env()
+    at = upgrade(settings.database_url, revision, schema=settings.database_schema)
+    click.echo(f"{_where(settings)}: at revision {at}")
 
 
 @db.command("downgrade")
@@ -166,8 +172,9 @@ def db_downgrade(revision: str) -> None:
     """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
     from dex_celery.store.migrate import downgrade
 
-    url = Settings.from_env().database_url
-    click.echo(f"{url}: at revision {downgrade(url, revision) or 'base (no tables)'}")
+    settings = Settings.from_env()
+    at = downgrade(settings.database_url, revision, schema=settings.database_schema)
+    click.echo(f"{_where(settings)}: at revision {at or 'base (no tables)'}")
 
 
 @db.command("current")
@@ -175,8 +182,15 @@ def db_current() -> None:
     """Print the revision the database is at, and the newest one."""
     from dex_celery.store.migrate import current, head
 
-    url = Settings.from_env().database_url
-    click.echo(f"{url}: at revision {current(url) or 'none'} (newest: {head()})")
+    settings = Settings.from_env()
+    require_existing_database(settings.database_url)
+    at = current(settings.database_url, settings.database_schema)
+    click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")
+
+
+def _where(settings: Settings) -> str:
+    url = safe_url(settings.database_url)
+    return f"{url} schema {settings.database_schema}" if settings.database_schema else url
 
 
 commands: list[click.Command] = [dev, demo, db]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from dex_celery.cli import DexContext, pass_context
 from dex_celery.cli_calls import emit_json
+from dex_celery.cli_context import DexContext, pass_context
 from dex_celery.notify import delivery_status, render_status
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dex_celery.backends import translating_backend_errors
 from dex_celery.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
 from dex_celery.events import START, AgentEvent, AgentEvents
@@ -24,7 +25,16 @@ if TYPE_CHECKING:
     from dex_celery.approvals import PendingApproval
 
 
+@translating_backend_errors
 class DexClient:
+    """What an agent loop uses: sessions, call requests, records, approvals and events.
+
+    Get one with `Dex.client()`. Every method raises only dex-celery errors: bad input as
+    `InvalidRequest` (nothing recorded), unknown names as `UnknownTool` / `UnknownCall` /
+    `UnknownSession`, and Redis or database failures as `RedisUnavailable`,
+    `DatabaseUnavailable` or `SchemaMissing`.
+    """
+
     def __init__(self, dex: Dex) -> None:
         self.dex = dex
 
@@ -41,6 +51,7 @@ class DexClient:
         return self.dex.store.open_session(session_id, effect)
 
     def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        """Every call of the session (status, error) and every message, oldest first."""
         calls, messages = self.dex.store.snapshot(session_id)
         return AgentSnapshot(
             session_id=session_id, tool_calls=tuple(calls), messages=tuple(messages)
@@ -53,6 +64,7 @@ class DexClient:
         return True
 
     def add_message(self, session_id: str, role: MessageRole, text: str) -> None:
+        """Append a message of any role to the session's history (the model's own turns)."""
         self._check_text(text)
         self.dex.store.append_message(session_id, MessageRole(role), text)
 
@@ -87,6 +99,7 @@ class DexClient:
         return self.dex.dispatcher.request(requests)
 
     def get_call(self, key: str) -> ToolCallRecord:
+        """The record of the call with idempotency key `session/turn/call`."""
         CallKey.parse(key)
         record = self.dex.store.get_call(key)
         if record is None:

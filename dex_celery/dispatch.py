@@ -31,6 +31,7 @@ from dex_celery.redact import redacted_kwargs_repr
 from dex_celery.sealing import seal
 from dex_celery.sealing import split as split_secrets
 from dex_celery.store.repository import NewCall, Outcome, arguments_json
+from dex_celery.task_events import announce_decided
 from dex_celery.tools import TASK_PREFIX
 from dex_celery.tracing import span
 
@@ -325,17 +326,29 @@ class Dispatcher:
         *,
         message: AttemptMessage | None = None,
         result: str | None = None,
-    ) -> None:
-        """Act on the step a ledger transition returned. Only the transition's winner calls this."""
+        announce: bool = True,
+    ) -> Outcome | None:
+        """Act on the step a ledger transition returned. Only the transition's winner calls this.
+
+        `announce`: send the ended attempt's task event for Flower (`task_events`); the worker
+        running the attempt passes False, its own task state says it. Returns the recorded
+        outcome of a FINISHED step.
+        """
         if step.kind is StepKind.RETRY:
             if message is None:
                 message = self._message_from_record(key)
             log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
             self.publish(message, attempt=step.attempt)
+            if announce:
+                announce_decided(self.dex, key, step.attempt - 1, None)
         elif step.kind is StepKind.FINISHED:
-            self.record(key, step, result=result)
+            outcome = self.record(key, step, result=result)
+            if announce:
+                announce_decided(self.dex, key, step.attempt, outcome)
+            return outcome
+        return None
 
-    def record(self, key: str, step: Step, *, result: str | None = None) -> None:
+    def record(self, key: str, step: Step, *, result: str | None = None) -> Outcome:
         """Write a decided outcome to SQL, then release the ledger entry and announce it."""
         if CallStatus(step.status) is CallStatus.SUCCEEDED and result is None:
             entry = self.dex.ledger.read(key)
@@ -358,6 +371,7 @@ class Dispatcher:
                     # The event tells what the database holds, whoever wrote it.
                     status, error = record.status.value, record.error or ""
             self.dex.ledger.recorded(key, status=status, error=error)
+        return outcome
 
     def _message_from_record(self, key: str) -> AttemptMessage:
         record = self.dex.store.get_call(key)

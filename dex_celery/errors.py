@@ -153,6 +153,30 @@ class LedgerError(DexError):
     """The Redis ledger answered something the state machine does not allow."""
 
 
+class BackendUnavailable(DexError):
+    """Redis or the database could not be reached or used; nothing was changed by this call.
+
+    Raised in place of redis-py and SQLAlchemy errors (`dex_celery.backends`), so callers
+    catch one tree; the original error is the `__cause__`.
+    """
+
+
+class RedisUnavailable(BackendUnavailable):
+    """Redis (the ledger, the events stream, by default the broker) did not answer."""
+
+
+class DatabaseUnavailable(BackendUnavailable):
+    """The database did not answer, or refused the connection."""
+
+
+class SchemaMissing(DatabaseUnavailable):
+    """The database answers but has no dex-celery schema (run `dex-celery db upgrade`)."""
+
+
+class AppNotFound(ConfigurationError):
+    """`-A/--app` (or `$DEX_APP`) is missing, cannot be imported, or names no Dex."""
+
+
 class PublishError(DexError):
     """The broker refused the attempt's message after every publish retry."""
 

@@ -63,6 +63,21 @@ class ToolPolicy:
     """What a tool author declares. Unset fields fall back to metadata, then to `Settings`.
 
     `secret_arguments` names argument keys whose values never reach Flower or logs (S9.2).
+
+    Attributes:
+        effect: What the tool does (`read`, `idempotent_write`, `non_idempotent_write`,
+            `unclassified`); decides retries and the approval default. Unset: the tool's
+            framework metadata (MCP annotations), then the session's default effect.
+        requires_approval: True asks a person before every call; False lets a write run
+            without one (still at most once); unset: the class's default.
+        max_attempts: Attempts of a `read` / `idempotent_write` call (others get one).
+        backoff_initial: First retry delay in seconds; doubled per attempt, with jitter.
+        backoff_max: Cap of the retry delay in seconds.
+        schedule_to_start: Seconds an attempt may wait in the queue before a worker claims it.
+        start_to_close: Seconds an attempt may run before it is cancelled and recorded failed.
+        heartbeat_timeout: Seconds a running attempt's lease lasts without a heartbeat.
+        approval_timeout: Seconds a call may wait for a decision before it is rejected.
+        secret_arguments: Argument names whose values are redacted in every output.
     """
 
     effect: EffectClass | None = None

@@ -14,6 +14,8 @@ from dex_celery.policy import EffectClass, PolicySnapshot
 
 
 class MessageRole(StrEnum):
+    """Who a message in the session's history is from; `TOOL` messages report calls."""
+
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from dex_celery.backends import check_database_url, check_redis_url
 from dex_celery.errors import ConfigurationError
 
+#: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside
+#: a host application's own tables and migrations; None: the connection's default schema.
+DEFAULT_DATABASE_SCHEMA: str | None = None
 #: Where the ledger, the events stream and (by default) the broker live.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: The system of record. A SQLite file in the working directory unless configured.
@@ -102,6 +107,7 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     broker_url: str | None = None
     database_url: str = DEFAULT_DATABASE_URL
+    database_schema: str | None = DEFAULT_DATABASE_SCHEMA
     key_prefix: str = DEFAULT_KEY_PREFIX
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
@@ -172,6 +178,18 @@ class Settings:
             raise ConfigurationError(
                 f"setting claim_replicas must be 0 or more, got {self.claim_replicas!r}"
             )
+        check_redis_url(env_name("redis_url"), self.redis_url)
+        check_database_url(self.database_url)
+        if self.database_schema is not None:
+            if not _IDENTIFIER.fullmatch(self.database_schema):
+                raise ConfigurationError(
+                    f"database_schema {self.database_schema!r} must be a plain identifier "
+                    "(letters, digits, underscore; at most 63 characters)"
+                )
+            if self.database_url.startswith("sqlite"):
+                raise ConfigurationError(
+                    "database_schema needs PostgreSQL; SQLite has no schemas (use its own file)"
+                )
         if not self.key_prefix or "{" in self.key_prefix or "}" in self.key_prefix:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"
@@ -194,6 +212,9 @@ class Settings:
             values[field.name] = _parse(field.name, raw, field.type)
         values.update(overrides)
         return cls(**values)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 def env_name(field_name: str) -> str:

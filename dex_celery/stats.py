@@ -7,7 +7,8 @@ here, each with one cheap command on a rare path:
 
 - a claim refused (a stale or redelivered message turned away, S3.3): one `HINCRBY` on the
   `stats` hash (`KeySpace.stats`), field `claims_refused:<reason>`;
-- each sweep's end time and duration: one `HSET` on the `sweep_stats` hash.
+- each sweep's end time, duration and error count: one `HSET` on the `sweep_stats` hash (also
+  what `dex-celery status` and the worker's "no sweep" warning read).
 
 Failing to count never fails the work it counts: the errors are logged and dropped.
 """
@@ -52,15 +53,20 @@ class SweepStats:
 
     finished_at: float
     duration: float
+    errors: int = 0
 
 
-def record_sweep(dex: Dex, started: float) -> None:
+def record_sweep(dex: Dex, started: float, errors: int = 0) -> None:
     """Note a sweep that began at `started` (`time.monotonic()`) and has just ended."""
     duration = time.monotonic() - started
     try:
         dex.ledger.client.hset(
             dex.keys.sweep_stats,
-            mapping={"finished_at": repr(dex.ledger.now()), "duration": repr(duration)},
+            mapping={
+                "finished_at": repr(dex.ledger.now()),
+                "duration": repr(duration),
+                "errors": str(errors),
+            },
         )
     except Exception:  # the sweep did its work; only its metric is missing
         log.warning("could not record the sweep's duration", exc_info=True)
@@ -70,4 +76,6 @@ def last_sweep(dex: Dex) -> SweepStats | None:
     raw: Any = dex.ledger.client.hgetall(dex.keys.sweep_stats)
     if not raw or "finished_at" not in raw:
         return None
-    return SweepStats(float(raw["finished_at"]), float(raw.get("duration", 0.0)))
+    return SweepStats(
+        float(raw["finished_at"]), float(raw.get("duration", 0.0)), int(raw.get("errors", 0))
+    )

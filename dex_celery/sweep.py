@@ -136,7 +136,7 @@ class Sweeper:
         )
         if report.moved or report.errors:
             log.info("sweep: %s", report.as_dict())
-        record_sweep(self.dex, started)  # sweep lag and duration for the metrics
+        record_sweep(self.dex, started, report.errors)  # for metrics and status
         return report
 
     def _replay_finished_events(self, epoch: str) -> int:

@@ -70,10 +70,12 @@ class ToolContext:
 
     @property
     def idempotency_key(self) -> str:
+        """`session/turn/call`, the same for every attempt: pass it to the service."""
         return self.call.key
 
     @property
     def session_id(self) -> str:
+        """The session (agent conversation) the call belongs to."""
         return self.call.session_id
 
     @property

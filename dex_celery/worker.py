@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from celery import current_task
 from celery.exceptions import Ignore
 
 from dex_celery import tracing
@@ -27,6 +28,13 @@ from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, 
 from dex_celery.recorder import outcome_writer
 from dex_celery.stats import count_refused_claim
 from dex_celery.store.repository import OutcomeRow, arguments_json
+from dex_celery.task_events import (
+    AttemptFailed,
+    announce_after_worker_lost,
+    refuse_delivery,
+    retry,
+    task_result,
+)
 from dex_celery.tools import Tool, ToolContext
 from dex_celery.tracing import Span, span
 
@@ -142,13 +150,18 @@ def heartbeat_pump(dex: Dex) -> HeartbeatPump:
 
 
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """`<Celery node name>:<pid>`, e.g. `celery@web-1:4242`: the node name is the worker's name
+    in Flower and `celery inspect`; the pid is the pool process running the attempt."""
+    request = getattr(current_task, "request", None) if current_task else None
+    node = getattr(request, "hostname", None) or socket.gethostname()
+    return f"{node}:{os.getpid()}"
 
 
 def owner_is_dead_here(owner: str) -> bool:
-    """True if `owner` (`host:pid`, see `owner_id`) names a process of this host that is gone."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    """True if `owner` (`<node>:<pid>`, see `owner_id`) names a process of this host that is
+    gone. The node is Celery's `name@host`, or the bare host name outside a task."""
+    node, _, pid = owner.rpartition(":")
+    if node.rpartition("@")[2] != socket.gethostname() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
@@ -182,10 +195,13 @@ def run_attempt(
     attempt: int,
     arguments: str | dict[str, Any],
     sealed: str | None = None,
-) -> None:
-    """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.invoke`)."""
+) -> str | None:
+    """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.invoke`).
+    Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
+    Celery's `Retry`) otherwise, so the task's state in Flower is the record's
+    (`dex_celery.task_events`)."""
     with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
-        _run_attempt(dex, tool, key, attempt, arguments, sealed, traced)
+        return _run_attempt(dex, tool, key, attempt, arguments, sealed, traced)
 
 
 def _run_attempt(
@@ -196,7 +212,7 @@ def _run_attempt(
     arguments: str | dict[str, Any],
     sealed: str | None,
     traced: Span,
-) -> None:
+) -> str | None:
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
     owner = owner_id()
@@ -206,6 +222,7 @@ def _run_attempt(
         log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
         count_refused_claim(dex, claim.reason)
         traced.set("outcome", f"claim_refused:{claim.reason}")
+        refuse_delivery(dex, key, attempt, claim.reason)
         raise Ignore()
     traced.set("effect", claim.effect)
     # With `claim_replicas`, the claim counts only once replicas hold it (WAIT); short of that
@@ -218,6 +235,7 @@ def _run_attempt(
         and not _fence_write(dex, key, attempt, fence, owner)
     ):
         traced.set("outcome", "write_fence_refused")
+        refuse_delivery(dex, key, attempt, "write_fence")
         raise Ignore()
     pump = heartbeat_pump(dex)
     ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
@@ -252,13 +270,21 @@ def _run_attempt(
     result = payload if cause is Cause.OK else None
     if step.kind is StepKind.FINISHED:
         # The ledger holds the outcome now; SQL gets it in the next batch of this process.
-        row = OutcomeRow(
-            call, tool.name, arguments_json(stored_arguments(arguments)), outcome_of(step, result)
+        outcome = outcome_of(step, result)
+        outcome_writer(dex).submit(
+            OutcomeRow(call, tool.name, arguments_json(stored_arguments(arguments)), outcome)
         )
-        outcome_writer(dex).submit(row)
-    elif step.kind is StepKind.RETRY:
+        return task_result(outcome)
+    if step.kind is StepKind.RETRY:
         # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.
-        dex.dispatcher.apply(key, step, result=result)
+        dex.dispatcher.apply(key, step, result=result, announce=False)
+        raise retry(attempt, payload if cause is not Cause.OK else "")
+    if step.kind is StepKind.LATE or step.late_result:
+        raise AttemptFailed(
+            f"attempt {attempt} finished after the call's outcome was decided; its result is "
+            "kept as a late result and changes nothing"
+        )
+    return None
 
 
 #: Effect classes whose claim in Redis is enough: running them again is harmless.
@@ -311,4 +337,6 @@ def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:
         detail=f"the pool process died: {detail}",
     )
     log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
-    dex.dispatcher.apply(call.key, step)
+    outcome = dex.dispatcher.apply(call.key, step, announce=False)
+    if step.kind is not StepKind.NOOP:
+        announce_after_worker_lost(dex, call.key, attempt, step, outcome)

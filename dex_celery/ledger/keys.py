@@ -29,7 +29,8 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 |                              |        | stopped: `<requested_at>|<key>`                         |
 | `dex:stats`                  | hash   | counters of rare events for metrics, e.g.               |
 |                              |        | `claims_refused:<reason>` (one HINCRBY each)            |
-| `dex:sweep_stats`            | hash   | the last sweep: `finished_at` (Redis time), `duration`  |
+| `dex:sweep_stats`            | hash   | the last sweep: `finished_at` (Redis time), `duration`, |
+|                              |        | `errors` (metrics, `dex-celery status`, worker warnings)|
 | `dex:webhooks:cursor`        | string | events stream position the webhook sender has queued to |
 | `dex:webhooks:pending`       | hash   | delivery id -> JSON of a webhook not yet delivered      |
 | `dex:webhooks:due`           | zset   | delivery id -> when its next try is due                 |

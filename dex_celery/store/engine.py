@@ -7,11 +7,36 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import sqlalchemy.exc
 from sqlalchemy import Engine, create_engine, event
 
+from dex_celery.backends import safe_url
+from dex_celery.errors import ConfigurationError
 
-def make_engine(url: str) -> Engine:
-    """An engine tuned for many processes writing: WAL and a busy timeout for SQLite."""
+
+def make_engine(url: str, schema: str | None = None) -> Engine:
+    """An engine tuned for many processes writing: WAL and a busy timeout for SQLite.
+
+    With `schema` (PostgreSQL), every table of `dex_celery.store.schema` is read and written
+    in that schema through SQLAlchemy's `schema_translate_map`: the table definitions and the
+    migrations stay schema-free, and a host application's tables are never touched. A missing
+    database driver or an unknown dialect is a `ConfigurationError`, not an ImportError.
+    """
+    try:
+        engine = _create(url)
+    except ImportError as e:
+        raise ConfigurationError(
+            f"the database driver for {safe_url(url)} is not installed ({e}); for PostgreSQL: "
+            "pip install 'dex-celery[postgres]'"
+        ) from e
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as e:
+        raise ConfigurationError(f"database URL {safe_url(url)!r} is not usable: {e}") from e
+    if schema is not None:
+        return engine.execution_options(schema_translate_map={None: schema})
+    return engine
+
+
+def _create(url: str) -> Engine:
     if url.startswith("sqlite"):
         # Pooled: opening a SQLite connection (and its PRAGMAs) per transaction cost more than
         # the write itself on the worker's hot path. The pool never crosses a fork (`Store`).
@@ -35,8 +60,15 @@ class ForkSafeEngine:
     `on_create` runs once for each new engine (e.g. a service creating its own tables).
     """
 
-    def __init__(self, url: str, *, on_create: Callable[[Engine], None] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_create: Callable[[Engine], None] | None = None,
+        schema: str | None = None,
+    ) -> None:
         self.url = url
+        self.schema = schema
         self._on_create = on_create
         self._engine: Engine | None = None
         self._pid = 0
@@ -48,7 +80,7 @@ class ForkSafeEngine:
                 if self._engine is None or self._pid != os.getpid():
                     if self._engine is not None:
                         self._engine.dispose(close=False)  # the parent's connections stay its own
-                    engine = make_engine(self.url)
+                    engine = make_engine(self.url, self.schema)
                     if self._on_create is not None:
                         self._on_create(engine)
                     self._engine, self._pid = engine, os.getpid()

@@ -3,6 +3,11 @@
 Production creates and changes the schema only through these migrations; `Store.create_schema()`
 (plain `create_all`) is for tests. The migration scripts live in `migrations/` beside this
 module and are found without an `alembic.ini`.
+
+dex-celery is a guest in the host application's database: its revision is kept in its own
+version table, `dex_alembic_version` (never the host's `alembic_version`), and with
+`Settings.database_schema` every table, the version table included, lives in that PostgreSQL
+schema (created by the first upgrade). The host's own Alembic history is never read or changed.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 
 from dex_celery.errors import ConfigurationError
 from dex_celery.store.engine import make_engine
@@ -24,16 +29,26 @@ from dex_celery.store.schema import metadata
 log = logging.getLogger("dex_celery.migrate")
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-VERSION_TABLE = "alembic_version"
+#: dex-celery's own Alembic version table: a host application's `alembic_version` is its own.
+VERSION_TABLE = "dex_alembic_version"
 
 
-def alembic_config(url: str, connection: Connection | None = None) -> Config:
+def alembic_config(
+    url: str, connection: Connection | None = None, schema: str | None = None
+) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["schema"] = schema
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
+
+
+def migration_context(conn: Connection, schema: str | None) -> MigrationContext:
+    return MigrationContext.configure(
+        conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+    )
 
 
 def head() -> str:
@@ -43,12 +58,12 @@ def head() -> str:
     return revision
 
 
-def current(url: str) -> str | None:
+def current(url: str, schema: str | None = None) -> str | None:
     """The revision the database is at; None for a database never migrated."""
-    engine = make_engine(url)
+    engine = make_engine(url, schema)
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            return migration_context(conn, schema).get_current_revision()
     finally:
         engine.dispose()
 
@@ -67,16 +82,18 @@ def schema_differences(connection: Connection) -> list[object]:
     return list(compare_metadata(context, metadata))
 
 
-def upgrade(url: str, revision: str = "head") -> str | None:
+def upgrade(url: str, revision: str = "head", schema: str | None = None) -> str | None:
     """Migrate the database at `url` up to `revision`; returns the revision it is at after.
 
     A database whose tables were made by `Store.create_schema()` (no version table) is adopted
     when its tables match the current schema exactly, and refused otherwise.
     """
-    engine = make_engine(url)
+    engine = make_engine(url, schema)
     try:
         with engine.begin() as conn:
-            tables = set(inspect(conn).get_table_names())
+            if schema is not None:
+                conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            tables = set(inspect(conn).get_table_names(schema=schema))
             if VERSION_TABLE not in tables and tables & set(metadata.tables):
                 differences = schema_differences(conn)
                 if differences:
@@ -85,20 +102,20 @@ def upgrade(url: str, revision: str = "head") -> str | None:
                         f"differ from the current schema ({differences[:3]}); migrate it by hand"
                     )
                 log.warning("adopting tables made by create_schema(): stamping revision head")
-                command.stamp(alembic_config(url, conn), "head")
+                command.stamp(alembic_config(url, conn, schema), "head")
             else:
-                command.upgrade(alembic_config(url, conn), revision)
-        return current(url)
+                command.upgrade(alembic_config(url, conn, schema), revision)
+        return current(url, schema)
     finally:
         engine.dispose()
 
 
-def downgrade(url: str, revision: str) -> str | None:
+def downgrade(url: str, revision: str, schema: str | None = None) -> str | None:
     """Migrate down to `revision` (`base` drops every dex-celery table)."""
-    engine = make_engine(url)
+    engine = make_engine(url, schema)
     try:
         with engine.begin() as conn:
-            command.downgrade(alembic_config(url, conn), revision)
-        return current(url)
+            command.downgrade(alembic_config(url, conn, schema), revision)
+        return current(url, schema)
     finally:
         engine.dispose()

@@ -86,10 +86,14 @@ class Outcome:
 class Store:
     """Repository over one database. Safe to share between threads; re-made after a fork."""
 
-    def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, url: str, *, clock: Callable[[], float] = time.time, schema: str | None = None
+    ) -> None:
         self.url = url
         self.clock = clock
-        self._engine = ForkSafeEngine(url)
+        #: PostgreSQL schema of the tables (`Settings.database_schema`); None: the default one.
+        self.schema = schema
+        self._engine = ForkSafeEngine(url, schema=schema)
 
     @property
     def engine(self) -> Engine:
@@ -441,6 +445,39 @@ class Store:
             query = query.where(tool_calls.c.status == status.value)
         if session_id is not None:
             query = query.where(tool_calls.c.session_id == session_id)
+        with self.engine.connect() as conn:
+            return [_call(r) for r in conn.execute(query).mappings()]
+
+    def recent_calls(
+        self,
+        *,
+        status: CallStatus | None = None,
+        session_id: str | None = None,
+        since: float | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ToolCallRecord]:
+        """Newest first; `before` is the (requested_at, key) of the last row of the previous
+        page, so pages neither skip nor repeat calls while new ones arrive."""
+        query = (
+            select(tool_calls)
+            .order_by(tool_calls.c.requested_at.desc(), tool_calls.c.key.desc())
+            .limit(limit)
+        )
+        if status is not None:
+            query = query.where(tool_calls.c.status == status.value)
+        if session_id is not None:
+            query = query.where(tool_calls.c.session_id == session_id)
+        if since is not None:
+            query = query.where(tool_calls.c.requested_at >= since)
+        if before is not None:
+            at, key = before
+            query = query.where(
+                or_(
+                    tool_calls.c.requested_at < at,
+                    and_(tool_calls.c.requested_at == at, tool_calls.c.key < key),
+                )
+            )
         with self.engine.connect() as conn:
             return [_call(r) for r in conn.execute(query).mappings()]
 

@@ -179,7 +179,7 @@ def test_a_database_without_the_schema_is_a_one_line_error(
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     _app, dex, _desk = reference.create_app(Settings(database_url=url))
     monkeypatch.setattr(reference, "dex", dex)
-    result = CliRunner().invoke(main, ["calls", "list"])
+    result = CliRunner().invoke(main, ["-A", "config.celery_app:dex", "calls", "list"])
     assert result.exit_code == 1, result.output
     assert url in result.output and "dex-celery db upgrade" in result.output
     assert "Traceback" not in result.output

@@ -18,7 +18,8 @@ import yaml
 from celery import Celery
 
 from dex_celery import Dex
-from dex_celery.cli import DEFAULT_APP, main
+from dex_celery.appfinder import find_dex
+from dex_celery.cli import main
 from dex_celery.settings import Settings, env_name, env_names
 from tests.support.processes import ROOT
 
@@ -88,7 +89,8 @@ def test_every_celery_command_names_an_app_that_imports(services: dict[str, Any]
 
 
 def test_dex_celery_commands_exist(services: dict[str, Any]) -> None:
-    """`dex-celery db upgrade` (the migrate service) is a real command of the default app."""
+    """`dex-celery db upgrade` (the migrate service) is a real command, and `-A config.celery_app`
+    (the compose file's app, as for celery) finds its Dex."""
     found = False
     for service in services.values():
         args = command_of(service)
@@ -103,8 +105,7 @@ def test_dex_celery_commands_exist(services: dict[str, Any]) -> None:
             command = command.commands[word]
         assert not isinstance(command, click.Group), f"{args} names a group, not a command"
     assert found
-    module_name, _, attribute = DEFAULT_APP.partition(":")
-    assert isinstance(getattr(importlib.import_module(module_name), attribute), Dex)
+    assert isinstance(find_dex("config.celery_app"), Dex)
 
 
 def test_every_dex_variable_is_a_setting(services: dict[str, Any]) -> None:
@@ -135,7 +136,7 @@ def test_services_run_the_one_image_and_the_schema_is_migrated_first(
         depends = services[name]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully"
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("dex_celery", "config", "tasks", "reconcile"):
+    for package in ("dex_celery", "config"):
         assert f"COPY {package} " in dockerfile
 
 

@@ -132,11 +132,13 @@ def test_db_commands_use_the_configured_database(
     """`dex-celery db upgrade|current|downgrade` read DEX_DATABASE_URL from the settings."""
     monkeypatch.setenv("DEX_DATABASE_URL", sqlite_url)
     runner = CliRunner()
-    out = runner.invoke(main, ["db", "current"])
-    assert out.exit_code == 0 and "at revision none" in out.output
+    out = runner.invoke(main, ["db", "current"])  # reading creates no database file
+    assert out.exit_code == 1 and "does not exist" in out.output
     out = runner.invoke(main, ["db", "upgrade"])
     assert out.exit_code == 0 and f"at revision {migrate.head()}" in out.output
     assert migrate.current(sqlite_url) == migrate.head()
+    out = runner.invoke(main, ["db", "current"])
+    assert out.exit_code == 0 and f"at revision {migrate.head()}" in out.output
     out = runner.invoke(main, ["db", "downgrade", "base"])
     assert out.exit_code == 0 and "base (no tables)" in out.output
     assert not tables(sqlite_url) & DEX_TABLES

@@ -16,6 +16,7 @@ import redis
 
 from dex_celery import Dex
 from dex_celery.ledger.health import UnsafeRedis, Verdict, assess, check, check_at_start
+from dex_celery.store.repository import Store
 from tests.support.processes import ROOT, CeleryBeat, RedisServer, Worker, free_port
 
 #: Each configuration, and what the check must say about it.
@@ -181,6 +182,12 @@ def test_worker_on_a_redis_without_config_starts_with_one_line(
 def _sweep_cli(
     env: dict[str, str], server: RedisServer, **more: str
 ) -> subprocess.CompletedProcess[str]:
+    # Each Redis here is a deployment of its own, so it gets a database of its own (one
+    # database belongs to one ledger: docs/ledger.md).
+    if server.directory.exists():
+        database = f"sqlite:///{server.directory / 'dex.db'}"
+        Store(database).create_schema()
+        more = {"DEX_DATABASE_URL": database, **more}
     return subprocess.run(
         [
             str(Path(sys.executable).parent / "dex-celery"),

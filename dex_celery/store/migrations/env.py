@@ -16,6 +16,10 @@ from dex_celery.store.engine import make_engine
 from dex_celery.store.schema import metadata
 
 config = context.config
+#: `Settings.database_schema`: where the tables and the version table live (None: default).
+SCHEMA: str | None = config.attributes.get("schema")
+#: dex-celery's own version table, beside (never instead of) a host's `alembic_version`.
+VERSION_TABLE = "dex_alembic_version"
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -31,6 +35,8 @@ def _configure(connection: Connection) -> None:
         include_name=include_name,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        version_table=VERSION_TABLE,
+        version_table_schema=SCHEMA,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -41,7 +47,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _configure(connection)
         return
-    engine = make_engine(config.get_main_option("sqlalchemy.url") or "")
+    engine = make_engine(config.get_main_option("sqlalchemy.url") or "", SCHEMA)
     try:
         with engine.connect() as conn:
             _configure(conn)
@@ -54,6 +60,8 @@ if context.is_offline_mode():
         url=config.get_main_option("sqlalchemy.url"),
         target_metadata=metadata,
         literal_binds=True,
+        version_table=VERSION_TABLE,
+        version_table_schema=SCHEMA,
     )
     with context.begin_transaction():
         context.run_migrations()

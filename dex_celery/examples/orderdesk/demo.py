@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import click
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
-from dex_celery.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext
 from dex_celery.cli_calls import render_table, shorten
-from dex_celery.cli_ops import celery_module, expanded_node_name, prepare_database, worker_answers
+from dex_celery.cli_context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext
+from dex_celery.cli_ops import expanded_node_name, prepare_database, worker_answers
+from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
 from dex_celery.settings import env_name
-from tasks.orderdesk import DEMO_ORDERS, OrderDesk
 
 APPROVER = "ops@orderdesk.example"
 EXPECTED = ("succeeded", "failed", "rejected", "outcome_unknown")
@@ -86,7 +86,7 @@ def run_demo(ctx: DexContext, *, timeout: float) -> int:
     logging.getLogger("dex_celery").setLevel(logging.ERROR)
     started = time.monotonic()
     echo("dex-celery demo: an agent session on the order desk, one call of each outcome\n")
-    stack = LocalStack(celery_module(ctx.app_path), quiet=True, echo=lambda m: echo(f"  {m}"))
+    stack = LocalStack(_module_of(ctx), quiet=True, echo=lambda m: echo(f"  {m}"))
     try:
         try:
             stack.start_redis()
@@ -123,7 +123,7 @@ def run_demo(ctx: DexContext, *, timeout: float) -> int:
             return EXIT_REFUSED
         echo(
             f"demo finished in {time.monotonic() - started:.1f}s. "
-            f"Inspect a call: dex-celery calls show {scenario.unknown} "
+            f"Inspect a call: dex-celery -A {_module_of(ctx)} calls show {scenario.unknown} "
             f"(with DEX_DATABASE_URL={dex.settings.database_url})"
         )
         return EXIT_OK
@@ -139,8 +139,13 @@ def run_demo(ctx: DexContext, *, timeout: float) -> int:
         stack.stop()
 
 
+def _module_of(ctx: DexContext) -> str:
+    """The module of the app (`celery -A` imports it; it holds `app`, `dex` and `desk`)."""
+    return (ctx.app_path or "").partition(":")[0]
+
+
 def _desk_of(ctx: DexContext) -> OrderDesk | None:
-    module = importlib.import_module(celery_module(ctx.app_path))
+    module = importlib.import_module(_module_of(ctx))
     desk = getattr(module, "desk", None)
     return desk if isinstance(desk, OrderDesk) else None
 
@@ -223,7 +228,8 @@ def _kill_when_running(
         return False
     if not desk.operations(key):
         return False
-    host, _, pid = entry.owner.rpartition(":")
+    node, _, pid = entry.owner.rpartition(":")
+    host = node.rpartition("@")[2]  # `celery@host:pid`: the worker's node name, then the pid
     if host != socket.gethostname() or not pid.isdigit():
         raise RuntimeError(f"{key} runs on {entry.owner}, not on this machine: cannot kill it")
     progress.show(f"cancel_order is waiting for the bank: SIGKILL worker process {pid}")

@@ -1,0 +1,45 @@
+"""Times as the CLI shows and reads them: always UTC, with the zone written out.
+
+Stored times are Unix seconds; a person reads `2026-11-30 22:40:55.123 UTC` and types
+`--since 2026-11-30T22:00`, `--since 2026-11-30T22:00+01:00` or `--since 15m` (also s, h, d).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+
+from dex_celery.errors import InvalidRequest
+
+_RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def format_utc(value: float | None, *, millis: bool = True) -> str:
+    """`2026-11-30 22:40:55.123 UTC`; `-` for no time."""
+    if not value:
+        return "-"
+    text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
+    if millis:
+        text += f".{int(value * 1000) % 1000:03d}"
+    return text + " UTC"
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """`15m`, `2h`, `1d` ago, or an ISO 8601 date/time (UTC unless it names a zone)."""
+    value = text.strip()
+    relative = _RELATIVE.fullmatch(value)
+    if relative:
+        now = time.time() if now is None else now
+        return now - float(relative.group(1)) * _UNIT[relative.group(2)]
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(
+            f"--since {text!r} is neither a duration (30s, 15m, 2h, 1d) nor an ISO 8601 time "
+            "(2026-11-30 or 2026-11-30T22:00, UTC unless a zone is given)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()

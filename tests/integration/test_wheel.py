@@ -1,0 +1,75 @@
+"""The built wheel, installed into a fresh virtualenv outside the repository, as a user gets it.
+
+It holds `dex_celery` only: the repository's `config`, `tasks` and `reconcile` (the compose
+file's thin modules) are not importable there, so they can never shadow a host project's own
+modules of those common names; and `dex-celery demo` runs from any folder, on the order desk
+example shipped inside the package.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import ROOT
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEX_", "PYTHON", "VIRTUAL"))}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv (outside the repository) with the wheel and its dependencies."""
+    base = tmp_path_factory.mktemp("wheel")
+    built = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base), str(ROOT)], base
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = base.glob("dex_celery-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"dex_celery"}
+    venv = base / "venv"
+    made = _run([sys.executable, "-m", "venv", str(venv)], base)
+    assert made.returncode == 0, made.stderr
+    # Dependencies come from pip's cache (and the machine's find-links), so this is quick.
+    pip = _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], base)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return venv
+
+
+def test_the_demo_runs_from_the_installed_wheel_in_any_folder(
+    installed: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "someone-elses-project"
+    folder.mkdir()
+    result = _run([str(installed / "bin" / "dex-celery"), "demo"], folder)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    for outcome in ("succeeded", "failed", "rejected", "outcome_unknown"):
+        assert outcome in result.stdout
+
+
+def test_the_reference_deployment_modules_are_not_installed(
+    installed: Path, tmp_path: Path
+) -> None:
+    python = str(installed / "bin" / "python")
+    for module in ("config", "tasks", "reconcile"):
+        result = _run([python, "-c", f"import {module}"], tmp_path)
+        assert result.returncode != 0 and "ModuleNotFoundError" in result.stderr, module
+    found = _run([python, "-c", "import dex_celery.examples.orderdesk.desk"], tmp_path)
+    assert found.returncode == 0, found.stderr
+
+
+def test_commands_without_an_app_give_a_hint_not_the_example(
+    installed: Path, tmp_path: Path
+) -> None:
+    result = _run([str(installed / "bin" / "dex-celery"), "approvals", "list"], tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: no app given") and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -99,12 +99,13 @@ def check_database_url(url: str) -> None:
 
 
 def check_redis_url(name: str, url: str) -> None:
-    """Refuse a Redis URL redis-py would not accept (an `http://` URL, a bare host name)."""
+    """Refuse a Redis URL neither redis-py nor the Sentinel support would accept (an `http://`
+    URL, a bare host name)."""
     scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme not in ("redis", "rediss", "unix"):
+    if scheme not in ("redis", "rediss", "unix", "sentinel"):
         raise ConfigurationError(
             f"{name} {safe_url(url)!r} is not a Redis URL (redis://host:port/db, rediss://..., "
-            "or unix:///path/to/socket)"
+            "unix:///path/to/socket, or sentinel://host:26379;sentinel://host2:26379)"
         )
 
 

@@ -87,7 +87,7 @@ def test_version_names_dex_celery_and_celery(env: dict[str, str]) -> None:
             ("calls", "list"),
             "cannot use the database",
         ),
-        ("Redis down: sweep", {"DEX_REDIS_URL": "dead"}, ("sweep",), "cannot use redis"),
+        ("Redis down: sweep", {"DEX_REDIS_URL": "dead"}, ("sweep",), "redis at"),
         ("no such app module", {}, ("-A", "no_such_project.celery", "calls", "list"), "import"),
     ],
 )

@@ -179,16 +179,15 @@ def test_sign_in_approve_reject_and_refusals_in_chromium(
         shot(d, "calls")
 
         # An outcome_unknown call (its worker vanished after the claim) waits to be reported.
-        lost = client.request_call(
-            "web-s3", "t1", "c1", "slow_non_idempotent_write", {"seconds": 1}
-        )
+        # `unserved_write` waits in a queue no worker reads, so the claim here is the only one.
+        lost = client.request_call("web-s3", "t1", "c1", "unserved_write", {})
         assert dex.ledger.claim(lost.key, 1, owner="gone:1", fence="f1").ok
         wait_for(lambda: swept_unknown(dex, lost.key), timeout=20, what="the lost call",
                  interval=0.2)  # fmt: skip
         d.get(f"{web.url}/unknowns")
         wait_for(lambda: d.find_elements(By.ID, "unknowns"), timeout=10, what="the unknowns")
         row = d.find_element(By.CSS_SELECTOR, f'#unknowns tr[data-key="{lost.key}"]')
-        assert "slow_non_idempotent_write" in row.text and "none: a person" in row.text
+        assert "unserved_write" in row.text and "none: a person" in row.text
         shot(d, "unknowns")
         d.find_element(By.CSS_SELECTOR, 'button[data-session="web-s3"]').click()
         wait_for(lambda: texts(d, "flash"), timeout=10, what="the reconcile summary")

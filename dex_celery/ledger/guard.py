@@ -55,6 +55,8 @@ class Observation:
     marker: str | None
     ledger_id: str | None
     server_marker: str
+    #: Keys the server has evicted since it started.
+    evicted: int = 0
 
 
 class LedgerGuard:
@@ -96,6 +98,7 @@ class LedgerGuard:
             marker=None if marker is None else str(marker),
             ledger_id=None if ledger_id is None else str(ledger_id),
             server_marker=f"{run_id}:{evicted}",
+            evicted=int(evicted),
         )
 
     def _bound(self, seen: Observation) -> str:
@@ -120,8 +123,9 @@ class LedgerGuard:
     def _epoch(self, seen: Observation) -> str:
         if seen.marker == seen.server_marker and seen.epoch is not None:
             return seen.epoch
-        if seen.marker is None and seen.epoch is not None:
-            # A ledger written before the marker existed: adopt it as it is.
+        if seen.marker is None and seen.epoch is not None and seen.evicted == 0:
+            # A ledger written before the marker existed: adopt it as it is. Not after any
+            # eviction: the marker itself may be what was evicted.
             self.ledger.client.set(self.ledger.keys.dataset, seen.server_marker, nx=True)
             return seen.epoch
         if seen.epoch is None and seen.marker is None:

@@ -6,12 +6,13 @@ Never the shared Redis on port 6379: every benchmark starts its own server on a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ __all__ = [
     "free_port",
     "median",
     "percentile",
+    "pin_driver",
+    "spawn_elsewhere",
     "wait_for",
     "workdir",
 ]
@@ -45,6 +48,44 @@ def announce_ready() -> None:
         folder = os.environ.get(READY_ENV)
         if folder:
             (Path(folder) / f"ready-{os.getpid()}").write_text(str(time.time()))
+
+
+#: The CPU the benchmark driver runs on when `pin_driver` was called (None: not pinned).
+_driver_cpu: int | None = None
+
+
+def pin_driver(cpu: int | None) -> None:
+    """Run this process (the driver: publisher, client, completion polling) on CPU `cpu` only.
+
+    The system under test (redis-server, the workers and their pool processes) is started inside
+    `spawn_elsewhere`, so it inherits the other CPUs: the driver's own Python work then competes
+    with neither side, and the ratio describes the systems rather than who shares a core with the
+    driver. Linux only (`os.sched_setaffinity`); call it before any thread starts, since the
+    affinity is per thread.
+    """
+    global _driver_cpu
+    if cpu is None:
+        return
+    cpus = os.sched_getaffinity(0)
+    if cpu not in cpus or len(cpus) < 2:
+        raise SystemExit(f"--driver-cpu {cpu}: needs two CPUs, this process may use {sorted(cpus)}")
+    os.sched_setaffinity(0, {cpu})
+    _driver_cpu = cpu
+
+
+@contextlib.contextmanager
+def spawn_elsewhere() -> Iterator[None]:
+    """Processes started inside inherit every CPU but the driver's (no-op when not pinned)."""
+    cpu = _driver_cpu
+    if cpu is None:
+        yield
+        return
+    others = set(range(os.cpu_count() or 1)) - {cpu}
+    os.sched_setaffinity(0, others)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, {cpu})
 
 
 def workdir(prefix: str) -> Path:
@@ -70,6 +111,12 @@ def BenchWorker(
         extra_args=extra_args,
         ready_env=READY_ENV,
     )
+
+
+def start_worker(worker: CeleryWorker) -> CeleryWorker:
+    """Start `worker` off the driver's CPU (see `pin_driver`)."""
+    with spawn_elsewhere():
+        return worker.start()
 
 
 def percentile(values: Sequence[float], q: float) -> float:

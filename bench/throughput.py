@@ -37,6 +37,9 @@ from bench.common import (
     commandstats,
     header,
     median,
+    pin_driver,
+    spawn_elsewhere,
+    start_worker,
     stats_delta,
     wait_for,
     workdir,
@@ -90,9 +93,9 @@ class Setup:
 
 
 def _worker(setup: Setup, module: str, env: dict[str, str]) -> CeleryWorker:
-    return BenchWorker(
-        module, env, setup.folder, concurrency=setup.concurrency, pool=setup.pool
-    ).start()
+    return start_worker(
+        BenchWorker(module, env, setup.folder, concurrency=setup.concurrency, pool=setup.pool)
+    )
 
 
 def run_plain(setup: Setup, calls: int, *, backend: bool, warmup: int) -> Run:
@@ -236,11 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Celery task events (Flower) on for both plain Celery and dex-celery",
     )
+    parser.add_argument(
+        "--driver-cpu",
+        type=int,
+        default=None,
+        help="run this driver on that CPU only, Redis and the workers on the others (taskset)",
+    )
     args = parser.parse_args(argv)
+    pin_driver(args.driver_cpu)
     header("throughput: no-op calls/s, dex-celery vs plain Celery")
     folder = workdir("throughput")
     (folder / "sql").mkdir()
-    server = RedisServer(folder / "redis").start()
+    with spawn_elsewhere():
+        server = RedisServer(folder / "redis").start()
     try:
         with database(args.database, folder) as url:
             setup = Setup(

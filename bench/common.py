@@ -34,6 +34,7 @@ __all__ = [
     "median",
     "percentile",
     "pin_driver",
+    "redis_cpu",
     "spawn_elsewhere",
     "wait_for",
     "workdir",
@@ -136,6 +137,12 @@ def commandstats(client: Any) -> dict[str, int]:
     """`INFO commandstats` as {command: calls}."""
     info = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+
+
+def redis_cpu(client: Any) -> float:
+    """Seconds of CPU the redis-server process has used (user + system, `INFO cpu`)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def stats_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:

@@ -38,6 +38,7 @@ from bench.common import (
     header,
     median,
     pin_driver,
+    redis_cpu,
     spawn_elsewhere,
     start_worker,
     stats_delta,
@@ -53,6 +54,8 @@ class Run:
     seconds: float
     commands: dict[str, int]
     client_commits: int = 0
+    #: CPU seconds redis-server spent during the timed part (scripts, Celery's commands, events).
+    redis_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -111,14 +114,14 @@ def run_plain(setup: Setup, calls: int, *, backend: bool, warmup: int) -> Run:
     client = redis.Redis.from_url(setup.url)
     try:
         _plain_batch(plain, client, warmup, backend)
-        before = commandstats(client)
+        before, cpu = commandstats(client), redis_cpu(client)
         t0 = time.perf_counter()
         _plain_batch(plain, client, calls, backend)
         seconds = time.perf_counter() - t0
-        delta = stats_delta(before, commandstats(client))
+        delta, cpu = stats_delta(before, commandstats(client)), redis_cpu(client) - cpu
     finally:
         worker.stop(warm=True)
-    return Run("B" if backend else "A", calls, seconds, delta)
+    return Run("B" if backend else "A", calls, seconds, delta, redis_cpu=cpu)
 
 
 def _plain_batch(plain: Any, client: redis.Redis, n: int, backend: bool) -> None:
@@ -148,16 +151,16 @@ def run_dex(setup: Setup, calls: int, *, warmup: int) -> Run:
 
     try:
         _dex_batch(dx, warmup, setup.batch)
-        before = commandstats(client)
+        before, cpu = commandstats(client), redis_cpu(client)
         event.listen(dx.store.engine, "commit", count)
         t0 = time.perf_counter()
         _dex_batch(dx, calls, setup.batch)
         seconds = time.perf_counter() - t0
         event.remove(dx.store.engine, "commit", count)
-        delta = stats_delta(before, commandstats(client))
+        delta, cpu = stats_delta(before, commandstats(client)), redis_cpu(client) - cpu
     finally:
         worker.stop(warm=True)
-    return Run("dex", calls, seconds, delta, client_commits=commits["n"])
+    return Run("dex", calls, seconds, delta, client_commits=commits["n"], redis_cpu=cpu)
 
 
 _dexes: dict[str, Any] = {}
@@ -294,6 +297,10 @@ def report(setup: Setup, args: argparse.Namespace) -> None:
     last = {r.variant: r for r in setup.runs}
     for v in ("A", "B", "dex"):
         print(f"redis {v:>3}: {per_call(last[v])}")
+    for v in ("A", "B", "dex"):
+        runs = [r for r in setup.runs if r.variant == v]
+        per = sum(r.redis_cpu for r in runs) / sum(r.calls for r in runs) * 1e6
+        print(f"redis-server cpu {v:>3}: {per:6.1f} us/call")
     dex_runs = [r for r in setup.runs if r.variant == "dex"]
     client_commits = sum(r.client_commits for r in dex_runs) / sum(r.calls for r in dex_runs)
     worker_commits = sum(int(p.read_text()) for p in (setup.folder / "sql").glob("commits-*"))

@@ -34,6 +34,7 @@ __all__ = [
     "median",
     "percentile",
     "pin_driver",
+    "process_cpu",
     "redis_cpu",
     "spawn_elsewhere",
     "wait_for",
@@ -143,6 +144,24 @@ def redis_cpu(client: Any) -> float:
     """Seconds of CPU the redis-server process has used (user + system, `INFO cpu`)."""
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process `pid` and of its live children (Linux `/proc`).
+
+    For a Celery worker: (the main process: consumer, events, acks; its pool processes). Pool
+    processes live for the whole run, so deltas over a timed part are theirs alone.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(p: int) -> float:
+        fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children.extend(int(c) for c in (task / "children").read_text().split())
+    return cpu(pid), sum(cpu(c) for c in children)
 
 
 def stats_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:

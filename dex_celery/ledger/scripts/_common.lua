@@ -8,11 +8,13 @@
 -- reads the same clock.
 --
 -- Cost (docs/benchmarks.md): every command a script runs is a command Redis executes per call, so
--- each script reads the call hash once (`read_call`, one HMGET of every field it needs, the
--- epoch among them), reads the ledger's globals once (`ledger_globals`, one MGET of the epoch in
--- force and the frozen time), and writes the call hash once (`put` collects field, value pairs;
--- `write_call` sends them as one HSET). Scripts keep `c`, the fields read, up to date as they
--- change them, so later steps see what an HGET after each write would have shown.
+-- each script reads the call hash once (one HMGET of every field it needs, the epoch among them;
+-- `read_call` for the scripts that end an attempt), reads the ledger's globals once
+-- (`ledger_globals`, one MGET of the epoch in force and the frozen time), and writes the call
+-- hash once (`put` collects field, value pairs; `write_call` sends them as one HSET). Scripts
+-- keep `c`, the fields read, up to date as they change them, so later steps see what an HGET
+-- after each write would have shown. Redis runs this text on every call of every script, so it
+-- only defines functions; `recorded` and `rotate` use none of them and run without it.
 --
 -- Replies are self-describing: a flat list of field, value pairs that `ledger/protocol.py` decodes
 -- in one place.
@@ -44,27 +46,25 @@ local function ledger_now(frozen)
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
--- Every field the scripts that end an attempt may need, read in one HMGET.
-local CALL_FIELDS = {'status', 'n', 'state', 'deadline', 'lease', 'close', 'owner', 'fence',
-  'claimed_at', 'log', 'max', 'effect', 'reached', 'b0', 'bmax', 's2s', 'epoch', 'done_fence'}
-
--- The call's fields as a table by name; an absent field is false (as HMGET replies).
-local function read_call(call, fields)
-  local v = redis.call('HMGET', call, unpack(fields))
-  local c = {}
-  for i, name in ipairs(fields) do
-    c[name] = v[i]
-  end
-  return c
+-- The fields of the call hash that the scripts ending an attempt may need, as a table by name
+-- (an absent field is false, as HMGET replies), in one HMGET. Built here rather than as a
+-- table at the top, since the helpers' text runs on every call of every script.
+local function read_call(call)
+  local v = redis.call('HMGET', call, 'status', 'n', 'state', 'deadline', 'lease', 'close',
+    'owner', 'fence', 'claimed_at', 'log', 'max', 'effect', 'reached', 'b0', 'bmax', 's2s',
+    'epoch', 'done_fence')
+  return {status = v[1], n = v[2], state = v[3], deadline = v[4], lease = v[5], close = v[6],
+    owner = v[7], fence = v[8], claimed_at = v[9], log = v[10], max = v[11], effect = v[12],
+    reached = v[13], b0 = v[14], bmax = v[15], s2s = v[16], epoch = v[17], done_fence = v[18]}
 end
 
 -- Queue field, value pairs for the one HSET of `write_call`, and keep `c` current.
 local function put(w, c, ...)
-  local args = {...}
-  for i = 1, #args, 2 do
-    w[#w + 1] = args[i]
-    w[#w + 1] = args[i + 1]
-    c[args[i]] = tostring(args[i + 1])
+  for i = 1, select('#', ...), 2 do
+    local field, value = select(i, ...)
+    w[#w + 1] = field
+    w[#w + 1] = value
+    c[field] = tostring(value)
   end
 end
 

@@ -12,7 +12,7 @@ local unrecorded, events, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7], KEYS
 local key, attempt, fence, cause, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local jitter, events_maxlen = ARGV[6], ARGV[7]
 
-local c = read_call(call, CALL_FIELDS)
+local c = read_call(call)
 local epoch, frozen = ledger_globals(epoch_key, clock_key)
 local now = ledger_now(frozen)
 local w = {}

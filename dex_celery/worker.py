@@ -16,12 +16,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from celery import current_task
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from celery.exceptions import Ignore
 
 from dex_celery import tracing
 from dex_celery.dispatch import outcome_of
-from dex_celery.errors import DexError, ToolError, ToolLost
+from dex_celery.errors import DexError
 from dex_celery.ids import CallKey, parse_task_id
+from dex_celery.invoke import invoke_attempt, stored_arguments
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import outcome_writer
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
     from dex_celery.app import Dex
 
 log = logging.getLogger("dex_celery.worker")
-
-#: Exceptions a tool raises that mean "try again later" without being a ToolError.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
 
 
 class HeartbeatPump:
@@ -191,17 +189,29 @@ def claim_attempt(ledger: Ledger, key: str, attempt: int, *, owner: str, fence: 
 
 
 def run_attempt(
-    dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]
+    dex: Dex,
+    tool: Tool,
+    key: str,
+    attempt: int,
+    arguments: str | dict[str, Any],
+    sealed: str | None = None,
 ) -> str | None:
-    """Body of every `dex.tool.<name>` task. Returns the record's summary when the call
-    succeeded and raises `AttemptFailed` (or Celery's `Retry`) otherwise, so the task's state
-    in Flower is the record's (`dex_celery.task_events`)."""
+    """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.invoke`).
+    Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
+    Celery's `Retry`) otherwise, so the task's state in Flower is the record's
+    (`dex_celery.task_events`)."""
     with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
-        return _run_attempt(dex, tool, key, attempt, arguments, traced)
+        return _run_attempt(dex, tool, key, attempt, arguments, sealed, traced)
 
 
 def _run_attempt(
-    dex: Dex, tool: Tool, key: str, attempt: int, arguments: dict[str, Any], traced: Span
+    dex: Dex,
+    tool: Tool,
+    key: str,
+    attempt: int,
+    arguments: str | dict[str, Any],
+    sealed: str | None,
+    traced: Span,
 ) -> str | None:
     call = CallKey.parse(key)
     fence = uuid.uuid4().hex
@@ -235,7 +245,15 @@ def _run_attempt(
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
             else:
-                cause, payload = _call_tool(tool, ctx, arguments)
+                cause, payload = invoke_attempt(
+                    dex,
+                    tool,
+                    ctx,
+                    arguments,
+                    sealed,
+                    start_to_close=claim.start_to_close,
+                    effect=claim.effect,
+                )
             running.set("cause", cause)
     finally:
         pump.remove(key)
@@ -253,7 +271,9 @@ def _run_attempt(
     if step.kind is StepKind.FINISHED:
         # The ledger holds the outcome now; SQL gets it in the next batch of this process.
         outcome = outcome_of(step, result)
-        outcome_writer(dex).submit(OutcomeRow(call, tool.name, arguments_json(arguments), outcome))
+        outcome_writer(dex).submit(
+            OutcomeRow(call, tool.name, arguments_json(stored_arguments(arguments)), outcome)
+        )
         return task_result(outcome)
     if step.kind is StepKind.RETRY:
         # A retry (rare) reads the policy snapshot back from SQL; the common path costs nothing.
@@ -290,26 +310,6 @@ def _fence_write(dex: Dex, key: str, attempt: int, fence: str, owner: str) -> bo
     )
     dex.dispatcher.apply(key, step)
     return False
-
-
-def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:
-    try:
-        value = tool.function(ctx, **arguments)
-    except SoftTimeLimitExceeded:
-        return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
-    except ToolLost as e:
-        return Cause.LOST, e.message
-    except ToolError as e:
-        return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), e.message
-    except TRANSIENT_ERRORS as e:
-        return Cause.RETRYABLE, f"{type(e).__name__}: {e}"
-    except Exception as e:
-        log.exception("tool %s raised", tool.name)
-        return Cause.TOOL_ERROR, f"{type(e).__name__}: {e}"
-    try:
-        return Cause.OK, json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        return Cause.TOOL_ERROR, f"the tool returned a value that is not JSON: {e}"
 
 
 def on_worker_lost(dex: Dex, task_id: str, detail: str) -> None:

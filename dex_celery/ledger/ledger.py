@@ -229,9 +229,7 @@ class Ledger:
         common = _load("_common.lua")
         self._scripts = {
             name: client.register_script(
-                _load(f"{name}.lua")
-                if name in _STANDALONE
-                else common + "\n" + _load(f"{name}.lua")
+                _load(f"{name}.lua") if name in _STANDALONE else common + "\n" + _load(f"{name}.lua")
             )
             for name in _SCRIPTS
         }
@@ -446,9 +444,7 @@ class Ledger:
         return Step.from_fields(f)
 
     def time_out(self, key: str, attempt: int | None, *, detail: str) -> Step:
-        f = self._run(
-            "time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail)
-        )
+        f = self._run("time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail))
         return Step.from_fields(f)
 
     def announce_finished(self, key: str, *, status: str, error: str) -> None:

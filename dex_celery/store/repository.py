@@ -55,6 +55,7 @@ class NewCall:
     tool_name: str
     arguments: str
     resolve: Resolver
+    sealed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +135,12 @@ class Store:
         new_calls: Sequence[NewCall],
         *,
         epoch: str,
+        check: Callable[[NewCall, ToolCallRecord], None] | None = None,
     ) -> list[tuple[ToolCallRecord, bool]]:
         """Record new calls in one transaction; a key already recorded returns its record (S2.3).
 
-        Returns (record, created) per request, in order.
+        Returns (record, created) per request, in order. `check(new, recorded)` is called for
+        each request whose key is recorded already; what it raises rolls the whole batch back.
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
@@ -167,6 +170,7 @@ class Store:
                         tool_call_id=new.key.tool_call_id,
                         tool_name=new.tool_name,
                         arguments=new.arguments,
+                        sealed_arguments=new.sealed,
                         effect=snapshot.effect.value,
                         requires_approval=int(snapshot.requires_approval),
                         policy=snapshot.to_json(),
@@ -183,6 +187,10 @@ class Store:
             lost = [r["key"] for r in rows if r["key"] not in created]
             if lost:  # concurrent requests of the same calls won (S2.3)
                 known.update(self._calls_by_key(conn, lost))
+            if check is not None:
+                for new in new_calls:
+                    if new.key.key in known:
+                        check(new, known[new.key.key])
         fresh = {r["key"]: _call(r) for r in rows if r["key"] in created}
         out: list[tuple[ToolCallRecord, bool]] = []
         for key in keys:
@@ -360,9 +368,7 @@ class Store:
                 update(tool_calls)
                 .where(tool_calls.c.key == key)
                 .where(tool_calls.c.status == CallStatus.PENDING.value)
-                .where(
-                    or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence)
-                )
+                .where(or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence))
                 .values(
                     claim_fence=fence, claimed_attempt=attempt, claimed_at=now, claimed_by=owner
                 )
@@ -644,6 +650,7 @@ def _call(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         late_result=row.get("late_result"),
         attempt_log=row.get("attempt_log"),
         ledger_epoch=row.get("ledger_epoch"),
+        sealed_arguments=row.get("sealed_arguments"),
         claimed_by=row.get("claimed_by"),
         claimed_at=row.get("claimed_at"),
     )

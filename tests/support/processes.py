@@ -201,8 +201,12 @@ class Worker(CeleryWorker):
         log_dir: Path,
         concurrency: int = 2,
         extra_args: Sequence[str] = (),
+        pool: str = "prefork",
     ) -> None:
-        super().__init__("tests.support.toolapp", env, log_dir, concurrency, extra_args=extra_args)
+        """`pool`: `prefork`, `threads` or `gevent` (Celery's `-P`)."""
+        super().__init__(
+            "tests.support.toolapp", env, log_dir, concurrency, pool=pool, extra_args=extra_args
+        )
 
 
 @dataclass

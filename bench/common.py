@@ -6,12 +6,13 @@ Never the shared Redis on port 6379: every benchmark starts its own server on a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ __all__ = [
     "free_port",
     "median",
     "percentile",
+    "pin_driver",
+    "process_cpu",
+    "redis_cpu",
+    "spawn_elsewhere",
     "wait_for",
     "workdir",
 ]
@@ -45,6 +50,44 @@ def announce_ready() -> None:
         folder = os.environ.get(READY_ENV)
         if folder:
             (Path(folder) / f"ready-{os.getpid()}").write_text(str(time.time()))
+
+
+#: The CPU the benchmark driver runs on when `pin_driver` was called (None: not pinned).
+_driver_cpu: int | None = None
+
+
+def pin_driver(cpu: int | None) -> None:
+    """Run this process (the driver: publisher, client, completion polling) on CPU `cpu` only.
+
+    The system under test (redis-server, the workers and their pool processes) is started inside
+    `spawn_elsewhere`, so it inherits the other CPUs: the driver's own Python work then competes
+    with neither side, and the ratio describes the systems rather than who shares a core with the
+    driver. Linux only (`os.sched_setaffinity`); call it before any thread starts, since the
+    affinity is per thread.
+    """
+    global _driver_cpu
+    if cpu is None:
+        return
+    cpus = os.sched_getaffinity(0)
+    if cpu not in cpus or len(cpus) < 2:
+        raise SystemExit(f"--driver-cpu {cpu}: needs two CPUs, this process may use {sorted(cpus)}")
+    os.sched_setaffinity(0, {cpu})
+    _driver_cpu = cpu
+
+
+@contextlib.contextmanager
+def spawn_elsewhere() -> Iterator[None]:
+    """Processes started inside inherit every CPU but the driver's (no-op when not pinned)."""
+    cpu = _driver_cpu
+    if cpu is None:
+        yield
+        return
+    others = set(range(os.cpu_count() or 1)) - {cpu}
+    os.sched_setaffinity(0, others)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, {cpu})
 
 
 def workdir(prefix: str) -> Path:
@@ -72,6 +115,12 @@ def BenchWorker(
     )
 
 
+def start_worker(worker: CeleryWorker) -> CeleryWorker:
+    """Start `worker` off the driver's CPU (see `pin_driver`)."""
+    with spawn_elsewhere():
+        return worker.start()
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100); NaN for no values."""
     if not values:
@@ -89,6 +138,30 @@ def commandstats(client: Any) -> dict[str, int]:
     """`INFO commandstats` as {command: calls}."""
     info = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+
+
+def redis_cpu(client: Any) -> float:
+    """Seconds of CPU the redis-server process has used (user + system, `INFO cpu`)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process `pid` and of its live children (Linux `/proc`).
+
+    For a Celery worker: (the main process: consumer, events, acks; its pool processes). Pool
+    processes live for the whole run, so deltas over a timed part are theirs alone.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(p: int) -> float:
+        fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children.extend(int(c) for c in (task / "children").read_text().split())
+    return cpu(pid), sum(cpu(c) for c in children)
 
 
 def stats_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:

@@ -19,7 +19,16 @@ from typing import Any
 
 import redis
 
-from bench.common import BenchWorker, RedisServer, header, percentile, workdir
+from bench.common import (
+    BenchWorker,
+    RedisServer,
+    header,
+    percentile,
+    pin_driver,
+    spawn_elsewhere,
+    start_worker,
+    workdir,
+)
 from bench.throughput import Setup, _dex
 
 
@@ -49,11 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--pause", type=float, default=0.02, help="idle seconds between samples")
+    parser.add_argument(
+        "--driver-cpu",
+        type=int,
+        default=None,
+        help="run this driver on that CPU only, Redis and the workers on the others (taskset)",
+    )
     args = parser.parse_args(argv)
+    pin_driver(args.driver_cpu)
     header("latency: single call request-to-record, dex-celery vs plain delay().get()")
     folder = workdir("latency")
     (folder / "sql").mkdir()
-    server = RedisServer(folder / "redis").start()
+    with spawn_elsewhere():
+        server = RedisServer(folder / "redis").start()
     setup = Setup(folder, server, f"sqlite:///{folder / 'dex.db'}", 2, 1)
     plain_env = {**setup.plain_env(backend=True), "BENCH_QUEUE": "plain"}
     os.environ.update(plain_env)
@@ -61,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dx = _dex(setup)
     workers = [
-        BenchWorker("bench.dex_app", setup.dex_env(), folder).start(),
-        BenchWorker("bench.plain_app", plain_env, folder, extra_args=("-Q", "plain")).start(),
+        start_worker(BenchWorker("bench.dex_app", setup.dex_env(), folder)),
+        start_worker(BenchWorker("bench.plain_app", plain_env, folder, extra_args=("-Q", "plain"))),
     ]
     client = redis.Redis.from_url(server.url)
     session = f"lat{uuid.uuid4().hex[:8]}"

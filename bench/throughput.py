@@ -37,6 +37,11 @@ from bench.common import (
     commandstats,
     header,
     median,
+    pin_driver,
+    process_cpu,
+    redis_cpu,
+    spawn_elsewhere,
+    start_worker,
     stats_delta,
     wait_for,
     workdir,
@@ -50,10 +55,27 @@ class Run:
     seconds: float
     commands: dict[str, int]
     client_commits: int = 0
+    #: CPU seconds redis-server spent during the timed part (scripts, Celery's commands, events).
+    redis_cpu: float = 0.0
+    #: CPU seconds of the rest during the timed part: (driver, worker main process, pool).
+    cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def rate(self) -> float:
         return self.calls / self.seconds
+
+
+@contextlib.contextmanager
+def cpu_meter(server: redis.Redis, worker: CeleryWorker) -> Iterator[dict[str, Any]]:
+    """CPU seconds each part spends inside the block: redis-server, the driver, the worker."""
+    assert worker.process is not None
+    pid = worker.process.pid
+    out: dict[str, Any] = {}
+    redis0, driver0, (main0, pool0) = redis_cpu(server), time.process_time(), process_cpu(pid)
+    yield out
+    main1, pool1 = process_cpu(pid)
+    out["redis"] = redis_cpu(server) - redis0
+    out["cpu"] = (time.process_time() - driver0, main1 - main0, pool1 - pool0)
 
 
 @dataclass
@@ -90,9 +112,9 @@ class Setup:
 
 
 def _worker(setup: Setup, module: str, env: dict[str, str]) -> CeleryWorker:
-    return BenchWorker(
-        module, env, setup.folder, concurrency=setup.concurrency, pool=setup.pool
-    ).start()
+    return start_worker(
+        BenchWorker(module, env, setup.folder, concurrency=setup.concurrency, pool=setup.pool)
+    )
 
 
 def run_plain(setup: Setup, calls: int, *, backend: bool, warmup: int) -> Run:
@@ -109,13 +131,15 @@ def run_plain(setup: Setup, calls: int, *, backend: bool, warmup: int) -> Run:
     try:
         _plain_batch(plain, client, warmup, backend)
         before = commandstats(client)
-        t0 = time.perf_counter()
-        _plain_batch(plain, client, calls, backend)
-        seconds = time.perf_counter() - t0
+        with cpu_meter(client, worker) as cpu:
+            t0 = time.perf_counter()
+            _plain_batch(plain, client, calls, backend)
+            seconds = time.perf_counter() - t0
         delta = stats_delta(before, commandstats(client))
     finally:
         worker.stop(warm=True)
-    return Run("B" if backend else "A", calls, seconds, delta)
+    variant = "B" if backend else "A"
+    return Run(variant, calls, seconds, delta, redis_cpu=cpu["redis"], cpu=cpu["cpu"])
 
 
 def _plain_batch(plain: Any, client: redis.Redis, n: int, backend: bool) -> None:
@@ -147,14 +171,23 @@ def run_dex(setup: Setup, calls: int, *, warmup: int) -> Run:
         _dex_batch(dx, warmup, setup.batch)
         before = commandstats(client)
         event.listen(dx.store.engine, "commit", count)
-        t0 = time.perf_counter()
-        _dex_batch(dx, calls, setup.batch)
-        seconds = time.perf_counter() - t0
+        with cpu_meter(client, worker) as cpu:
+            t0 = time.perf_counter()
+            _dex_batch(dx, calls, setup.batch)
+            seconds = time.perf_counter() - t0
         event.remove(dx.store.engine, "commit", count)
         delta = stats_delta(before, commandstats(client))
     finally:
         worker.stop(warm=True)
-    return Run("dex", calls, seconds, delta, client_commits=commits["n"])
+    return Run(
+        "dex",
+        calls,
+        seconds,
+        delta,
+        client_commits=commits["n"],
+        redis_cpu=cpu["redis"],
+        cpu=cpu["cpu"],
+    )
 
 
 _dexes: dict[str, Any] = {}
@@ -236,11 +269,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Celery task events (Flower) on for both plain Celery and dex-celery",
     )
+    parser.add_argument(
+        "--driver-cpu",
+        type=int,
+        default=None,
+        help="run this driver on that CPU only, Redis and the workers on the others (taskset)",
+    )
     args = parser.parse_args(argv)
+    pin_driver(args.driver_cpu)
     header("throughput: no-op calls/s, dex-celery vs plain Celery")
     folder = workdir("throughput")
     (folder / "sql").mkdir()
-    server = RedisServer(folder / "redis").start()
+    with spawn_elsewhere():
+        server = RedisServer(folder / "redis").start()
     try:
         with database(args.database, folder) as url:
             setup = Setup(
@@ -283,6 +324,15 @@ def report(setup: Setup, args: argparse.Namespace) -> None:
     last = {r.variant: r for r in setup.runs}
     for v in ("A", "B", "dex"):
         print(f"redis {v:>3}: {per_call(last[v])}")
+    for v in ("A", "B", "dex"):
+        runs = [r for r in setup.runs if r.variant == v]
+        n = sum(r.calls for r in runs)
+        redis_us = sum(r.redis_cpu for r in runs) / n * 1e6
+        driver, main_, pool = (sum(r.cpu[i] for r in runs) / n * 1e6 for i in range(3))
+        print(
+            f"cpu us/call {v:>3}: total {redis_us + driver + main_ + pool:6.0f} = redis "
+            f"{redis_us:5.0f} + driver {driver:5.0f} + worker main {main_:5.0f} + pool {pool:5.0f}"
+        )
     dex_runs = [r for r in setup.runs if r.variant == "dex"]
     client_commits = sum(r.client_commits for r in dex_runs) / sum(r.calls for r in dex_runs)
     worker_commits = sum(int(p.read_text()) for p in (setup.folder / "sql").glob("commits-*"))

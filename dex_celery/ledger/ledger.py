@@ -174,6 +174,9 @@ _SCRIPTS = (
     "rotate",
     "now",
 )
+#: Scripts that use none of `_common.lua`'s helpers run without them: Redis runs a script's
+#: whole text on every call, helper definitions included (docs/benchmarks.md).
+_STANDALONE = frozenset({"recorded", "rotate"})
 
 
 def _n(attempt: int | None) -> str:
@@ -225,7 +228,10 @@ class Ledger:
         self.jitter = jitter
         common = _load("_common.lua")
         self._scripts = {
-            name: client.register_script(common + "\n" + _load(f"{name}.lua")) for name in _SCRIPTS
+            name: client.register_script(
+                _load(f"{name}.lua") if name in _STANDALONE else common + "\n" + _load(f"{name}.lua")
+            )
+            for name in _SCRIPTS
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)

@@ -7,6 +7,15 @@
 -- it to move time by hand; no production code writes it. It lives in Redis, so every host still
 -- reads the same clock.
 --
+-- Cost (docs/benchmarks.md): every command a script runs is a command Redis executes per call, so
+-- each script reads the call hash once (one HMGET of every field it needs, the epoch among them;
+-- `read_call` for the scripts that end an attempt), reads the ledger's globals once
+-- (`ledger_globals`, one MGET of the epoch in force and the frozen time), and writes the call
+-- hash once (`put` collects field, value pairs; `write_call` sends them as one HSET). Scripts
+-- keep `c`, the fields read, up to date as they change them, so later steps see what an HGET
+-- after each write would have shown. Redis runs this text on every call of every script, so it
+-- only defines functions; `recorded` and `rotate` use none of them and run without it.
+--
 -- Replies are self-describing: a flat list of field, value pairs that `ledger/protocol.py` decodes
 -- in one place.
 --
@@ -22,8 +31,14 @@
 --               outcome_unknown (S4.3)
 --   timed_out   past start-to-close, fenced (S5.1)     -> retry, else failed
 
-local function ledger_now(clock_key)
-  local frozen = redis.call('GET', clock_key)
+-- The epoch in force and the frozen time, in one read. The frozen time is nil in production
+-- (nothing writes the key), so `ledger_now` then asks TIME.
+local function ledger_globals(epoch_key, clock_key)
+  local g = redis.call('MGET', epoch_key, clock_key)
+  return g[1], g[2]
+end
+
+local function ledger_now(frozen)
   if frozen then
     return tonumber(frozen)
   end
@@ -31,12 +46,40 @@ local function ledger_now(clock_key)
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
+-- The fields of the call hash that the scripts ending an attempt may need, as a table by name
+-- (an absent field is false, as HMGET replies), in one HMGET. Built here rather than as a
+-- table at the top, since the helpers' text runs on every call of every script.
+local function read_call(call)
+  local v = redis.call('HMGET', call, 'status', 'n', 'state', 'deadline', 'lease', 'close',
+    'owner', 'fence', 'claimed_at', 'log', 'max', 'effect', 'reached', 'b0', 'bmax', 's2s',
+    'epoch', 'done_fence')
+  return {status = v[1], n = v[2], state = v[3], deadline = v[4], lease = v[5], close = v[6],
+    owner = v[7], fence = v[8], claimed_at = v[9], log = v[10], max = v[11], effect = v[12],
+    reached = v[13], b0 = v[14], bmax = v[15], s2s = v[16], epoch = v[17], done_fence = v[18]}
+end
+
+-- Queue field, value pairs for the one HSET of `write_call`, and keep `c` current.
+local function put(w, c, ...)
+  for i = 1, select('#', ...), 2 do
+    local field, value = select(i, ...)
+    w[#w + 1] = field
+    w[#w + 1] = value
+    c[field] = tostring(value)
+  end
+end
+
+local function write_call(call, w)
+  if #w > 0 then
+    redis.call('HSET', call, unpack(w))
+  end
+end
+
 -- A call hash written in an earlier life of the ledger (before Redis went back in time and the
 -- epoch was rotated) is stale: its state may be older than what really happened, so no script
 -- acts on it (docs/ledger.md, "Rollback"). A hash without an epoch field predates the field.
-local function is_stale(call, epoch_key)
-  local mine = redis.call('HGET', call, 'epoch')
-  return mine ~= false and mine ~= redis.call('GET', epoch_key)
+-- `mine` is the hash's epoch field, `current` the epoch in force (both false when absent).
+local function is_stale(mine, current)
+  return mine ~= false and mine ~= current
 end
 
 local function drop_from_indexes(key, queue, lease, close)
@@ -46,66 +89,63 @@ local function drop_from_indexes(key, queue, lease, close)
 end
 
 -- The attempt log is one JSON array per call (its one codec in Python is ledger/attempt_log.py).
-local function log_attempt(call, n, state, now, detail)
-  local f = redis.call('HMGET', call, 'owner', 'claimed_at', 'log')
+local function log_attempt(w, c, n, state, now, detail)
   local entry = cjson.encode({
-    attempt = tonumber(n), state = state, owner = f[1] or '',
-    claimed_at = tonumber(f[2] or ''), ended_at = now, error = detail or ''})
-  local log = f[3]
+    attempt = tonumber(n), state = state, owner = c.owner or '',
+    claimed_at = tonumber(c.claimed_at or ''), ended_at = now, error = detail or ''})
+  local log = c.log
   if not log or log == '' then
     log = '[' .. entry .. ']'
   else
     log = string.sub(log, 1, -2) .. ',' .. entry .. ']'
   end
-  redis.call('HSET', call, 'log', log)
+  put(w, c, 'log', log)
 end
 
-local function terminal(call, unrecorded, key, now, status, reason, detail)
+local function terminal(w, c, unrecorded, key, now, status, reason, detail)
   -- next_step has taken the key out of the lease and close indexes already.
-  redis.call('HSET', call, 'status', status, 'reason', reason, 'error', detail,
-    'finished_at', now, 'fence', '')
+  put(w, c, 'status', status, 'reason', reason, 'error', detail, 'finished_at', now, 'fence', '')
   redis.call('ZADD', unrecorded, now, key)
-  local f = redis.call('HMGET', call, 'n', 'log')
-  return {'kind', 'finished', 'status', status, 'reason', reason, 'attempt', f[1],
-    'log', f[2] or '[]', 'detail', detail}
+  return {'kind', 'finished', 'status', status, 'reason', reason, 'attempt', c.n,
+    'log', c.log or '[]', 'detail', detail}
 end
 
-local function next_step(call, queue, lease, close, unrecorded, key, now, cause, detail, jitter)
-  local f = redis.call('HMGET', call, 'n', 'max', 'effect', 'reached', 'b0', 'bmax', 's2s')
-  local n, max, effect = tonumber(f[1]), tonumber(f[2]), f[3]
-  local reached = f[4] == '1'
+-- Decides the next step and queues its writes in `w`; the caller then runs `write_call`.
+local function next_step(w, c, queue, lease, close, unrecorded, key, now, cause, detail, jitter)
+  local n, max, effect = tonumber(c.n), tonumber(c.max), c.effect
+  local reached = c.reached == '1'
   local retryable_class = effect == 'read' or effect == 'idempotent_write'
   redis.call('ZREM', lease, key)
   redis.call('ZREM', close, key)
   if cause == 'ok' then
-    return terminal(call, unrecorded, key, now, 'succeeded', 'ok', '')
+    return terminal(w, c, unrecorded, key, now, 'succeeded', 'ok', '')
   end
   if cause == 'tool_error' then
-    return terminal(call, unrecorded, key, now, 'failed', 'tool_error', detail)
+    return terminal(w, c, unrecorded, key, now, 'failed', 'tool_error', detail)
   end
   if retryable_class and n < max then
     -- The retry is published at once; its claim waits until not_before on Redis's clock, so a
     -- worker whose host clock differs neither runs it early nor lets it expire in the queue.
-    local delay = math.min(tonumber(f[6]), tonumber(f[5]) * (2 ^ (n - 1))) * tonumber(jitter)
-    local deadline = now + delay + tonumber(f[7])
-    redis.call('HSET', call, 'n', n + 1, 'state', 'enqueued', 'deadline', deadline,
+    local delay = math.min(tonumber(c.bmax), tonumber(c.b0) * (2 ^ (n - 1))) * tonumber(jitter)
+    local deadline = now + delay + tonumber(c.s2s)
+    put(w, c, 'n', n + 1, 'state', 'enqueued', 'deadline', deadline,
       'not_before', now + delay, 'owner', '', 'fence', '', 'claimed_at', '', 'lease', '',
       'close', '', 'last_cause', cause, 'last_detail', detail)
     redis.call('ZADD', queue, deadline, key)
     return {'kind', 'retry', 'attempt', tostring(n + 1), 'delay', tostring(delay)}
   end
   if cause == 'retryable' then
-    return terminal(call, unrecorded, key, now, 'failed', 'tool_error', detail)
+    return terminal(w, c, unrecorded, key, now, 'failed', 'tool_error', detail)
   end
   if cause == 'timed_out' then
-    return terminal(call, unrecorded, key, now, 'failed', 'timed_out', detail)
+    return terminal(w, c, unrecorded, key, now, 'failed', 'timed_out', detail)
   end
   if cause == 'not_reached' and not reached then
-    return terminal(call, unrecorded, key, now, 'failed', 'did_not_run', detail)
+    return terminal(w, c, unrecorded, key, now, 'failed', 'did_not_run', detail)
   end
   -- lost, or not_reached after an earlier attempt reached a worker: the tool may have run.
   if effect == 'read' then
-    return terminal(call, unrecorded, key, now, 'failed', 'lost', detail)
+    return terminal(w, c, unrecorded, key, now, 'failed', 'lost', detail)
   end
-  return terminal(call, unrecorded, key, now, 'outcome_unknown', 'lost', detail)
+  return terminal(w, c, unrecorded, key, now, 'outcome_unknown', 'lost', detail)
 end

@@ -8,15 +8,17 @@ local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local events, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, owner, fence, events_maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
-if redis.call('EXISTS', call) == 0 then
+local f = redis.call('HMGET', call, 'status', 'n', 'state', 'deadline', 'hb', 's2c', 'fence',
+  'not_before', 'effect', 'epoch')
+if not f[1] then
+  -- Every hash open.lua writes has a status: no status, no entry (or it expired).
   return {'kind', 'refused', 'reason', 'unknown'}
 end
-local f = redis.call('HMGET', call, 'status', 'n', 'state', 'deadline', 'hb', 's2c', 'fence',
-  'not_before', 'effect')
 local claimed = {'kind', 'claimed', 'heartbeat_timeout', f[5], 'start_to_close', f[6],
   'effect', f[9]}
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
 local reason = nil
-if is_stale(call, epoch_key) then
+if is_stale(f[10], epoch) then
   reason = 'stale_ledger'
 elseif f[1] == 'active' and f[2] == attempt and f[3] == 'running' and f[7] == fence then
   -- The same claim again (redis-py retries a command whose reply was lost): it holds already.
@@ -28,7 +30,7 @@ elseif f[2] ~= attempt then
 elseif f[3] ~= 'enqueued' then
   reason = 'already_' .. f[3]
 end
-local now = ledger_now(clock_key)
+local now = ledger_now(frozen)
 if not reason and tonumber(f[4]) < now then
   reason = 'expired'
 end

@@ -7,21 +7,25 @@ local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, mode, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
-if is_stale(call, epoch_key) then
+local c = read_call(call)
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
+if is_stale(c.epoch, epoch) then
   drop_from_indexes(key, queue, lease_idx, close_idx)
   return {'kind', 'noop'}
 end
-local f = redis.call('HMGET', call, 'status', 'n', 'state', 'deadline')
-if attempt == '' then attempt = f[2] end
-if f[1] ~= 'active' or f[2] ~= attempt or f[3] ~= 'enqueued' then
+if attempt == '' then attempt = c.n end
+if c.status ~= 'active' or c.n ~= attempt or c.state ~= 'enqueued' then
   return {'kind', 'noop'}
 end
-local now = ledger_now(clock_key)
-if mode == 'due' and tonumber(f[4]) > now then
+local now = ledger_now(frozen)
+if mode == 'due' and tonumber(c.deadline) > now then
   return {'kind', 'noop'}
 end
-log_attempt(call, attempt, 'expired', now, detail)
-redis.call('HSET', call, 'state', 'expired')
+local w = {}
+log_attempt(w, c, attempt, 'expired', now, detail)
+put(w, c, 'state', 'expired')
 redis.call('ZREM', queue, key)
-return next_step(call, queue, lease_idx, close_idx, unrecorded, key, now, 'not_reached',
+local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'not_reached',
   detail, jitter)
+write_call(call, w)
+return step

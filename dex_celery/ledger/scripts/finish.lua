@@ -12,29 +12,33 @@ local unrecorded, events, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7], KEYS
 local key, attempt, fence, cause, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local jitter, events_maxlen = ARGV[6], ARGV[7]
 
-local now = ledger_now(clock_key)
+local c = read_call(call)
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
+local now = ledger_now(frozen)
+local w = {}
 local function keep_late()
-  if redis.call('EXISTS', call) == 1 then
-    redis.call('HSET', call, 'late', cjson.encode({attempt = tonumber(attempt),
-      cause = cause, payload = payload, at = now}))
+  local late = cjson.encode({attempt = tonumber(attempt), cause = cause, payload = payload,
+    at = now})
+  if c.status then
+    put(w, c, 'late', late)
   end
   redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',
     'type', 'tool_call_late_result', 'key', key, 'attempt', attempt, 'cause', cause)
 end
 
-local f = redis.call('HMGET', call, 'state', 'n', 'fence', 'close')
-if f[1] ~= 'running' or f[2] ~= attempt or f[3] ~= fence or is_stale(call, epoch_key) then
-  if fence ~= '' and redis.call('HGET', call, 'done_fence') == fence then
+if c.state ~= 'running' or c.n ~= attempt or c.fence ~= fence or is_stale(c.epoch, epoch) then
+  if fence ~= '' and c.done_fence == fence then
     -- The same finish again (redis-py retries a command whose reply was lost): it was applied
     -- already; it is neither a late result nor a second outcome.
     return {'kind', 'noop'}
   end
   keep_late()
+  write_call(call, w)
   return {'kind', 'late'}
 end
 local detail = payload
 local late_result = '0'
-local close = tonumber(f[4])
+local close = tonumber(c.close)
 if cause ~= 'timed_out' and close and now > close then
   -- Finished after its start-to-close deadline but before the sweeper fenced it: the timeout
   -- stands, and what the tool returned is evidence only (S5.1, S5.2).
@@ -49,13 +53,14 @@ if cause == 'ok' then
 elseif cause == 'timed_out' or cause == 'lost' then
   state = cause
 end
-log_attempt(call, attempt, state, now, detail)
-redis.call('HSET', call, 'state', state, 'done_fence', fence)
+log_attempt(w, c, attempt, state, now, detail)
+put(w, c, 'state', state, 'done_fence', fence)
 if cause == 'ok' then
-  redis.call('HSET', call, 'result', payload)
+  put(w, c, 'result', payload)
 end
-local step = next_step(call, queue, lease_idx, close_idx, unrecorded, key, now, cause, detail,
+local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, cause, detail,
   jitter)
+write_call(call, w)
 table.insert(step, 'late_result')
 table.insert(step, late_result)
 return step

@@ -5,13 +5,14 @@
 -- no longer this one (timed out, lost, finished, or left in an earlier life of the ledger);
 -- their tools see `cancelled` and stop renewing.
 local lease_idx, epoch_key, clock_key = KEYS[1], KEYS[2], KEYS[3]
-local now = ledger_now(clock_key)
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
+local now = ledger_now(frozen)
 local fenced = {}
 for i = 4, #KEYS do
   local call = KEYS[i]
   local key, fence = ARGV[2 * (i - 3) - 1], ARGV[2 * (i - 3)]
-  local f = redis.call('HMGET', call, 'state', 'fence', 'hb')
-  if f[1] == 'running' and f[2] == fence and not is_stale(call, epoch_key) then
+  local f = redis.call('HMGET', call, 'state', 'fence', 'hb', 'epoch')
+  if f[1] == 'running' and f[2] == fence and not is_stale(f[4], epoch) then
     local lease = now + tonumber(f[3])
     redis.call('HSET', call, 'lease', lease)
     redis.call('ZADD', lease_idx, 'XX', lease, key)

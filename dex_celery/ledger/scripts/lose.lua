@@ -16,36 +16,39 @@ local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, mode, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local owner, fence = ARGV[6], ARGV[7]
 
-if is_stale(call, epoch_key) then
+local c = read_call(call)
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
+if is_stale(c.epoch, epoch) then
   drop_from_indexes(key, queue, lease_idx, close_idx)
   return {'kind', 'noop'}
 end
-local f = redis.call('HMGET', call, 'status', 'n', 'state', 'lease', 'owner', 'fence')
-if attempt == '' then attempt = f[2] end
-if f[1] ~= 'active' or f[2] ~= attempt then
+if attempt == '' then attempt = c.n end
+if c.status ~= 'active' or c.n ~= attempt then
   return {'kind', 'noop'}
 end
-local now = ledger_now(clock_key)
-if f[3] == 'running' then
-  if mode == 'lapsed' and tonumber(f[4]) > now then
-    return {'kind', 'noop'}
+local now = ledger_now(frozen)
+local w = {}
+local step = {'kind', 'noop'}
+if c.state == 'running' then
+  if mode == 'lapsed' and tonumber(c.lease) > now then
+    return step
   end
-  if mode == 'worker_lost' and (owner == '' or f[5] ~= owner) then
-    return {'kind', 'noop'}
+  if mode == 'worker_lost' and (owner == '' or c.owner ~= owner) then
+    return step
   end
-  if mode == 'released' and (fence == '' or f[6] ~= fence) then
-    return {'kind', 'noop'}
+  if mode == 'released' and (fence == '' or c.fence ~= fence) then
+    return step
   end
-  log_attempt(call, attempt, 'lost', now, detail)
-  redis.call('HSET', call, 'state', 'lost', 'fence', '')
-  return next_step(call, queue, lease_idx, close_idx, unrecorded, key, now, 'lost', detail,
+  log_attempt(w, c, attempt, 'lost', now, detail)
+  put(w, c, 'state', 'lost', 'fence', '')
+  step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'lost', detail,
     jitter)
-end
-if f[3] == 'enqueued' and mode == 'worker_lost' then
-  log_attempt(call, attempt, 'expired', now, detail)
-  redis.call('HSET', call, 'state', 'expired')
+elseif c.state == 'enqueued' and mode == 'worker_lost' then
+  log_attempt(w, c, attempt, 'expired', now, detail)
+  put(w, c, 'state', 'expired')
   redis.call('ZREM', queue, key)
-  return next_step(call, queue, lease_idx, close_idx, unrecorded, key, now, 'not_reached',
+  step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'not_reached',
     detail, jitter)
 end
-return {'kind', 'noop'}
+write_call(call, w)
+return step

@@ -10,17 +10,18 @@ local heartbeat_timeout, events_maxlen, announce = ARGV[9], ARGV[10], ARGV[11]
 -- out of them is never reported as "did not run" (S4.2, S4.3).
 local may_have_run = ARGV[12]
 
-if redis.call('GET', epoch_key) ~= expected_epoch then
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
+if epoch ~= expected_epoch then
   return {'kind', 'epoch'}
 end
 if redis.call('EXISTS', call) == 1 then
-  if not is_stale(call, epoch_key) then
+  if not is_stale(redis.call('HGET', call, 'epoch'), epoch) then
     return {'kind', 'exists'}
   end
   -- Left by an earlier life of the ledger: what it says may be out of date; start afresh.
   redis.call('DEL', call)
 end
-local now = ledger_now(clock_key)
+local now = ledger_now(frozen)
 local deadline = now + tonumber(s2s)
 redis.call('HSET', call, 'status', 'active', 'n', 1, 'state', 'enqueued',
   'deadline', deadline, 'effect', effect, 'max', max_attempts, 'b0', backoff_initial,

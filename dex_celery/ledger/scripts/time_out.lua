@@ -6,17 +6,21 @@ local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-if is_stale(call, epoch_key) then
+local c = read_call(call)
+local epoch, frozen = ledger_globals(epoch_key, clock_key)
+if is_stale(c.epoch, epoch) then
   drop_from_indexes(key, queue, lease_idx, close_idx)
   return {'kind', 'noop'}
 end
-local f = redis.call('HMGET', call, 'status', 'n', 'state', 'close')
-if attempt == '' then attempt = f[2] end
-local now = ledger_now(clock_key)
-if f[1] ~= 'active' or f[2] ~= attempt or f[3] ~= 'running' or tonumber(f[4]) > now then
+if attempt == '' then attempt = c.n end
+local now = ledger_now(frozen)
+if c.status ~= 'active' or c.n ~= attempt or c.state ~= 'running' or tonumber(c.close) > now then
   return {'kind', 'noop'}
 end
-log_attempt(call, attempt, 'timed_out', now, detail)
-redis.call('HSET', call, 'state', 'timed_out', 'fence', '')
-return next_step(call, queue, lease_idx, close_idx, unrecorded, key, now, 'timed_out', detail,
-  jitter)
+local w = {}
+log_attempt(w, c, attempt, 'timed_out', now, detail)
+put(w, c, 'state', 'timed_out', 'fence', '')
+local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'timed_out',
+  detail, jitter)
+write_call(call, w)
+return step

@@ -1,0 +1,48 @@
+"""Smoke runs of the hot-path measurements of docs/benchmarks.md section 6, tiny sizes.
+
+The figures are never asserted (the machines are too noisy); what is asserted is that each
+measurement runs and reports what the page quotes: the ledger's own cost per call with the time
+inside each script, the CPU per call of each part, and the driver pinned to one CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import ROOT
+
+
+def run(module: str, *args: str, timeout: float = 120) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_ledger_cost_reports_commands_cpu_and_time_inside_each_script() -> None:
+    out = run("ledger_cost", "--calls", "50", "--warmup", "5")
+    assert "redis commands/call: 28.00" in out
+    assert "redis-server cpu:" in out
+    inside = next(line for line in out.splitlines() if line.startswith("inside redis"))
+    for script in ("open", "claim", "finish", "recorded"):
+        assert f"{script} " in inside
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_throughput_with_the_driver_pinned_reports_cpu_per_call() -> None:
+    out = run(
+        "throughput",
+        *("--calls", "60", "--rounds", "1", "--warmup", "10", "--batch", "20"),
+        *("--driver-cpu", str(min(os.sched_getaffinity(0)))),
+    )
+    for variant in ("A", "B", "dex"):
+        assert f"cpu us/call {variant:>3}: total" in out

@@ -33,7 +33,7 @@ from dex_celery.outcomes import CallStatus
 from dex_celery.policy import EffectClass
 from dex_celery.records import ApprovalDecision, ToolCallRecord
 from dex_celery.redact import redact
-from dex_celery.store.repository import Outcome
+from dex_celery.store.values import Outcome
 from dex_celery.tracing import span
 
 if TYPE_CHECKING:
@@ -222,9 +222,7 @@ class Approvals:
             deadline = record.approval_deadline or now
             if deadline <= now:
                 # Past its deadline and not swept yet: end it now, as the sweeper would.
-                from dex_celery.sweep import Sweeper
-
-                Sweeper(self.dex).expire_approval(record, now)
+                self.dex.sweeper.expire_approval(record, now)
                 return ApprovalDeadlinePassed(
                     f"the approval deadline of {key} passed at {utc(deadline)}; "
                     "the call is rejected and will not run",

@@ -1,4 +1,4 @@
-"""`dex-celery calls list|show`, `dex-celery sweep`, `dex-celery reconcile`.
+"""`dex-celery calls list|show`.
 
 What an operator reads when a model says "the tool did something odd": every call's status, the
 policy that applied when it was requested (S1.5), each attempt with the worker that ran it and
@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import signal
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,10 +23,8 @@ from dex_celery.cli_context import DexContext, pass_context
 from dex_celery.errors import InvalidRequest
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.outcomes import CallStatus
-from dex_celery.reconcile import ReconcileReport
 from dex_celery.records import Message, MessageRole, ToolCallRecord
 from dex_celery.redact import redact
-from dex_celery.startup import check_redis
 from dex_celery.timefmt import format_utc, parse_since
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -423,79 +419,4 @@ def calls_show(ctx: DexContext, key: str, as_json: bool) -> None:
 # --- sweep -------------------------------------------------------------------------------------
 
 
-@click.command("sweep")
-@click.option("--loop", is_flag=True, help="Keep sweeping every sweep_interval until Ctrl-C.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@pass_context
-def sweep(ctx: DexContext, loop: bool, as_json: bool) -> None:
-    """Run the sweeper now: lost, expired and timed-out attempts, unrecorded outcomes, approvals
-    past their deadline. Beat runs the same sweep every sweep_interval."""
-    from dex_celery.sweep import Sweeper, run_forever
-
-    dex = ctx.dex
-    check_redis(dex, "sweep")  # one warning, or UnsafeRedis: `error:` and exit 1
-    if not loop:
-        report = Sweeper(dex).sweep_once()
-        if as_json:
-            emit_json(report.as_dict())
-        else:
-            moved = ", ".join(f"{k}={v}" for k, v in report.as_dict().items() if v) or "nothing due"
-            click.echo(f"sweep: {moved}")
-        return
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"sweeping every {dex.settings.sweep_interval}s; Ctrl-C stops", err=True)
-    try:
-        run_forever(dex, stop=stop)
-    except KeyboardInterrupt:
-        stop.set()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-# --- reconcile ---------------------------------------------------------------------------------
-
-
-@click.command("reconcile")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@pass_context
-def reconcile(ctx: DexContext, as_json: bool) -> None:
-    """One reconciliation pass now: surface new outcome_unknown calls, ask each tool's outcome
-    check, and report what really happened to the session (S8). Beat runs it periodically."""
-    from dex_celery.reconcile import reconcile_once
-
-    report = reconcile_once(ctx.dex)
-    value = reconcile_details(ctx.dex, report)
-    if as_json:
-        emit_json(value)
-    else:
-        click.echo(render_reconcile(value))
-
-
-def reconcile_details(dex: Dex, report: ReconcileReport) -> dict[str, Any]:
-    """The run's counts, the keys it touched, and the text of each report it sent."""
-    from dex_celery.store.unknowns import UnknownOutcomes
-
-    repo = UnknownOutcomes(dex.store)
-    reports = []
-    for key in report.reported_keys:
-        row = repo.get(key)
-        reports.append({"key": key, "report": row.report if row else None})
-    return {
-        **report.as_dict(),
-        "surfaced_keys": list(report.surfaced_keys),
-        "error_keys": list(report.error_keys),
-        "reports": reports,
-    }
-
-
-def render_reconcile(value: dict[str, Any]) -> str:
-    counts = ", ".join(f"{k}={v}" for k, v in value.items() if isinstance(v, int))
-    lines = [f"reconcile: {counts}"]
-    lines.extend(f"  surfaced {k}" for k in value["surfaced_keys"])
-    lines.extend(f"  reported {r['key']}: {r['report']}" for r in value["reports"])
-    lines.extend(f"  check failed for {k} (asked again next run)" for k in value["error_keys"])
-    return "\n".join(lines)
-
-
-commands: list[click.Command] = [calls, sweep, reconcile]
+commands: list[click.Command] = [calls]

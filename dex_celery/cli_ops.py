@@ -43,7 +43,7 @@ def worker_answers(ctx: DexContext, node: str) -> bool:
 
 def prepare_database(echo: Any) -> None:
     """Bring the configured database to the newest schema (Alembic), as production does."""
-    from dex_celery.store.migrate import upgrade
+    from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     revision = upgrade(settings.database_url, schema=settings.database_schema)
@@ -159,7 +159,7 @@ def db() -> None:
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
     """Migrate up to REVISION (default: head)."""
-    from dex_celery.store.migrate import upgrade
+    from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     at = upgrade(settings.database_url, revision, schema=settings.database_schema)
@@ -170,7 +170,7 @@ def db_upgrade(revision: str) -> None:
 @click.argument("revision")
 def db_downgrade(revision: str) -> None:
     """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
-    from dex_celery.store.migrate import downgrade
+    from dex_celery.store.migrate import downgrade  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     at = downgrade(settings.database_url, revision, schema=settings.database_schema)
@@ -180,7 +180,7 @@ def db_downgrade(revision: str) -> None:
 @db.command("current")
 def db_current() -> None:
     """Print the revision the database is at, and the newest one."""
-    from dex_celery.store.migrate import current, head
+    from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     require_existing_database(settings.database_url)

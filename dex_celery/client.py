@@ -12,17 +12,17 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dex_celery.approvals import Approvals, PendingApproval
 from dex_celery.backends import translating_backend_errors
 from dex_celery.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
 from dex_celery.events import START, AgentEvent, AgentEvents
-from dex_celery.ids import CallKey
+from dex_celery.ids import CallKey, validate_id
 from dex_celery.policy import EffectClass
 from dex_celery.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
-    from dex_celery.approvals import PendingApproval
 
 
 @translating_backend_errors
@@ -44,8 +44,6 @@ class DexClient:
         self, session_id: str, *, default_effect: EffectClass | str | None = None
     ) -> SessionRecord:
         """Create a session (or return it); its default effect applies to unclassified tools."""
-        from dex_celery.ids import validate_id
-
         validate_id("session id", session_id)
         effect = EffectClass.parse(default_effect) if default_effect is not None else None
         return self.dex.store.open_session(session_id, effect)
@@ -131,22 +129,16 @@ class DexClient:
 
     def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
         """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
-        from dex_celery.approvals import Approvals
-
         return Approvals(self.dex).approve(key, approver, note)
 
     def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
-        from dex_celery.approvals import Approvals
-
         return Approvals(self.dex).reject(key, approver, reason)
 
     def pending_approvals(
         self, session_id: str | None = None, *, limit: int = 100
     ) -> list[PendingApproval]:
         """Calls waiting for a decision, oldest first, secret arguments redacted."""
-        from dex_celery.approvals import Approvals
-
         return Approvals(self.dex).pending(session_id, limit=limit)
 
     # --- end of approvals ----------------------------------------------------------------------

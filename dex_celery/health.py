@@ -100,7 +100,7 @@ def _guarded(name: str, check: SectionCheck, dex: Dex) -> Section:
 def last_sweep(dex: Dex) -> tuple[float | None, float]:
     """(seconds since the last sweep, or None if none is recorded; now on the ledger's clock)."""
     now = dex.ledger.now()
-    sweep = stats.last_sweep(dex)
+    sweep = stats.last_sweep(dex.ledger)
     if sweep is None:
         return None, now
     return max(0.0, now - sweep.finished_at), now

@@ -71,7 +71,7 @@ class BeatSweeper:
         self._stop.clear()
         self._thread = threading.Thread(
             target=run_forever,
-            args=(self.dex,),
+            args=(self.dex.sweeper,),
             kwargs={"stop": self._stop},
             name="dex-sweeper",
             daemon=True,

@@ -7,17 +7,13 @@ approver) race to record it, and a refused write leaves nothing behind.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     Engine,
-    RowMapping,
-    Table,
     and_,
     bindparam,
     func,
@@ -26,14 +22,10 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
 
 from dex_celery.errors import UnknownSession
-from dex_celery.ids import CallKey
 from dex_celery.outcomes import CallStatus, tool_output
-from dex_celery.policy import EffectClass, PolicySnapshot
+from dex_celery.policy import EffectClass
 from dex_celery.records import (
     ApprovalDecision,
     Message,
@@ -41,45 +33,11 @@ from dex_celery.records import (
     SessionRecord,
     ToolCallRecord,
 )
-from dex_celery.store.engine import ForkSafeEngine
+from dex_celery.store.dialect import IN_CHUNK, insert_ignore, insert_many_ignore
+from dex_celery.store.engine import EngineHandle
+from dex_celery.store.rows import call_record, message_record, session_record
 from dex_celery.store.schema import messages, metadata, sessions, tool_calls
-
-Resolver = Callable[[EffectClass | None], PolicySnapshot]
-
-
-@dataclass(frozen=True, slots=True)
-class NewCall:
-    """A validated request, ready to be recorded."""
-
-    key: CallKey
-    tool_name: str
-    arguments: str
-    resolve: Resolver
-
-
-@dataclass(frozen=True, slots=True)
-class OutcomeRow:
-    """An outcome decided by a worker, with what its TOOL message needs, so that a batch of
-    them is written without reading the calls back (`Store.record_outcomes`)."""
-
-    key: CallKey
-    tool_name: str
-    arguments: str
-    outcome: Outcome
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A terminal outcome to record, with what the model should read."""
-
-    status: CallStatus
-    error: str
-    result: str | None = None
-    attempts: int = 0
-    attempt_log: str | None = None
-    #: "The tool did not run": true only while no attempt of the call was claimed in the system
-    #: of record (the write fence); otherwise the outcome becomes `outcome_unknown` (S10.2).
-    did_not_run: bool = False
+from dex_celery.store.values import NewCall, Outcome, OutcomeRow
 
 
 class Store:
@@ -92,7 +50,7 @@ class Store:
         self.clock = clock
         #: PostgreSQL schema of the tables (`Settings.database_schema`); None: the default one.
         self.schema = schema
-        self._engine = ForkSafeEngine(url, schema=schema)
+        self._engine = EngineHandle(url, schema=schema)
 
     @property
     def engine(self) -> Engine:
@@ -108,7 +66,7 @@ class Store:
         self, session_id: str, default_effect: EffectClass | None = None
     ) -> SessionRecord:
         with self.engine.begin() as conn:
-            _insert_ignore(
+            insert_ignore(
                 conn,
                 sessions,
                 id=session_id,
@@ -116,7 +74,7 @@ class Store:
                 created_at=self.clock(),
             )
             row = conn.execute(select(sessions).where(sessions.c.id == session_id)).mappings().one()
-        return _session(row)
+        return session_record(row)
 
     def get_session(self, session_id: str) -> SessionRecord:
         with self.engine.connect() as conn:
@@ -125,7 +83,7 @@ class Store:
             )
         if row is None:
             raise UnknownSession(f"no session {session_id!r}")
-        return _session(row)
+        return session_record(row)
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -179,11 +137,11 @@ class Store:
                         ),
                     )
                 )
-            created = _insert_many_ignore(conn, tool_calls, rows)
+            created = insert_many_ignore(conn, tool_calls, rows)
             lost = [r["key"] for r in rows if r["key"] not in created]
             if lost:  # concurrent requests of the same calls won (S2.3)
                 known.update(self._calls_by_key(conn, lost))
-        fresh = {r["key"]: _call(r) for r in rows if r["key"] in created}
+        fresh = {r["key"]: call_record(r) for r in rows if r["key"] in created}
         out: list[tuple[ToolCallRecord, bool]] = []
         for key in keys:
             # The first mention creates the call; a repeat in the same batch is the same call.
@@ -194,10 +152,10 @@ class Store:
 
     def _calls_by_key(self, conn: Connection, keys: Sequence[str]) -> dict[str, ToolCallRecord]:
         found: dict[str, ToolCallRecord] = {}
-        for start in range(0, len(keys), _IN_CHUNK):
-            chunk = keys[start : start + _IN_CHUNK]
+        for start in range(0, len(keys), IN_CHUNK):
+            chunk = keys[start : start + IN_CHUNK]
             query = select(tool_calls).where(tool_calls.c.key.in_(chunk))
-            found.update((r["key"], _call(r)) for r in conn.execute(query).mappings())
+            found.update((r["key"], call_record(r)) for r in conn.execute(query).mappings())
         return found
 
     def _session_default(self, conn: Connection, session_id: str, now: float) -> EffectClass | None:
@@ -206,7 +164,7 @@ class Store:
         ).first()
         if default is None:
             # Insert-or-ignore: two first requests of a new session may race here (S2.3).
-            if _insert_ignore(conn, sessions, id=session_id, default_effect=None, created_at=now):
+            if insert_ignore(conn, sessions, id=session_id, default_effect=None, created_at=now):
                 return None
             default = conn.execute(
                 select(sessions.c.default_effect).where(sessions.c.id == session_id)
@@ -360,9 +318,7 @@ class Store:
                 update(tool_calls)
                 .where(tool_calls.c.key == key)
                 .where(tool_calls.c.status == CallStatus.PENDING.value)
-                .where(
-                    or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence)
-                )
+                .where(or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence))
                 .values(
                     claim_fence=fence, claimed_attempt=attempt, claimed_at=now, claimed_by=owner
                 )
@@ -416,14 +372,14 @@ class Store:
         if session_id is not None:
             query = query.where(tool_calls.c.session_id == session_id)
         with self.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     # --- reads ---------------------------------------------------------------------------------
 
     def get_call(self, key: str) -> ToolCallRecord | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(tool_calls).where(tool_calls.c.key == key)).mappings().first()
-        return _call(row) if row is not None else None
+        return call_record(row) if row is not None else None
 
     def list_calls(
         self,
@@ -440,7 +396,7 @@ class Store:
         if session_id is not None:
             query = query.where(tool_calls.c.session_id == session_id)
         with self.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     def recent_calls(
         self,
@@ -473,7 +429,7 @@ class Store:
                 )
             )
         with self.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     def in_flight_before(
         self, before: float, *, limit: int, after: tuple[float, str] | None = None
@@ -499,7 +455,7 @@ class Store:
                 )
             )
         with self.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     def finished_since(self, since: float, *, limit: int) -> list[ToolCallRecord]:
         """Calls that ended after `since`, oldest first: the finished events a rollback of the
@@ -511,7 +467,7 @@ class Store:
             .limit(limit)
         )
         with self.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     def approvals_due(self, now: float, *, limit: int) -> list[ToolCallRecord]:
         query = (
@@ -522,7 +478,7 @@ class Store:
             .limit(limit)
         )
         with self.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     def count_calls(self) -> int:
         with self.engine.connect() as conn:
@@ -536,7 +492,7 @@ class Store:
             ):
                 raise UnknownSession(f"no session {session_id!r}")
             calls = [
-                _call(r)
+                call_record(r)
                 for r in conn.execute(
                     select(tool_calls)
                     .where(tool_calls.c.session_id == session_id)
@@ -544,7 +500,7 @@ class Store:
                 ).mappings()
             ]
             history = [
-                _message(r)
+                message_record(r)
                 for r in conn.execute(
                     select(messages)
                     .where(messages.c.session_id == session_id)
@@ -568,103 +524,3 @@ class Store:
             )
             new_id = result.inserted_primary_key[0] if result.inserted_primary_key else 0
         return Message(role=role, text=text, id=int(new_id), created_at=now)
-
-
-def _insert_ignore(conn: Connection, table: Table, **values: Any) -> bool:
-    """INSERT that does nothing on a primary-key conflict; True if the row was inserted.
-
-    A plain INSERT caught on IntegrityError would abort a PostgreSQL transaction.
-    """
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        stmt: Any = pg_insert(table).values(**values).on_conflict_do_nothing()
-    elif dialect == "sqlite":
-        stmt = sqlite_insert(table).values(**values).on_conflict_do_nothing()
-    else:
-        try:
-            with conn.begin_nested():
-                conn.execute(insert(table).values(**values))
-            return True
-        except IntegrityError:
-            return False
-    # SQLAlchemy reports an INSERT's rowcount only when asked to (psycopg gives -1 otherwise).
-    return bool(conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1)
-
-
-#: Keys per `IN (...)` list, well under SQLite's limit of bound parameters.
-_IN_CHUNK = 500
-
-
-def _insert_many_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> set[str]:
-    """Multi-row INSERT that skips rows whose key exists; returns the keys it inserted."""
-    if not rows:
-        return set()
-    dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite"):
-        make = pg_insert if dialect == "postgresql" else sqlite_insert
-        stmt = make(table).on_conflict_do_nothing().returning(table.c.key)
-        return {str(k) for k in conn.execute(stmt, rows).scalars()}
-    return {r["key"] for r in rows if _insert_ignore(conn, table, **r)}
-
-
-def _session(row: RowMapping) -> SessionRecord:
-    effect = row["default_effect"]
-    return SessionRecord(
-        id=row["id"],
-        default_effect=EffectClass.parse(effect) if effect else None,
-        created_at=row["created_at"],
-    )
-
-
-def _call(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
-    decision = None
-    if row.get("decision"):
-        decision = ApprovalDecision(
-            decision=row["decision"],
-            decided_by=row["decided_by"] or "",
-            decided_at=row["decided_at"] or 0.0,
-            note=row.get("decision_note"),
-        )
-    return ToolCallRecord(
-        key=row["key"],
-        session_id=row["session_id"],
-        turn_id=row["turn_id"],
-        tool_call_id=row["tool_call_id"],
-        tool_name=row["tool_name"],
-        arguments=row["arguments"],
-        policy=PolicySnapshot.from_json(row["policy"]),
-        status=CallStatus(row["status"]),
-        error=row.get("error"),
-        result=row.get("result"),
-        attempts=row.get("attempts") or 0,
-        requested_at=row["requested_at"],
-        finished_at=row.get("finished_at"),
-        approval_deadline=row.get("approval_deadline"),
-        approval=decision,
-        late_result=row.get("late_result"),
-        attempt_log=row.get("attempt_log"),
-        ledger_epoch=row.get("ledger_epoch"),
-        claimed_by=row.get("claimed_by"),
-        claimed_at=row.get("claimed_at"),
-    )
-
-
-def _message(row: RowMapping) -> Message:
-    return Message(
-        role=MessageRole(row["role"]),
-        text=row["text"],
-        tool_output=row["tool_output"],
-        turn_id=row["turn_id"],
-        tool_call_id=row["tool_call_id"],
-        tool_name=row["tool_name"],
-        tool_arguments=row["tool_arguments"],
-        id=row["id"],
-        created_at=row["created_at"],
-    )
-
-
-def arguments_json(arguments: object) -> str:
-    """Canonical JSON for storing arguments (sorted keys, no spaces, no NaN or Infinity)."""
-    return json.dumps(
-        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dex_celery import CallKey, Settings
 from dex_celery.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.store.repository import NewCall
-from dex_celery.sweep import Sweeper
 from tests.support.toolapp import make_app
 
 
@@ -34,7 +33,7 @@ def test_orphan_behind_a_backlog_is_started_within_a_few_sweeps(env: dict[str, s
     orphan = keys[-1].key
     assert dex.ledger.read(orphan) is None
 
-    sweeper = Sweeper(dex)
+    sweeper = dex.sweeper
     reopened = [sweeper.sweep_once().reopened for _ in range(3)]
 
     assert sum(reopened) == 1, reopened

@@ -37,6 +37,7 @@ from dex_celery.cli_context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext
 from dex_celery.cli_ops import expanded_node_name, prepare_database, worker_answers
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
+from dex_celery.reconcile import reconcile_once
 from dex_celery.settings import env_name
 
 APPROVER = "ops@orderdesk.example"
@@ -268,8 +269,6 @@ def _table(records: list[ToolCallRecord], scenario: Scenario) -> str:
 
 def _reconcile(dex: Dex, scenario: Scenario) -> None:
     """One pass now (beat runs the same job periodically), then the reports the session got."""
-    from dex_celery.reconcile import reconcile_once
-
     echo = click.echo
     echo("reconciliation report")
     report = reconcile_once(dex)

@@ -28,6 +28,7 @@ from dex_celery.errors import (
     NotAwaitingApproval,
     UnknownCall,
 )
+from dex_celery.event_types import EventType
 from dex_celery.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.outcomes import CallStatus
 from dex_celery.policy import EffectClass
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dex_celery.approvals")
 
 #: Event type on the AgentEvents stream when a person (or the deadline) decides a call.
-DECIDED_EVENT = "tool_call_decided"
 #: Most approvals one listing returns unless asked for another limit.
 DEFAULT_LIST_LIMIT = 100
 
@@ -278,7 +278,7 @@ class Approvals:
         try:
             self.dex.ledger.announce(
                 {
-                    "type": DECIDED_EVENT,
+                    "type": EventType.TOOL_CALL_DECIDED,
                     "key": key,
                     "decision": decision.value,
                     "by": by,

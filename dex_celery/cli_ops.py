@@ -24,7 +24,6 @@ from dex_celery.errors import AppNotFound
 from dex_celery.localstack import LocalStack, PrerequisiteMissing
 from dex_celery.settings import Settings, env_name
 
-DATABASE_URL_ENV = env_name("database_url")
 #: The app `dex-celery demo` runs, whatever -A says: the order desk shipped in the package.
 EXAMPLE_APP = "dex_celery.examples.orderdesk.app"
 

@@ -20,6 +20,7 @@ from dex_celery.errors import (
     PublishError,
     UnknownCall,
 )
+from dex_celery.event_types import EventType
 from dex_celery.ids import CallKey
 from dex_celery.input_schema import check_arguments
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
@@ -203,11 +204,11 @@ class Dispatcher:
     def _announce_request(self, record: ToolCallRecord) -> None:
         if record.status is CallStatus.AWAITING_APPROVAL:
             self.ledger.announce(
-                {"type": "tool_call_requested", "key": record.key, "effect": record.effect.value}
+                {"type": EventType.TOOL_CALL_REQUESTED, "key": record.key, "effect": record.effect.value}
             )
             self.ledger.announce(
                 {
-                    "type": "tool_call_awaiting_approval",
+                    "type": EventType.TOOL_CALL_AWAITING_APPROVAL,
                     "key": record.key,
                     "deadline": str(record.approval_deadline or ""),
                 }

@@ -48,8 +48,6 @@ log = logging.getLogger("dex_celery.reconcile")
 
 #: Celery task name of the reconcile beat job.
 RECONCILE_TASK = "dex.reconcile"
-#: Default of `run_check`'s timeout; the beat job passes `Settings.check_timeout`.
-CHECK_TIMEOUT = DEFAULT_CHECK_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +184,7 @@ class OutcomeChecks:
 
 
 def run_check(
-    check: AnyOutcomeCheck, key: str, arguments: str, *, timeout: float = CHECK_TIMEOUT
+    check: AnyOutcomeCheck, key: str, arguments: str, *, timeout: float = DEFAULT_CHECK_TIMEOUT
 ) -> CheckAnswer:
     """Call a sync or async check from sync code (a Celery task) and validate its answer."""
     result: Any = check(key, arguments)

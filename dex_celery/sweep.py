@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, cast
 
+from dex_celery.event_types import EventType
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.records import ApprovalDecision, ToolCallRecord
@@ -174,7 +175,7 @@ class Sweeper:
         entries = cast(
             list[tuple[str, dict[str, str]]], ledger.client.xrange(keys.events, min=start)
         )
-        seen = {f.get("key") for _id, f in entries if f.get("type") == "tool_call_finished"}
+        seen = {f.get("key") for _id, f in entries if f.get("type") == EventType.TOOL_CALL_FINISHED}
         replayed = 0
         for record in self.store.finished_since(since, limit=REPLAY_LIMIT):
             if record.key not in seen:
@@ -228,7 +229,7 @@ class Sweeper:
         if done:
             self.ledger.announce(
                 {
-                    "type": "tool_call_decided",
+                    "type": EventType.TOOL_CALL_DECIDED,
                     "key": record.key,
                     "decision": "expired",
                     "by": APPROVAL_EXPIRED_BY,

@@ -26,7 +26,6 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import click
@@ -293,5 +292,3 @@ def _reports(dex: Dex, scenario: Scenario) -> list[str]:
         if m.role is MessageRole.USER and scenario.unknown in (m.text or "")
     ]
 
-
-EchoFn = Callable[[str], None]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import redis
 from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
@@ -23,6 +24,7 @@ from dex_celery.beat_jobs import install_beat_jobs
 from dex_celery.client import DexClient
 from dex_celery.dispatch import Dispatcher
 from dex_celery.errors import ConfigurationError, DuplicateTool
+from dex_celery.events import AgentEvents
 from dex_celery.forks import after_fork
 from dex_celery.health import install_worker_checks
 from dex_celery.ledger.connection import broker_transport_options
@@ -229,6 +231,16 @@ class Dex:
     def ledger(self) -> Ledger:
         """This process's ledger (Redis)."""
         return self.runtime.ledger
+
+    @property
+    def redis(self) -> redis.Redis:
+        """This process's Redis client of the ledger, for what is not a ledger script."""
+        return self.runtime.redis
+
+    @property
+    def events(self) -> AgentEvents:
+        """The AgentEvents stream of this deployment."""
+        return self.runtime.events
 
     def epoch(self, *, refresh: bool = False) -> str:
         """This ledger's life id (see `KeySpace.epoch`; `dex_celery.epoch.LedgerEpoch`)."""

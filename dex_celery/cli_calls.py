@@ -25,6 +25,7 @@ from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.outcomes import CallStatus
 from dex_celery.records import Message, MessageRole, ToolCallRecord
 from dex_celery.redact import redact
+from dex_celery.report_text import already_reported
 from dex_celery.timefmt import format_utc, parse_since
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def _messages_of(record: ToolCallRecord, history: Sequence[Message]) -> list[dic
             record.turn_id,
             record.tool_call_id,
         )
-        mentions = m.role is MessageRole.USER and record.key in (m.text or "")
+        mentions = m.role is MessageRole.USER and already_reported(record.key, m.text or "")
         if mine or mentions:
             out.append(
                 {

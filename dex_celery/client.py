@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from dex_celery.approvals import Approvals, PendingApproval
 from dex_celery.backends import translating_backend_errors
 from dex_celery.dispatch import CallRequest
-from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
-from dex_celery.events import START, AgentEvent, AgentEvents
+from dex_celery.errors import CallTimeout, UnknownCall
+from dex_celery.events import START, AgentEvent
 from dex_celery.ids import CallKey, validate_id
+from dex_celery.message_text import check_text
 from dex_celery.policy import EffectClass
 from dex_celery.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
 
@@ -57,25 +58,14 @@ class DexClient:
 
     def send_user_message(self, session_id: str, text: str) -> bool:
         """Append a user message to the history (S7.4); True once it is recorded."""
-        self._check_text(text)
+        check_text(text, limit=self.dex.settings.max_text_bytes)
         self.dex.store.append_message(session_id, MessageRole.USER, text)
         return True
 
     def add_message(self, session_id: str, role: MessageRole, text: str) -> None:
         """Append a message of any role to the session's history (the model's own turns)."""
-        self._check_text(text)
+        check_text(text, limit=self.dex.settings.max_text_bytes)
         self.dex.store.append_message(session_id, MessageRole(role), text)
-
-    def _check_text(self, text: object) -> None:
-        if not isinstance(text, str):
-            raise InvalidText(f"message text must be a string, got {type(text).__name__}")
-        if not text.strip():
-            raise InvalidText("message text must not be empty")
-        size = len(text.encode())
-        if size > self.dex.settings.max_text_bytes:
-            raise InvalidText(
-                f"message text is {size} bytes; the limit is {self.dex.settings.max_text_bytes}"
-            )
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -110,7 +100,7 @@ class DexClient:
         Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
         """
         deadline = time.monotonic() + timeout
-        events = AgentEvents.of(self.dex)
+        events = self.dex.events
         # Taken before the first look at SQL, so no finished event can slip in between.
         position = events.latest_position()
         while True:
@@ -159,7 +149,7 @@ class DexClient:
         Keep the `position` of the last event handled and pass it as `after` to resume. Stops
         once caught up, unless `follow` (then waits for new events up to `timeout` seconds).
         """
-        return AgentEvents.of(self.dex).iterate(
+        return self.dex.events.iterate(
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
 
@@ -233,7 +223,7 @@ class AsyncDexClient:
         timeout: float | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
-        return AgentEvents.of(self.sync.dex).aiterate(
+        return self.sync.dex.events.aiterate(
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
 

@@ -30,7 +30,7 @@ from dex_celery.ids import KEY_SEPARATOR
 from dex_celery.outcomes import CallStatus
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    pass
 
 #: Read from the start of the stream.
 START = "0"
@@ -121,10 +121,6 @@ class AgentEvents:
         self.client = client
         self.stream = stream
         self.maxlen = maxlen
-
-    @classmethod
-    def of(cls, dex: Dex) -> AgentEvents:
-        return cls(dex.ledger.client, dex.keys.events, maxlen=dex.settings.events_maxlen)
 
     # --- writing -------------------------------------------------------------------------------
 

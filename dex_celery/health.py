@@ -134,8 +134,8 @@ def sweep_section(dex: Dex) -> Section:
 
 
 def redis_section(dex: Dex) -> Section:
-    dex.ledger.client.ping()
-    info = dex.ledger.client.info("server")
+    dex.redis.ping()
+    info = dex.redis.info("server")
     version = str(info.get("redis_version", "?"))
     return Section("redis", State.OK, f"answers (Redis {version})", {"version": version})
 

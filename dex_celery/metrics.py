@@ -140,7 +140,7 @@ class DexCollector(Collector):
             refused.add_metric([reason], count)
         yield refused
 
-        pipe: Any = dex.ledger.client.pipeline(transaction=False)
+        pipe: Any = dex.redis.pipeline(transaction=False)
         pipe.zcard(keys.queue_index)
         pipe.zcard(keys.lease_index)
         pipe.zcard(keys.unrecorded_index)

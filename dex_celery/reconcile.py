@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -35,9 +34,11 @@ from dex_celery.errors import (
     InvalidCheckResult,
     UnknownCall,
 )
-from dex_celery.events import AgentEvents, EventType
+from dex_celery.events import EventType
+from dex_celery.message_text import check_text
 from dex_celery.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT
 from dex_celery.records import AgentSnapshot, Message, MessageRole
+from dex_celery.report_text import already_reported, format_report
 from dex_celery.settings import DEFAULT_CHECK_TIMEOUT
 from dex_celery.store.unknowns import UnknownOutcomes
 
@@ -71,23 +72,6 @@ class SessionMessenger(Protocol):
     async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot: ...
 
     async def send_user_message(self, session_id: str, text: str) -> bool: ...
-
-
-# --- the report text ---------------------------------------------------------------------------
-
-
-def format_report(answer: str, key: str) -> str:
-    """The user message sent for a call: the check's note, then `(tool call <key>)`."""
-    return f"{answer} (tool call {key})"
-
-
-def already_reported(key: str, user_text: str) -> bool:
-    """Does a user message already name this call? (S8.2)
-
-    The seed tests `key in text`; this also requires the key to stand alone, so the report of
-    `s/t/call-10` does not count as one for `s/t/call-1`.
-    """
-    return re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", user_text) is not None
 
 
 def _unknown_messages(messages: Iterable[Message]) -> list[Message]:
@@ -238,7 +222,7 @@ def reconcile_once(
     checks = checks if checks is not None else dex.outcome_checks
     limit = limit or dex.settings.sweep_batch
     repo = UnknownOutcomes(dex.store)
-    events = AgentEvents.of(dex)
+    events = dex.events
     clock = dex.store.clock
     surfaced: list[str] = []
     reported: list[str] = []
@@ -288,7 +272,7 @@ def reconcile_once(
                 answer = run_check(check, key, record.arguments, timeout=dex.settings.check_timeout)
                 text = "" if isinstance(answer, CannotTellYet) else format_report(answer, key)
                 if text:
-                    dex.client()._check_text(text)  # the size limit of any user message
+                    check_text(text, limit=dex.settings.max_text_bytes)
             except Exception as e:
                 repo.note_check(key, now=clock(), error=f"{type(e).__name__}: {e}")
                 raise

@@ -18,6 +18,7 @@ from celery import Celery
 
 from dex_celery.dispatch import Dispatcher
 from dex_celery.epoch import LedgerEpoch
+from dex_celery.events import AgentEvents
 from dex_celery.ledger.connection import ledger_client
 from dex_celery.ledger.guard import ledger_location
 from dex_celery.ledger.keys import KeySpace
@@ -50,6 +51,9 @@ class Runtime:
         location = ledger_location(
             settings.redis_url, settings.key_prefix, settings.redis_sentinel_master
         )
+        #: The ledger's Redis client, for what is not a ledger script (events, stats, hooks).
+        self.redis = self.ledger.client
+        self.events = AgentEvents(self.redis, keys.events, maxlen=settings.events_maxlen)
         self.epoch = LedgerEpoch(self.ledger, lambda: store.engine, location)
         self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
         self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from dex_celery.event_types import EventType
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
@@ -312,10 +312,23 @@ class Sweeper:
         return done
 
 
+class HasSweeper(Protocol):
+    """Anything that holds this process's sweeper (a `Dex`)."""
+
+    @property
+    def sweeper(self) -> Sweeper: ...
+
+
 def run_forever(
-    sweeper: Sweeper, *, stop: threading.Event | None = None, interval: float | None = None
+    sweeper: Sweeper | HasSweeper,
+    *,
+    stop: threading.Event | None = None,
+    interval: float | None = None,
 ) -> None:
-    """Sweep every `interval` seconds until `stop` is set (`dex-celery sweep --loop`, tests)."""
+    """Sweep every `interval` seconds until `stop` is set (`dex-celery sweep --loop`, beat,
+    tests). Given a `Dex`, its sweeper runs (built once per process)."""
+    if not isinstance(sweeper, Sweeper):
+        sweeper = sweeper.sweeper
     stop = stop or threading.Event()
     interval = interval or sweeper.settings.sweep_interval
     while not stop.is_set():

@@ -25,12 +25,12 @@ from dex_celery.ids import CallKey
 from dex_celery.input_schema import check_arguments
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
-from dex_celery.policy import PolicySnapshot, resolve_policy
+from dex_celery.policy import EffectClass, PolicySnapshot, resolve_policy
 from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
-from dex_celery.store.values import NewCall, Outcome, arguments_json
+from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.task_events import announce_decided
 from dex_celery.tools import TASK_PREFIX, Tool, find_tool
 from dex_celery.tracing import span
@@ -149,8 +149,8 @@ class Dispatcher:
                 continue
             seen.add(key.key)
 
-            def resolve(default: Any, tool: Any = tool) -> PolicySnapshot:
-                return resolve_policy(tool.policy, tool.annotations, default, settings)
+            def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
+                return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
 
             prepared.append((NewCall(key, tool.name, text, resolve), arguments))
         if not prepared:
@@ -379,6 +379,14 @@ class Dispatcher:
         if record is None:
             raise UnknownCall(f"no tool call {key!r} in the store")
         return AttemptMessage(record.tool_name, key, json.loads(record.arguments), record.policy)
+
+
+def admit(policy: PolicySnapshot, now: float) -> Admission:
+    """The approval rule (S6.1): a call whose policy requires approval waits for a person until
+    `now + approval_timeout`; any other is pending at once."""
+    if policy.requires_approval:
+        return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
+    return Admission(policy, CallStatus.PENDING)
 
 
 def outcome_of(step: Step, result: str | None) -> Outcome:

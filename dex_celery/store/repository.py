@@ -24,7 +24,8 @@ from sqlalchemy import (
 )
 
 from dex_celery.errors import UnknownSession
-from dex_celery.outcomes import CallStatus, tool_output
+from dex_celery.ids import CallKey
+from dex_celery.outcomes import CallStatus
 from dex_celery.policy import EffectClass
 from dex_celery.records import (
     ApprovalDecision,
@@ -35,7 +36,12 @@ from dex_celery.records import (
 )
 from dex_celery.store.dialect import IN_CHUNK, insert_ignore, insert_many_ignore
 from dex_celery.store.engine import EngineHandle
-from dex_celery.store.rows import call_record, message_record, session_record
+from dex_celery.store.rows import (
+    call_record,
+    message_record,
+    session_record,
+    tool_message_row,
+)
 from dex_celery.store.schema import messages, metadata, sessions, tool_calls
 from dex_celery.store.values import NewCall, Outcome, OutcomeRow
 
@@ -111,12 +117,8 @@ class Store:
                 sid = new.key.session_id
                 if sid not in defaults:
                     defaults[sid] = self._session_default(conn, sid, now)
-                snapshot = new.resolve(defaults[sid])
-                status = (
-                    CallStatus.AWAITING_APPROVAL
-                    if snapshot.requires_approval
-                    else CallStatus.PENDING
-                )
+                admission = new.resolve(defaults[sid], now)
+                snapshot = admission.policy
                 rows.append(
                     dict(
                         key=new.key.key,
@@ -128,13 +130,11 @@ class Store:
                         effect=snapshot.effect.value,
                         requires_approval=int(snapshot.requires_approval),
                         policy=snapshot.to_json(),
-                        status=status.value,
+                        status=admission.status.value,
                         attempts=0,
                         ledger_epoch=epoch,
                         requested_at=now,
-                        approval_deadline=(
-                            now + snapshot.approval_timeout if snapshot.requires_approval else None
-                        ),
+                        approval_deadline=admission.approval_deadline,
                     )
                 )
             created = insert_many_ignore(conn, tool_calls, rows)
@@ -190,23 +190,7 @@ class Store:
         than that time, so a rejection and the deadline's expiry cannot both claim the call.
         """
         now = self.clock()
-        values: dict[str, Any] = dict(
-            status=outcome.status.value,
-            error=outcome.error or None,
-            result=outcome.result,
-            finished_at=now,
-        )
-        if outcome.attempts:
-            values["attempts"] = outcome.attempts
-        if outcome.attempt_log is not None:
-            values["attempt_log"] = outcome.attempt_log
-        if decision is not None:
-            values.update(
-                decision=decision.decision,
-                decided_by=decision.decided_by,
-                decided_at=decision.decided_at,
-                decision_note=decision.note,
-            )
+        values = _outcome_values(outcome, decision, now)
         query = (
             update(tool_calls)
             .where(tool_calls.c.key == key)
@@ -218,30 +202,14 @@ class Store:
             query = query.where(tool_calls.c.claim_fence.is_(None))
         with self.engine.begin() as conn:
             row = conn.execute(
-                query.values(**values).returning(
-                    tool_calls.c.session_id,
-                    tool_calls.c.turn_id,
-                    tool_calls.c.tool_call_id,
-                    tool_calls.c.tool_name,
-                    tool_calls.c.arguments,
-                )
+                query.values(**values).returning(tool_calls.c.tool_name, tool_calls.c.arguments)
             ).first()
             if row is None:
                 return False
-            conn.execute(
-                insert(messages).values(
-                    session_id=row.session_id,
-                    role=MessageRole.TOOL.value,
-                    text=None,
-                    tool_output=tool_output(outcome.status, outcome.result, outcome.error),
-                    turn_id=row.turn_id,
-                    tool_call_id=row.tool_call_id,
-                    tool_name=row.tool_name,
-                    tool_arguments=row.arguments,
-                    call_key=key,
-                    created_at=now,
-                )
+            message = tool_message_row(
+                CallKey.parse(key), row.tool_name, row.arguments, outcome, now
             )
+            conn.execute(insert(messages).values(**message))
         return True
 
     def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
@@ -285,19 +253,7 @@ class Store:
             for r in rows
         ]
         new_messages = [
-            {
-                "session_id": r.key.session_id,
-                "role": MessageRole.TOOL.value,
-                "text": None,
-                "tool_output": tool_output(r.outcome.status, r.outcome.result, r.outcome.error),
-                "turn_id": r.key.turn_id,
-                "tool_call_id": r.key.tool_call_id,
-                "tool_name": r.tool_name,
-                "tool_arguments": r.arguments,
-                "call_key": r.key.key,
-                "created_at": now,
-            }
-            for r in rows
+            tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now) for r in rows
         ]
         with self.engine.begin() as conn:
             ended = {key for u in updates for key in conn.execute(update_stmt, u).scalars()}
@@ -524,3 +480,27 @@ class Store:
             )
             new_id = result.inserted_primary_key[0] if result.inserted_primary_key else 0
         return Message(role=role, text=text, id=int(new_id), created_at=now)
+
+
+def _outcome_values(
+    outcome: Outcome, decision: ApprovalDecision | None, now: float
+) -> dict[str, Any]:
+    """The columns a single outcome write sets (with a person's decision, if any)."""
+    values: dict[str, Any] = dict(
+        status=outcome.status.value,
+        error=outcome.error or None,
+        result=outcome.result,
+        finished_at=now,
+    )
+    if outcome.attempts:
+        values["attempts"] = outcome.attempts
+    if outcome.attempt_log is not None:
+        values["attempt_log"] = outcome.attempt_log
+    if decision is not None:
+        values.update(
+            decision=decision.decision,
+            decided_by=decision.decided_by,
+            decided_at=decision.decided_at,
+            decision_note=decision.note,
+        )
+    return values

@@ -6,7 +6,8 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from dex_celery.outcomes import CallStatus
+from dex_celery.ids import CallKey
+from dex_celery.outcomes import CallStatus, tool_output
 from dex_celery.policy import EffectClass, PolicySnapshot
 from dex_celery.records import (
     ApprovalDecision,
@@ -15,6 +16,7 @@ from dex_celery.records import (
     SessionRecord,
     ToolCallRecord,
 )
+from dex_celery.store.values import Outcome
 
 
 def session_record(row: RowMapping) -> SessionRecord:
@@ -71,3 +73,24 @@ def message_record(row: RowMapping) -> Message:
         id=row["id"],
         created_at=row["created_at"],
     )
+
+
+def tool_message_row(
+    key: CallKey, tool_name: str, arguments: str, outcome: Outcome, now: float
+) -> dict[str, Any]:
+    """The TOOL message of an ended call: what the model reads of its outcome (S7.1).
+
+    Built here only, for the single and the batched outcome writes alike.
+    """
+    return {
+        "session_id": key.session_id,
+        "role": MessageRole.TOOL.value,
+        "text": None,
+        "tool_output": tool_output(outcome.status, outcome.result, outcome.error),
+        "turn_id": key.turn_id,
+        "tool_call_id": key.tool_call_id,
+        "tool_name": tool_name,
+        "tool_arguments": arguments,
+        "call_key": key.key,
+        "created_at": now,
+    }

@@ -14,9 +14,20 @@ from dex_celery.ids import CallKey
 from dex_celery.outcomes import CallStatus
 from dex_celery.policy import EffectClass, PolicySnapshot
 
-#: Resolves a call's policy once the session's default effect class is known (in the insert's
-#: transaction, where the session row is read).
-Resolver = Callable[[EffectClass | None], PolicySnapshot]
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """How a new call enters the record: its policy snapshot, first status and approval
+    deadline. Decided by the dispatcher (`dispatch.admit`); the store only writes it."""
+
+    policy: PolicySnapshot
+    status: CallStatus
+    approval_deadline: float | None = None
+
+
+#: Decides a call's admission once the session's default effect class is known (read in the
+#: insert's transaction) and the time of the request (the ledger's clock).
+Resolver = Callable[[EffectClass | None, float], Admission]
 
 
 @dataclass(frozen=True, slots=True)

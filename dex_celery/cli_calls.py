@@ -26,6 +26,7 @@ from dex_celery.outcomes import CallStatus
 from dex_celery.records import Message, MessageRole, ToolCallRecord
 from dex_celery.redact import redact
 from dex_celery.report_text import already_reported
+from dex_celery.textfmt import render_table, shorten
 from dex_celery.timefmt import format_utc, parse_since
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -34,24 +35,6 @@ from dex_celery.timefmt import format_utc, parse_since
 def format_time(value: float | None) -> str:
     """UTC with the zone shown, as every command prints times."""
     return format_utc(value)
-
-
-def shorten(text: str | None, width: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned table: readable in a terminal, a log file and a CI transcript alike."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
 def shown_arguments(record: ToolCallRecord) -> Any:

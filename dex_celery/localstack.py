@@ -19,12 +19,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
 import redis
+from celery import Celery
 
+from dex_celery.app import configure_celery
+from dex_celery.backends import safe_url
 from dex_celery.errors import ConfigurationError
 from dex_celery.ledger.connection import redis_client
 from dex_celery.settings import Settings, env_name
@@ -46,6 +49,35 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def expanded_node_name(name: str) -> str:
+    """A Celery node name with `%h` expanded, as the worker names itself."""
+    return name.replace("%h", socket.gethostname())
+
+
+def ping_app(settings: Settings) -> Celery:
+    """A bare Celery app on the stack's broker, only to ping its worker."""
+    app = Celery("dex-localstack-ping")
+    configure_celery(app, settings)
+    return app
+
+
+def worker_answers(app: Celery, node: str) -> bool:
+    """Does the worker `node` answer a ping yet?"""
+    try:
+        replies = app.control.ping(destination=[node], timeout=0.5)
+    except Exception:  # the broker is still coming up
+        return False
+    return any(node in reply for reply in replies or [])
+
+
+def prepare_database(settings: Settings, echo: Callable[[str], object]) -> None:
+    """Bring the configured database to the newest schema (Alembic), as production does."""
+    from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
+
+    revision = upgrade(settings.database_url, schema=settings.database_schema)
+    echo(f"database: {safe_url(settings.database_url)} (schema at revision {revision})")
 
 
 def redis_answers(url: str) -> bool:
@@ -128,6 +160,10 @@ class LocalStack:
             self.stop()
             raise
         return self
+
+    def settings(self, base: Settings) -> Settings:
+        """`base` with the stack's Redis: what a process of this stack is configured with."""
+        return replace(base, redis_url=self.redis_url)
 
     def start_redis(self) -> str:
         """The configured Redis, or a private one; sets `redis_url`."""

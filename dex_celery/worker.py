@@ -142,14 +142,20 @@ def owner_id() -> str:
     return f"{node}:{os.getpid()}"
 
 
-def owner_is_dead_here(owner: str) -> bool:
-    """True if `owner` (`<node>:<pid>`, see `owner_id`) names a process of this host that is
-    gone. The node is Celery's `name@host`, or the bare host name outside a task."""
+def parse_owner(owner: str) -> tuple[str, int | None]:
+    """(host, pid) of an owner string (`<node>:<pid>`, see `owner_id`); pid None if there is
+    none. The node is Celery's `name@host`, or the bare host name outside a task."""
     node, _, pid = owner.rpartition(":")
-    if node.rpartition("@")[2] != socket.gethostname() or not pid.isdigit():
+    return node.rpartition("@")[2], int(pid) if pid.isdigit() else None
+
+
+def owner_is_dead_here(owner: str) -> bool:
+    """True if `owner` (see `owner_id`) names a process of this host that is gone."""
+    host, pid = parse_owner(owner)
+    if host != socket.gethostname() or pid is None:
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:

@@ -46,9 +46,41 @@ class PrerequisiteMissing(ConfigurationError):
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (the tests and bench/ use this one too)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def redis_server_args(
+    binary: str,
+    port: int,
+    directory: Path,
+    *,
+    appendonly: bool = False,
+    appendfsync: str = "everysec",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of a private redis-server: loopback only, its own folder and log, no
+    snapshots. The one launcher of `dex-celery dev`, the tests and the benchmarks."""
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(directory),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        appendfsync,
+        "--logfile",
+        str(directory / "redis.log"),
+        *extra,
+    ]
 
 
 def expanded_node_name(name: str) -> str:
@@ -186,21 +218,7 @@ class LocalStack:
         port = free_port()
         folder = self.workdir / "redis"
         folder.mkdir(parents=True, exist_ok=True)
-        args = [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(folder),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--logfile",
-            str(folder / "redis.log"),
-        ]
+        args = redis_server_args(binary, port, folder)
         self._spawn("redis-server", args, stdout_to_file=True)
         self.redis_url = f"redis://127.0.0.1:{port}/0"
         self.private_redis = True

@@ -32,8 +32,8 @@ import click
 from celery import Celery
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
-from dex_celery.examples.orderdesk.app import create_app
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
+from dex_celery.examples.orderdesk.factory import create_app
 from dex_celery.localstack import (
     LocalStack,
     PrerequisiteMissing,

@@ -204,7 +204,21 @@ def _late(text: str | None) -> Any:
         return text
 
 
+#: The policy fields `calls show` prints, in order.
+POLICY_FIELDS = (
+    "effect",
+    "effect_source",
+    "requires_approval",
+    "max_attempts",
+    "schedule_to_start",
+    "start_to_close",
+    "heartbeat_timeout",
+    "approval_timeout",
+)
+
+
 def render_details(d: dict[str, Any]) -> str:
+    """`calls show` as text, from the same value `--json` prints (`call_details`)."""
     lines = [
         f"call      {d['key']}",
         f"tool      {d['tool']}  ({d['effect']})",
@@ -217,41 +231,38 @@ def render_details(d: dict[str, Any]) -> str:
         lines.append(f"error     {d['error']}")
     if d["result"] is not None:
         lines.append(f"result    {shorten(d['result'], 200)}")
-    policy = d["policy"]
-    lines.append(
-        "policy    "
-        + ", ".join(
-            f"{k}={policy[k]}"
-            for k in (
-                "effect",
-                "effect_source",
-                "requires_approval",
-                "max_attempts",
-                "schedule_to_start",
-                "start_to_close",
-                "heartbeat_timeout",
-                "approval_timeout",
-            )
-        )
-        + (
-            f", secret_arguments={','.join(policy['secret_arguments'])}"
-            if policy["secret_arguments"]
-            else ""
-        )
-    )
+    lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
-        approval = d["approval"]
+        lines.append(_approval_line(d["approval_deadline"], d["approval"]))
+    lines.extend(_attempt_lines(d["attempt_log"]))
+    if d["late_result"] is not None:
+        lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
+    lines.append(_ledger_line(d["ledger"], d.get("ledger_error")))
+    lines.extend(_message_lines(d["messages"]))
+    return "\n".join(lines)
+
+
+def _policy_line(policy: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={policy[k]}" for k in POLICY_FIELDS)
+    if policy["secret_arguments"]:
+        shown += f", secret_arguments={','.join(policy['secret_arguments'])}"
+    return "policy    " + shown
+
+
+def _approval_line(deadline: float | None, approval: dict[str, Any] | None) -> str:
+    decided = "not decided"
+    if approval:
         decided = (
             f"{approval['decision']} by {approval['decided_by']} at "
             f"{format_time(approval['decided_at'])}"
             + (f": {approval['note']}" if approval["note"] else "")
-            if approval
-            else "not decided"
         )
-        lines.append(f"approval  deadline {format_time(d['approval_deadline'])}; {decided}")
-    lines.append("attempts")
-    if not d["attempt_log"]:
-        lines.append("  (none)")
+    return f"approval  deadline {format_time(deadline)}; {decided}"
+
+
+def _attempt_lines(attempt_log: list[dict[str, Any]]) -> list[str]:
+    if not attempt_log:
+        return ["attempts", "  (none)"]
     rows = [
         [
             str(a.get("attempt")),
@@ -261,32 +272,31 @@ def render_details(d: dict[str, Any]) -> str:
             format_time(a.get("ended_at")),
             shorten(a.get("error"), 120) or "-",
         ]
-        for a in d["attempt_log"]
+        for a in attempt_log
     ]
-    if rows:
-        table = render_table(["#", "state", "worker", "claimed", "ended", "error"], rows)
-        lines.extend("  " + row for row in table.splitlines())
-    if d["late_result"] is not None:
-        lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
-    ledger = d["ledger"]
-    lines.append(
-        "ledger    "
-        + (
-            f"status={ledger['status'] or '-'} attempt={ledger['attempt']} state={ledger['state']}"
-            f" owner={ledger['owner'] or '-'}"
-            if ledger
-            else f"unavailable ({d['ledger_error']})"
-            if d.get("ledger_error")
-            else "(no entry: finished and expired, or never opened)"
+    table = render_table(["#", "state", "worker", "claimed", "ended", "error"], rows)
+    return ["attempts", *("  " + row for row in table.splitlines())]
+
+
+def _ledger_line(ledger: dict[str, Any] | None, error: str | None) -> str:
+    if ledger:
+        return (
+            f"ledger    status={ledger['status'] or '-'} attempt={ledger['attempt']} "
+            f"state={ledger['state']} owner={ledger['owner'] or '-'}"
         )
-    )
-    lines.append("messages")
-    if not d["messages"]:
+    if error:
+        return f"ledger    unavailable ({error})"
+    return "ledger    (no entry: finished and expired, or never opened)"
+
+
+def _message_lines(messages: list[dict[str, Any]]) -> list[str]:
+    lines = ["messages"]
+    if not messages:
         lines.append("  (none)")
-    for m in d["messages"]:
+    for m in messages:
         text = m["tool_output"] if m["role"] == "tool" else m["text"]
         lines.append(f"  [{m['role']}] {format_time(m['created_at'])}  {shorten(text, 300)}")
-    return "\n".join(lines)
+    return lines
 
 
 @contextlib.contextmanager

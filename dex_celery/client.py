@@ -131,7 +131,6 @@ class DexClient:
         """Calls waiting for a decision, oldest first, secret arguments redacted."""
         return Approvals(self.dex).pending(session_id, limit=limit)
 
-    # --- end of approvals ----------------------------------------------------------------------
 
     # --- events (S7.3; dex_celery/events.py) ---------------------------------------------------
 
@@ -153,7 +152,6 @@ class DexClient:
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
 
-    # --- end of events -------------------------------------------------------------------------
 
 
 class AsyncDexClient:
@@ -209,7 +207,6 @@ class AsyncDexClient:
     ) -> list[PendingApproval]:
         return await asyncio.to_thread(self.sync.pending_approvals, session_id, limit=limit)
 
-    # --- end of approvals ----------------------------------------------------------------------
 
     # --- events (S7.3; dex_celery/events.py) ---------------------------------------------------
 
@@ -227,4 +224,3 @@ class AsyncDexClient:
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
 
-    # --- end of events -------------------------------------------------------------------------

@@ -81,70 +81,20 @@ class Sweeper:
         self._epoch: str | None = None
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
+        """One sweep: every due item of every index, then approvals and orphans."""
         started = time.monotonic()
-        ledger, keys, batch = self.ledger, self.ledger.keys, self.settings.sweep_batch
         # Before acting on ledger state: is this the database's ledger (else LedgerMismatch),
         # and has Redis gone back in time since the last look (then a new epoch, S10.2)?
         epoch = self.epoch.current(refresh=True)
         if self._epoch is not None and epoch != self._epoch:
             self._replay_finished_events(epoch)
         self._epoch = epoch
-        counts = {"lost": 0, "expired": 0, "timed_out": 0, "recorded": 0}
-        errors = 0
-
-        def each(
-            index: str, name: str, move: Callable[[str], Step], *, before: float | None = None
-        ) -> None:
-            nonlocal errors
-            for key in ledger.due(index, now=before, limit=batch):
-                try:
-                    step = move(key)
-                    if step.kind is not StepKind.NOOP:
-                        counts[name] += 1
-                        self.dispatcher.apply(key, step)
-                except Exception:
-                    errors += 1
-                    log.exception("sweep (%s) failed for %s; left for the next sweep", name, key)
-
-        each(
-            keys.lease_index,
-            "lost",
-            lambda k: ledger.lose(
-                k, None, mode=LoseMode.LAPSED, detail="its heartbeat lease lapsed"
-            ),
-        )
-        each(
-            keys.queue_index,
-            "expired",
-            lambda k: ledger.expire(
-                k,
-                None,
-                unpublished=False,
-                detail="no worker claimed it before its schedule-to-start deadline",
-            ),
-        )
-        each(
-            keys.close_index,
-            "timed_out",
-            lambda k: ledger.time_out(
-                k, None, detail="fenced by the sweeper at its start-to-close deadline"
-            ),
-        )
-        now = ledger.now()
-        for key in ledger.due(
-            keys.unrecorded_index, now=now - self.settings.unrecorded_grace, limit=batch
-        ):
-            try:
-                if self._record_unrecorded(key):
-                    counts["recorded"] += 1
-            except Exception:
-                errors += 1
-                log.exception("could not record the outcome of %s; left for the next sweep", key)
+        counts = dict.fromkeys(("lost", "expired", "timed_out", "recorded"), 0)
+        errors = self._move_due(counts)
+        now = self.ledger.now()
+        errors += self._record_unrecorded_due(now, counts)
         approvals, e1 = self._expire_approvals(now)
-        reopened = ended = 0
-        e2 = 0
-        if check_orphans:
-            reopened, ended, e2 = self._orphans(now)
+        reopened, ended, e2 = self._orphans(now) if check_orphans else (0, 0, 0)
         report = SweepReport(
             **counts,
             approvals_expired=approvals,
@@ -156,6 +106,68 @@ class Sweeper:
             log.info("sweep: %s", report.as_dict())
         record_sweep(self.ledger, started, report.errors)  # for metrics and status
         return report
+
+    def _moves(self) -> list[tuple[str, str, Callable[[str], Step]]]:
+        """(deadline index, count name, the ledger transition of a due item) for each index."""
+        ledger, keys = self.ledger, self.ledger.keys
+        return [
+            (
+                keys.lease_index,
+                "lost",
+                lambda k: ledger.lose(
+                    k, None, mode=LoseMode.LAPSED, detail="its heartbeat lease lapsed"
+                ),
+            ),
+            (
+                keys.queue_index,
+                "expired",
+                lambda k: ledger.expire(
+                    k,
+                    None,
+                    unpublished=False,
+                    detail="no worker claimed it before its schedule-to-start deadline",
+                ),
+            ),
+            (
+                keys.close_index,
+                "timed_out",
+                lambda k: ledger.time_out(
+                    k, None, detail="fenced by the sweeper at its start-to-close deadline"
+                ),
+            ),
+        ]
+
+    def _move_due(self, counts: dict[str, int]) -> int:
+        """Move every due item of the three deadline indexes; returns the number of errors."""
+        errors = 0
+        for index, name, move in self._moves():
+            for key in self.ledger.due(index, now=None, limit=self.settings.sweep_batch):
+                try:
+                    step = move(key)
+                    if step.kind is not StepKind.NOOP:
+                        counts[name] += 1
+                        self.dispatcher.apply(key, step)
+                except Exception:
+                    errors += 1
+                    log.exception("sweep (%s) failed for %s; left for the next sweep", name, key)
+        return errors
+
+    def _record_unrecorded_due(self, now: float, counts: dict[str, int]) -> int:
+        """Write the outcomes left unrecorded past their grace; returns the number of errors."""
+        errors = 0
+        due = self.ledger.due(
+            self.ledger.keys.unrecorded_index,
+            now=now - self.settings.unrecorded_grace,
+            limit=self.settings.sweep_batch,
+        )
+        for key in due:
+            try:
+                if self._record_unrecorded(key):
+                    counts["recorded"] += 1
+            except Exception:
+                errors += 1
+                log.exception("could not record the outcome of %s; left for the next sweep", key)
+        return errors
 
     def _replay_finished_events(self, epoch: str) -> int:
         """The events stream went back in time with Redis: announce again, once, the calls that

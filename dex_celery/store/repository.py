@@ -16,7 +16,6 @@ from sqlalchemy import (
     Engine,
     and_,
     bindparam,
-    func,
     insert,
     or_,
     select,
@@ -435,10 +434,6 @@ class Store:
         )
         with self.engine.connect() as conn:
             return [call_record(r) for r in conn.execute(query).mappings()]
-
-    def count_calls(self) -> int:
-        with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(tool_calls)).scalar_one())
 
     def snapshot(self, session_id: str) -> tuple[list[ToolCallRecord], list[Message]]:
         with self.engine.connect() as conn:

@@ -18,6 +18,7 @@ from dex_celery import (
     run_tool_calls,
     run_tool_calls_async,
 )
+from tests.support.crash import count_calls
 from tests.support.processes import Worker
 from tests.support.toolapp import executions
 
@@ -111,4 +112,4 @@ def test_bad_tool_calls_are_refused_before_anything_is_recorded(
     none of its calls."""
     with pytest.raises(error):
         run_tool_calls(dex.client(), "chat", "turn-1", tool_calls, timeout=1)
-    assert dex.store.count_calls() == 0
+    assert count_calls(dex) == 0

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
+from dex_celery.approvals import expire_approval
 from dex_celery.event_types import EventType
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
-from dex_celery.records import ApprovalDecision, ToolCallRecord
+from dex_celery.records import ToolCallRecord
 from dex_celery.stats import record_sweep
 from dex_celery.store.values import Outcome
 
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
     from dex_celery.store.repository import Store
 
 log = logging.getLogger("dex_celery.sweep")
-
-APPROVAL_EXPIRED_BY = "system: approval deadline"
-
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
@@ -227,30 +225,8 @@ class Sweeper:
         return count, errors
 
     def expire_approval(self, record: ToolCallRecord, now: float) -> bool:
-        error = (
-            "the approval deadline passed before anyone approved the call "
-            f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(record.approval_deadline or now))} UTC)"
-        )
-        decision = ApprovalDecision("expired", APPROVAL_EXPIRED_BY, now, None)
-        done = self.store.record_outcome(
-            record.key,
-            Outcome(CallStatus.REJECTED, error),
-            from_statuses=(CallStatus.AWAITING_APPROVAL,),
-            decision=decision,
-        )
-        if done:
-            self.ledger.announce(
-                {
-                    "type": EventType.TOOL_CALL_DECIDED,
-                    "key": record.key,
-                    "decision": "expired",
-                    "by": APPROVAL_EXPIRED_BY,
-                }
-            )
-            self.ledger.announce_finished(
-                record.key, status=CallStatus.REJECTED.value, error=error
-            )
-        return done
+        """End a call whose approval deadline passed (the rule: `approvals.expire_approval`)."""
+        return expire_approval(self.store, self.ledger, record, now)
 
     def _orphans(self, now: float) -> tuple[int, int, int]:
         """SQL calls in flight with no entry in the ledger's current life (docs/ledger.md).

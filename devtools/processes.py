@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -186,8 +187,12 @@ class Worker(CeleryWorker):
         log_dir: Path,
         concurrency: int = 2,
         extra_args: Sequence[str] = (),
+        pool: str = "prefork",
     ) -> None:
-        super().__init__("devtools.toolapp", env, log_dir, concurrency, extra_args=extra_args)
+        """`pool`: `prefork`, `threads` or `gevent` (Celery's `-P`)."""
+        super().__init__(
+            "devtools.toolapp", env, log_dir, concurrency, pool=pool, extra_args=extra_args
+        )
 
 
 @dataclass

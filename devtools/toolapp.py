@@ -7,10 +7,13 @@ the ledger and SQL. Tools that must be killed mid-run wait for a release file or
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import threading
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +173,9 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         _note(ctx, "start")
         return {"query": query, "token_length": len(api_token)}
 
+    _async_tools(dex)
+    _edge_tools(dex)
+
     # Clock skew (S10.1, tests/crash/test_clock_skew.py): tools whose outcome would change if
     # any decision used a host's clock instead of Redis's.
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
@@ -211,6 +217,137 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
 
     app.conf.task_routes = {"dex.tool.unserved_write": {"queue": UNSERVED_QUEUE}}
     return app, dex
+
+
+async def _ahold(ctx: ToolContext, seconds: float) -> None:
+    """`_hold` for async tools: awaits (never blocks the loop) until released or `seconds`."""
+    deadline = time.monotonic() + seconds
+    release = log_dir() / "release"
+    while time.monotonic() < deadline and not release.exists():
+        await asyncio.sleep(0.05)
+
+
+def _async_tools(dex: Dex) -> None:
+    """`async def` tools: awaited on the worker process's event loop, whatever the pool."""
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    async def async_echo(ctx: ToolContext, text: str, delay: float = 0.01) -> Any:
+        _note(ctx, "start")
+        await asyncio.sleep(delay)
+        return {"text": text, "attempt": ctx.attempt}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE))
+    async def async_failing(ctx: ToolContext, message: str = "no such order") -> Any:
+        _note(ctx, "start")
+        await asyncio.sleep(0.01)
+        raise ToolError(message)
+
+    async def async_slow(ctx: ToolContext, seconds: float = 30.0) -> Any:
+        _note(ctx, "start")
+        try:
+            await _ahold(ctx, seconds)
+        except asyncio.CancelledError:
+            _note(ctx, "cancelled")
+            raise
+        _note(ctx, "end")
+        return "done"
+
+    for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
+        dex.tool(
+            f"async_slow_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False),
+        )(async_slow)
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, start_to_close=1.5
+        )
+    )
+    async def async_overtime(ctx: ToolContext, seconds: float = 20.0) -> Any:
+        """Runs past its start-to-close: the fenced attempt's coroutine must be cancelled."""
+        _note(ctx, "start")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            _note(ctx, "cancelled")
+            raise
+        _note(ctx, "end")
+        return "late"
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, max_attempts=1))
+    async def async_long_await(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """One await longer than the heartbeat timeout, without a heartbeat of its own."""
+        _note(ctx, "start")
+        await asyncio.sleep(seconds)
+        _note(ctx, "end")
+        return {"slept": seconds}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def sync_returns_coroutine(ctx: ToolContext) -> Any:
+        """A plain function handing back a coroutine: refused, never a silent coroutine."""
+        return asyncio.sleep(0)
+
+
+def _edge_tools(dex: Dex) -> None:
+    """Tools for the edges of issue 11: typed arguments, secrets in errors, results."""
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def typed(ctx: ToolContext, order: int, amount: Decimal, note: dict[str, Any]) -> Any:
+        """Reports the exact Python values it received."""
+        _note(ctx, "start")
+        return {"order": repr(order), "amount": repr(amount), "note": repr(note)}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE,
+            requires_approval=False,
+            secret_arguments=("api_token",),
+        )
+    )
+    def leaky(ctx: ToolContext, order: int, api_token: str) -> Any:
+        """Puts its secret into an exception's text, as `int(api_token)` does."""
+        _note(ctx, "start")
+        logging.getLogger("tests.leaky").info("charging order %s", order)
+        return int(api_token)
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.READ,
+            max_attempts=3,
+            backoff_initial=0.1,
+            secret_arguments=("api_token",),
+        )
+    )
+    def flaky_secret(ctx: ToolContext, api_token: str) -> Any:
+        """Fails its first attempt: the retry must still get the real token (read back sealed)."""
+        _note(ctx, "start")
+        if ctx.attempt == 1:
+            raise RetryableToolError(f"the service refused {api_token} for now")
+        return {"attempt": ctx.attempt, "token_length": len(api_token)}
+
+    @dex.tool(
+        policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("card",))
+    )
+    def guarded_secret(ctx: ToolContext, card: str) -> Any:
+        """Waits for approval; runs with the real card number once approved."""
+        _note(ctx, "start")
+        return {"card_length": len(card), "echo": f"charged {card}"}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def big_read(ctx: ToolContext, size: int) -> Any:
+        _note(ctx, "start")
+        return "x" * size
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False))
+    def big_write(ctx: ToolContext, size: int) -> Any:
+        _note(ctx, "start")
+        return "x" * size
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False))
+    def non_json_write(ctx: ToolContext) -> Any:
+        """Its effect takes place (the log line), then it returns something JSON cannot hold."""
+        _note(ctx, "start")
+        return {1, 2, 3}
 
 
 app, dex = make_app()

@@ -20,8 +20,10 @@ from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
 from dex_celery import hooks
+from dex_celery.arguments import prepare_tool
 from dex_celery.beat_jobs import install_beat_jobs
 from dex_celery.client import DexClient
+from dex_celery.definitions import tool_definitions
 from dex_celery.dispatch import Dispatcher
 from dex_celery.errors import ConfigurationError, DuplicateTool
 from dex_celery.events import AgentEvents
@@ -160,6 +162,7 @@ class Dex:
     def add_tool(self, tool: Tool) -> None:
         """Register a `Tool` built by hand (what `tool()` does for a decorated function)."""
         check_registration(tool.name, tool.policy, tool.annotations)
+        tool = prepare_tool(tool)  # arguments schema, secret names (dex_celery/arguments.py)
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
@@ -168,8 +171,10 @@ class Dex:
         # the session default is treated as a write here (the ledger still retries reads).
         late_ack = effect is not None and effect.retryable
 
-        def execute(key: str, attempt: int, arguments: dict[str, Any]) -> str | None:
-            return self.runtime.worker.run(tool, key, attempt, arguments)
+        def execute(
+            key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
+        ) -> str | None:
+            return self.runtime.worker.run(tool, key, attempt, arguments, sealed)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
@@ -205,6 +210,10 @@ class Dex:
     def tools(self) -> Mapping[str, Tool]:
         """Every registered tool by name (read-only)."""
         return MappingProxyType(self._tools)
+
+    def tool_definitions(self, format: str = "openai") -> list[dict[str, Any]]:
+        """Every tool's schema as `openai`, `anthropic` or `mcp` tool definitions."""
+        return tool_definitions(self._tools.values(), format)
 
     # --- per-process services ------------------------------------------------------------------
 

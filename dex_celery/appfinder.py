@@ -41,7 +41,9 @@ def find_dex(path: str | None) -> Dex:
         raise AppNotFound(f"cannot import {path.partition(':')[0]!r} (from -A/--app {path!r})")
     if attribute:
         if not hasattr(module, attribute):
-            raise AppNotFound(f"module {module_name!r} has no attribute {attribute!r} (-A/--app {path!r})")
+            raise AppNotFound(
+                f"module {module_name!r} has no attribute {attribute!r} (-A/--app {path!r})"
+            )
         return _as_dex(getattr(module, attribute), path)
     return _search(module, path)
 
@@ -91,4 +93,6 @@ def _search(module: ModuleType, path: str) -> Dex:
         submodule = _import(f"{module.__name__}.celery", path)
         if submodule is not None:
             return _search(submodule, path)
-    raise AppNotFound(f"module {module.__name__!r} (-A/--app {path!r}) has no Celery app with a Dex")
+    raise AppNotFound(
+        f"module {module.__name__!r} (-A/--app {path!r}) has no Celery app with a Dex"
+    )

@@ -37,6 +37,4 @@ def status(ctx: DexContext, as_json: bool) -> None:
 
 def render_status(report: HealthReport) -> str:
     width = max(len(s.name) for s in report.sections)
-    return "\n".join(
-        f"{MARK[s.state]}  {s.name.ljust(width)}  {s.detail}" for s in report.sections
-    )
+    return "\n".join(f"{MARK[s.state]}  {s.name.ljust(width)}  {s.detail}" for s in report.sections)

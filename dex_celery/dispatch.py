@@ -14,20 +14,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dex_celery import tracing
+from dex_celery.arguments import check_arguments
 from dex_celery.errors import (
     ArgumentsTooLarge,
+    CallConflict,
     InvalidArguments,
     PublishError,
     UnknownCall,
 )
 from dex_celery.event_types import EventType
 from dex_celery.ids import CallKey
-from dex_celery.input_schema import check_arguments
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.policy import EffectClass, PolicySnapshot, resolve_policy
 from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
+from dex_celery.sealing import seal
+from dex_celery.sealing import split as split_secrets
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
@@ -68,8 +71,9 @@ class AttemptMessage:
 
     tool_name: str
     key: str
-    arguments: Mapping[str, Any]
+    arguments: Mapping[str, Any]  # as stored: secret values are `***`
     policy: PolicySnapshot
+    sealed: str | None = None  # the secret values, sealed (dex_celery/sealing.py)
 
 
 def parse_arguments(
@@ -136,39 +140,58 @@ class Dispatcher:
         Everything is validated before anything is written, so a bad request in the batch
         leaves no record of any of them (S9.3).
         """
-        settings = self.settings
         prepared: list[tuple[NewCall, dict[str, Any]]] = []
-        seen: set[str] = set()
+        seen: dict[str, NewCall] = {}
         for req in requests:
-            key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
-            tool = find_tool(self.tools, req.tool_name)
-            arguments, text = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
-            if tool.input_schema is not None:
-                check_arguments(tool.name, tool.input_schema, arguments)
-            if key.key in seen:
+            new, arguments = self.check(req)
+            if new.key.key in seen:
+                same_call(seen[new.key.key], new.tool_name, new.arguments)
                 continue
-            seen.add(key.key)
-
-            def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
-                return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
-
-            prepared.append((NewCall(key, tool.name, text, resolve), arguments))
+            seen[new.key.key] = new
+            prepared.append((new, arguments))
         if not prepared:
             return []
         epoch = self.epoch.current()
-        results = self.store.insert_calls([n for n, _ in prepared], epoch=epoch)
+        results = self.store.insert_calls(
+            [n for n, _ in prepared],
+            epoch=epoch,
+            check=lambda new, known: same_call(new, known.tool_name, known.arguments),
+        )
         by_key = {n.key.key: args for n, args in prepared}
+        sealed = {n.key.key: n.sealed for n, _ in prepared}
         to_start: list[ToolCallRecord] = []
         for record, created in results:
             if created:
                 self._announce_request(record)
                 if record.status is CallStatus.PENDING:
                     to_start.append(record)
-        self._start_many(to_start, by_key)
+        self._start_many(to_start, by_key, sealed)
         return [record for record, _ in results]
 
+    def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
+        """Everything about one request that can be refused without writing (S9.3): ids, tool,
+        JSON, size, the tool's signature (`check_arguments`); secrets are sealed here.
+
+        Returns the call to record and its arguments as stored (secret values `***`).
+        """
+        settings = self.settings
+        key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
+        tool = find_tool(self.tools, req.tool_name)
+        arguments, _ = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
+        check_arguments(tool, arguments)
+        shown, secrets = split_secrets(arguments, tool.policy.secret_arguments)
+        token = seal(secrets, settings.secret_key)
+
+        def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
+            return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
+
+        return NewCall(key, tool.name, arguments_json(shown), resolve, sealed=token), shown
+
     def _start_many(
-        self, records: Sequence[ToolCallRecord], arguments: Mapping[str, Mapping[str, Any]]
+        self,
+        records: Sequence[ToolCallRecord],
+        arguments: Mapping[str, Mapping[str, Any]],
+        sealed: Mapping[str, str | None],
     ) -> None:
         """Open the new calls of one request in one round trip, then publish each.
 
@@ -192,12 +215,16 @@ class Dispatcher:
                 if result is not OpenResult.OPENED:
                     continue
                 message = AttemptMessage(
-                    record.tool_name, record.key, arguments[record.key], record.policy
+                    record.tool_name,
+                    record.key,
+                    arguments[record.key],
+                    record.policy,
+                    sealed[record.key],
                 )
                 self.publish(message, attempt=1, producer=producer)
         for record, result in zip(records, opened, strict=True):
             if result is OpenResult.EPOCH_CHANGED:
-                self.start(record, arguments[record.key])  # refreshes the epoch and reopens
+                self.start(record)  # refreshes the epoch and reopens
             elif result is OpenResult.EXISTS:
                 log.info("call %s already has a ledger entry; not publishing", record.key)
 
@@ -253,7 +280,9 @@ class Dispatcher:
             return
         if arguments is None:
             arguments = json.loads(record.arguments)
-        message = AttemptMessage(record.tool_name, record.key, arguments, record.policy)
+        message = AttemptMessage(
+            record.tool_name, record.key, arguments, record.policy, record.sealed_arguments
+        )
         self.publish(message, attempt=1)
 
     def _may_open(self, record: ToolCallRecord) -> bool:
@@ -301,7 +330,14 @@ class Dispatcher:
     def _send(self, message: AttemptMessage, attempt: int, producer: Any) -> Exception | None:
         """Publish one attempt's task message; the broker's error if it refused it."""
         key = CallKey.parse(message.key)
-        kwargs = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
+        shown = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
+        # Arguments travel as JSON text: see `invoke.stored_arguments` (Kombu's type markers).
+        kwargs = {
+            "key": message.key,
+            "attempt": attempt,
+            "arguments": arguments_json(message.arguments),
+            "sealed": message.sealed,
+        }
         try:
             self.celery.send_task(
                 TASK_PREFIX + message.tool_name,
@@ -309,7 +345,7 @@ class Dispatcher:
                 task_id=key.task_id(attempt),
                 soft_time_limit=message.policy.start_to_close,
                 argsrepr="()",
-                kwargsrepr=redacted_kwargs_repr(kwargs, message.policy.secret_arguments),
+                kwargsrepr=redacted_kwargs_repr(shown, message.policy.secret_arguments),
                 add_to_parent=False,
                 producer=producer,
                 retry=True,
@@ -378,7 +414,28 @@ class Dispatcher:
         record = self.store.get_call(key)
         if record is None:
             raise UnknownCall(f"no tool call {key!r} in the store")
-        return AttemptMessage(record.tool_name, key, json.loads(record.arguments), record.policy)
+        return AttemptMessage(
+            record.tool_name,
+            key,
+            json.loads(record.arguments),
+            record.policy,
+            record.sealed_arguments,
+        )
+
+
+def same_call(new: NewCall, tool_name: str, arguments: str) -> None:
+    """Same ids are the same call only with the same tool and arguments (S2.3); otherwise a
+    `CallConflict`. Arguments compare in their stored canonical form (secret values `***`)."""
+    if tool_name != new.tool_name:
+        raise CallConflict(
+            f"tool call {new.key.key} was requested before for tool {tool_name!r}, not "
+            f"{new.tool_name!r}; use a new tool-call id for a new call"
+        )
+    if arguments != new.arguments:
+        raise CallConflict(
+            f"tool call {new.key.key} was requested before with other arguments; use a new "
+            "tool-call id for a new call"
+        )
 
 
 def admit(policy: PolicySnapshot, now: float) -> Admission:

@@ -32,6 +32,16 @@ class DuplicateTool(ConfigurationError):
     """Two tools registered under one name on the same app."""
 
 
+class InvalidToolSignature(ConfigurationError):
+    """A tool whose arguments cannot be described or checked: positional-only parameters, no
+    context parameter, a type without a JSON Schema, an invalid `input_schema`, or
+    `secret_arguments` naming a parameter the tool does not have."""
+
+
+class SealError(ConfigurationError):
+    """A sealed secret this process's `secret_key` cannot open (another key, or tampered)."""
+
+
 # --- bad input of one request (S9.3) -------------------------------------------------------
 
 
@@ -49,6 +59,25 @@ class InvalidArguments(InvalidRequest):
 
 class ArgumentsTooLarge(InvalidArguments):
     """Tool arguments larger than `Settings.max_argument_bytes`."""
+
+
+class InvalidToolArguments(InvalidArguments):
+    """Arguments that do not fit the tool's signature or input schema: missing, unexpected or
+    of the wrong type. Refused at request time, before anyone is asked to approve the call."""
+
+
+class CallConflict(InvalidRequest):
+    """The same session, turn and tool-call ids were requested before for another tool or with
+    other arguments. Same ids, same tool, same arguments is the same call (S2.3); anything else
+    is a mistake the caller must see, not a silent answer about a different call."""
+
+
+class UnknownDefinitionFormat(InvalidRequest):
+    """`tool_definitions(format=...)` with a format other than openai, anthropic or mcp."""
+
+
+class SecretKeyMissing(ConfigurationError):
+    """A call with secret arguments was requested, but no `secret_key` is set to seal them."""
 
 
 class InvalidText(InvalidRequest):

@@ -41,6 +41,8 @@ STALE_FLOOR = 5.0
 def stale_after(sweep_interval: float) -> float:
     """Seconds without a sweep after which the sweeper counts as not running."""
     return max(STALE_SWEEPS * sweep_interval, STALE_FLOOR)
+
+
 #: Seconds a worker waits for Celery's `inspect ping` replies in `status`.
 PING_TIMEOUT = 1.0
 

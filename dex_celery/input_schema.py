@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
-from dex_celery.errors import ConfigurationError, InvalidArguments
+from dex_celery.errors import ConfigurationError, InvalidToolArguments
 
 #: How many problems one error message lists before it says "and N more".
 _MAX_LISTED = 3
@@ -33,14 +33,16 @@ def check_schema(tool_name: str, schema: Mapping[str, Any]) -> None:
 def check_arguments(
     tool_name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]
 ) -> None:
-    """Raise `InvalidArguments` if `arguments` do not satisfy `schema`; nothing is recorded."""
+    """Raise `InvalidToolArguments` (an `InvalidArguments`) if `arguments` do not satisfy
+    `schema`; nothing is recorded. Called through `arguments.check_arguments` for tools that
+    have a schema but no Python signature."""
     validator = jsonschema.validators.validator_for(schema)(schema)
     problems = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
     if not problems:
         return
     listed = "; ".join(_describe(e) for e in problems[:_MAX_LISTED])
     more = f" (and {len(problems) - _MAX_LISTED} more)" if len(problems) > _MAX_LISTED else ""
-    raise InvalidArguments(
+    raise InvalidToolArguments(
         f"the arguments of tool {tool_name!r} do not match its input schema: {listed}{more}"
     )
 

@@ -91,7 +91,9 @@ class DexCollector(Collector):
         ended = CounterMetricFamily(
             "dex_tool_calls", "Tool calls that ended, by outcome", labels=[*pair, "outcome"]
         )
-        requested = CounterMetricFamily("dex_tool_calls_requested", "Tool calls recorded", labels=pair)
+        requested = CounterMetricFamily(
+            "dex_tool_calls_requested", "Tool calls recorded", labels=pair
+        )
         still_open = GaugeMetricFamily(
             "dex_tool_calls_open", "Tool calls not ended yet", labels=[*pair, "status"]
         )

@@ -211,7 +211,9 @@ def render_status(status: WebhookStatus) -> str:
     """Plain lines for a terminal."""
     if not status.configured and not status.receivers:
         return "webhooks: none configured (DEX_WEBHOOK_URLS)"
-    lines = [f"webhooks: {len(status.configured)} receiver(s), {status.pending} delivery(ies) waiting"]
+    lines = [
+        f"webhooks: {len(status.configured)} receiver(s), {status.pending} delivery(ies) waiting"
+    ]
     for r in status.receivers:
         ok = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.last_ok_at)) if r.last_ok_at else "-"
         line = (
@@ -377,12 +379,16 @@ class WebhookSender:
             pipe.hset(keys.webhook_stats, f"{label}|last_error", error)
             pipe.hset(keys.webhook_stats, f"{label}|last_error_at", repr(now))
             if tries >= self.dex.settings.webhook_max_attempts:
-                log.warning("webhook %s to %s given up after %d tries: %s", delivery.id, label, tries, error)
+                log.warning(
+                    "webhook %s to %s given up after %d tries: %s", delivery.id, label, tries, error
+                )
                 pipe.hdel(keys.webhook_pending, delivery.id)
                 pipe.hincrby(keys.webhook_stats, f"{label}|given_up", 1)
             else:
                 delay = min(MAX_BACKOFF, self.dex.settings.webhook_backoff * 2 ** (tries - 1))
-                again = Delivery(delivery.id, delivery.url, delivery.event, delivery.body, tries, error)
+                again = Delivery(
+                    delivery.id, delivery.url, delivery.event, delivery.body, tries, error
+                )
                 pipe.hset(keys.webhook_pending, delivery.id, again.to_json())
                 pipe.zadd(keys.webhook_due, {delivery.id: now + delay})
                 pipe.hincrby(keys.webhook_stats, f"{label}|retries", 1)

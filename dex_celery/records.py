@@ -70,6 +70,8 @@ class ToolCallRecord:
     #: The write fence: who claimed this write's attempt in the system of record, and when.
     claimed_by: str | None = None
     claimed_at: float | None = None
+    #: The secret argument values, sealed; `arguments` shows them as `***` (docs/secrets.md).
+    sealed_arguments: str | None = field(default=None, repr=False)
 
     @property
     def effect(self) -> EffectClass:

@@ -7,6 +7,7 @@ defaults are chosen so that a worker killed mid-call gets its terminal record wi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -27,6 +28,11 @@ DEFAULT_DATABASE_URL = "sqlite:///dex-celery.db"
 DEFAULT_MAX_ARGUMENT_BYTES = 1024 * 1024
 #: Largest user message text accepted by `send_user_message`.
 DEFAULT_MAX_TEXT_BYTES = 64 * 1024
+#: Largest JSON encoding of one tool result kept in Redis and SQL; a larger one is replaced by a
+#: note saying so (the model cannot use megabytes anyway, and each copy would cost that much).
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+#: Key that seals the values of `secret_arguments` (docs/secrets.md); none: such calls are refused.
+DEFAULT_SECRET_KEY: str | None = None
 #: How long an attempt may wait in the queue before a worker claims it (S3.5).
 DEFAULT_SCHEDULE_TO_START = 60.0
 #: How long an attempt may run (S3.5); also Celery's soft time limit for the attempt.
@@ -105,6 +111,8 @@ class Settings:
     key_prefix: str = DEFAULT_KEY_PREFIX
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    secret_key: str | None = dataclasses.field(default=DEFAULT_SECRET_KEY, repr=False)
     schedule_to_start: float = DEFAULT_SCHEDULE_TO_START
     start_to_close: float = DEFAULT_START_TO_CLOSE
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
@@ -140,6 +148,7 @@ class Settings:
         positive = (
             "max_argument_bytes",
             "max_text_bytes",
+            "max_result_bytes",
             "schedule_to_start",
             "start_to_close",
             "heartbeat_timeout",

@@ -76,7 +76,9 @@ def task_result(outcome: Outcome) -> str:
 def retry(attempt: int, detail: str) -> Retry:
     """The exception that makes this attempt RETRY in Flower; the ledger has already queued
     the next attempt (a new task), so Celery itself publishes nothing."""
-    text = _short(f"attempt {attempt} ended ({detail or 'retryable'}); attempt {attempt + 1} follows")
+    text = _short(
+        f"attempt {attempt} ended ({detail or 'retryable'}); attempt {attempt + 1} follows"
+    )
     return Retry(text, exc=AttemptFailed(text))
 
 

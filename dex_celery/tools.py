@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import BaseModel
+
 from dex_celery.errors import AttemptCancelled, UnknownTool
 from dex_celery.ids import CallKey
-from dex_celery.policy import ToolPolicy
+from dex_celery.policy import ToolPolicy, effect_from_annotations
 
 #: The prefix of every tool's Celery task name: `dex.tool.<name>` (shown in Flower).
 TASK_PREFIX = "dex.tool."
@@ -27,13 +29,22 @@ class Tool:
     policy: ToolPolicy
     annotations: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     description: str = ""
-    #: JSON Schema of the arguments object, checked when a call is requested (S9.3); MCP tools
-    #: carry their server's `inputSchema` here.
+    #: The JSON Schema of the arguments object: derived from a Python tool's signature at
+    #: registration, or given (a tool with no Python signature, e.g. an MCP server's tool).
     input_schema: Mapping[str, Any] | None = None
+    #: The pydantic model of the signature (None for a schema-only tool); see `arguments.py`.
+    arguments_model: type[BaseModel] | None = field(default=None, compare=False, repr=False)
 
     @property
     def task_name(self) -> str:
         return TASK_PREFIX + self.name
+
+    @property
+    def effect_hint(self) -> str | None:
+        """The effect class the tool itself declares (policy, then metadata); None when only the
+        session default would say (the worker then treats the call as a write)."""
+        effect = self.policy.effect or effect_from_annotations(self.annotations)
+        return effect.value if effect is not None else None
 
 
 class ToolContext:
@@ -54,6 +65,8 @@ class ToolContext:
         self.attempt = attempt
         self._cancelled = threading.Event()
         self._beat = beat
+        self._on_cancel: list[Callable[[], Any]] = []
+        self._lock = threading.Lock()
 
     @property
     def idempotency_key(self) -> str:
@@ -71,8 +84,20 @@ class ToolContext:
         return self._cancelled.is_set()
 
     def cancel(self) -> None:
-        """Set by the system when the attempt is fenced; the tool should stop."""
-        self._cancelled.set()
+        """Fence-side: tell the tool to stop; an async tool's coroutine is cancelled."""
+        with self._lock:
+            self._cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], Any]) -> None:
+        """Run `callback` when the attempt is cancelled (at once if it already was)."""
+        with self._lock:
+            if not self._cancelled.is_set():
+                self._on_cancel.append(callback)
+                return
+        callback()
 
     def heartbeat(self, *, raise_if_cancelled: bool = False) -> bool:
         """Renew this attempt's lease now; returns False (or raises) if it was fenced (S3.4)."""

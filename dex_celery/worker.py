@@ -16,12 +16,13 @@ import uuid
 from typing import Any
 
 from celery import Celery, current_task
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from celery.exceptions import Ignore
 
 from dex_celery import tracing
 from dex_celery.dispatch import Dispatcher, outcome_of
-from dex_celery.errors import DexError, ToolError, ToolLost
+from dex_celery.errors import DexError
 from dex_celery.ids import CallKey, parse_task_id
+from dex_celery.invoke import invoke_attempt, stored_arguments
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.recorder import OutcomeWriter
@@ -40,10 +41,6 @@ from dex_celery.tools import Tool, ToolContext
 from dex_celery.tracing import Span, span
 
 log = logging.getLogger("dex_celery.worker")
-
-#: Exceptions a tool raises that mean "try again later" without being a ToolError.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
-
 
 class HeartbeatPump:
     """One thread per worker process renews the leases of every attempt it runs (S3.4).
@@ -203,23 +200,31 @@ class Worker:
         self.writer = writer
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
 
-    def run(self, tool: Tool, key: str, attempt: int, arguments: dict[str, Any]) -> str | None:
-        """Body of every `dex.tool.<name>` task. Returns the record's summary when the call
-        succeeded and raises `AttemptFailed` (or Celery's `Retry`) otherwise, so the task's
-        state in Flower is the record's (`dex_celery.task_events`)."""
+    def run(
+        self,
+        tool: Tool,
+        key: str,
+        attempt: int,
+        arguments: str | dict[str, Any],
+        sealed: str | None = None,
+    ) -> str | None:
+        """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.invoke`).
+        Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
+        Celery's `Retry`) otherwise, so the task's state in Flower is the record's
+        (`dex_celery.task_events`)."""
         with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
             fence = uuid.uuid4().hex
-            lease, refused = self._claim(key, attempt, fence, traced)
+            claim, refused = self._claim(key, attempt, fence, traced)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
             else:
-                cause, payload = self._execute(tool, key, attempt, arguments, fence, lease)
+                cause, payload = self._execute(tool, key, attempt, claim, (arguments, sealed), fence)
             return self._finish(tool, key, attempt, arguments, fence, cause, payload, traced)
 
-    def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[float, str]:
-        """Claim before any tool code; raise `Ignore` if refused. Returns the replica
-        shortfall's text ('' if none) when the claim does not count: the tool then does not
-        run. Also returns the claimed attempt's heartbeat lease."""
+    def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
+        """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
+        replica shortfall's text ('' if none) when the claim does not count: the tool then
+        does not run."""
         owner = owner_id()
         with span(tracing.CLAIM, key=key, attempt=attempt):
             claim = claim_attempt(self.ledger, key, attempt, owner=owner, fence=fence)
@@ -242,24 +247,36 @@ class Worker:
             traced.set("outcome", "write_fence_refused")
             refuse_delivery(self.settings, key, attempt, "write_fence")
             raise Ignore()
-        return claim.heartbeat_timeout, refused or ""
+        return claim, refused or ""
 
     def _execute(
         self,
         tool: Tool,
         key: str,
         attempt: int,
-        arguments: dict[str, Any],
+        claim: Claim,
+        given: tuple[str | dict[str, Any], str | None],
         fence: str,
-        lease: float,
     ) -> tuple[Cause, str]:
-        """Run the tool under this process's heartbeat pump."""
+        """Run the tool under this process's heartbeat pump (`invoke_attempt` runs it);
+        `given`: the message's arguments and sealed secrets."""
         pump = self.pump
+        arguments, sealed = given
         ctx = ToolContext(CallKey.parse(key), attempt, beat=lambda: pump.beat(key))
-        pump.add(key, fence, ctx, lease)
+        pump.add(key, fence, ctx, claim.heartbeat_timeout)
         try:
             with span(tracing.RUN, key=key, attempt=attempt) as running:
-                cause, payload = _call_tool(tool, ctx, arguments)
+                cause, payload = invoke_attempt(
+                    self.ledger,
+                    self.dispatcher,
+                    self.settings,
+                    tool,
+                    ctx,
+                    arguments,
+                    sealed,
+                    start_to_close=claim.start_to_close,
+                    effect=claim.effect,
+                )
                 running.set("cause", cause)
         finally:
             pump.remove(key)
@@ -270,7 +287,7 @@ class Worker:
         tool: Tool,
         key: str,
         attempt: int,
-        arguments: dict[str, Any],
+        arguments: str | dict[str, Any],
         fence: str,
         cause: Cause,
         payload: str,
@@ -292,7 +309,8 @@ class Worker:
         if step.kind is StepKind.FINISHED:
             # The ledger holds the outcome now; SQL gets it in the next batch of this process.
             outcome = outcome_of(step, result)
-            row = OutcomeRow(CallKey.parse(key), tool.name, arguments_json(arguments), outcome)
+            shown = arguments_json(stored_arguments(arguments))
+            row = OutcomeRow(CallKey.parse(key), tool.name, shown, outcome)
             self.writer.submit(row)
             return task_result(outcome)
         if step.kind is StepKind.RETRY:
@@ -368,23 +386,3 @@ class Worker:
 
 #: Effect classes whose claim in Redis is enough: running them again is harmless.
 RETRYABLE_EFFECTS = frozenset({"read", "idempotent_write"})
-
-
-def _call_tool(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[Cause, str]:
-    try:
-        value = tool.function(ctx, **arguments)
-    except SoftTimeLimitExceeded:
-        return Cause.TIMED_OUT, "the soft time limit (start-to-close) was reached"
-    except ToolLost as e:
-        return Cause.LOST, e.message
-    except ToolError as e:
-        return (Cause.RETRYABLE if e.retryable else Cause.TOOL_ERROR), e.message
-    except TRANSIENT_ERRORS as e:
-        return Cause.RETRYABLE, f"{type(e).__name__}: {e}"
-    except Exception as e:
-        log.exception("tool %s raised", tool.name)
-        return Cause.TOOL_ERROR, f"{type(e).__name__}: {e}"
-    try:
-        return Cause.OK, json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        return Cause.TOOL_ERROR, f"the tool returned a value that is not JSON: {e}"

@@ -47,6 +47,8 @@ def env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
         "DEX_DATABASE_URL": f"sqlite:///{tmp_path / 'dex.db'}",
         "DEX_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
         LOG_ENV: str(tool_log),
+        # Seals secret arguments at rest and in the broker (docs/secrets.md).
+        "DEX_SECRET_KEY": f"test-key-{uuid.uuid4().hex}",
         **TEST_TIMINGS,
     }
 
@@ -64,8 +66,12 @@ def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
 def start_worker(env: dict[str, str]) -> Iterator[Callable[..., Worker]]:
     workers: list[Worker] = []
 
-    def start(*, concurrency: int = 2, extra_env: dict[str, str] | None = None) -> Worker:
-        worker = Worker({**env, **(extra_env or {})}, Path(env[LOG_ENV]), concurrency).start()
+    def start(
+        *, concurrency: int = 2, extra_env: dict[str, str] | None = None, pool: str = "prefork"
+    ) -> Worker:
+        worker = Worker(
+            {**env, **(extra_env or {})}, Path(env[LOG_ENV]), concurrency, pool=pool
+        ).start()
         workers.append(worker)
         return worker
 

@@ -225,8 +225,7 @@ class Ledger:
         self.jitter = jitter
         common = _load("_common.lua")
         self._scripts = {
-            name: client.register_script(common + "\n" + _load(f"{name}.lua"))
-            for name in _SCRIPTS
+            name: client.register_script(common + "\n" + _load(f"{name}.lua")) for name in _SCRIPTS
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
@@ -439,9 +438,7 @@ class Ledger:
         return Step.from_fields(f)
 
     def time_out(self, key: str, attempt: int | None, *, detail: str) -> Step:
-        f = self._run(
-            "time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail)
-        )
+        f = self._run("time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail))
         return Step.from_fields(f)
 
     def announce_finished(self, key: str, *, status: str, error: str) -> None:

@@ -97,10 +97,12 @@ class Store:
         new_calls: Sequence[NewCall],
         *,
         epoch: str,
+        check: Callable[[NewCall, ToolCallRecord], None] | None = None,
     ) -> list[tuple[ToolCallRecord, bool]]:
         """Record new calls in one transaction; a key already recorded returns its record (S2.3).
 
-        Returns (record, created) per request, in order.
+        Returns (record, created) per request, in order. `check(new, recorded)` is called for
+        each request whose key is recorded already; what it raises rolls the whole batch back.
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
@@ -126,6 +128,7 @@ class Store:
                         tool_call_id=new.key.tool_call_id,
                         tool_name=new.tool_name,
                         arguments=new.arguments,
+                        sealed_arguments=new.sealed,
                         effect=snapshot.effect.value,
                         requires_approval=int(snapshot.requires_approval),
                         policy=snapshot.to_json(),
@@ -140,6 +143,10 @@ class Store:
             lost = [r["key"] for r in rows if r["key"] not in created]
             if lost:  # concurrent requests of the same calls won (S2.3)
                 known.update(self._calls_by_key(conn, lost))
+            if check is not None:
+                for new in new_calls:
+                    if new.key.key in known:
+                        check(new, known[new.key.key])
         fresh = {r["key"]: call_record(r) for r in rows if r["key"] in created}
         out: list[tuple[ToolCallRecord, bool]] = []
         for key in keys:

@@ -56,6 +56,7 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         late_result=row.get("late_result"),
         attempt_log=row.get("attempt_log"),
         ledger_epoch=row.get("ledger_epoch"),
+        sealed_arguments=row.get("sealed_arguments"),
         claimed_by=row.get("claimed_by"),
         claimed_at=row.get("claimed_at"),
     )

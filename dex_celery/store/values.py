@@ -38,6 +38,8 @@ class NewCall:
     tool_name: str
     arguments: str
     resolve: Resolver
+    #: The secret arguments, sealed (`dex_celery.sealing`); None when the tool has none.
+    sealed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,7 +154,9 @@ class WebApp:
             identity = self.identity(request)
             if identity is None:
                 if request.method == "GET" and request.url.path != "/metrics":
-                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    target = request.url.path + (
+                        f"?{request.url.query}" if request.url.query else ""
+                    )
                     return RedirectResponse(f"/login?next={_quote(target)}", status_code=303)
                 # A challenge only where a script reads it: a browser would open a password
                 # dialog over a refused form post.

@@ -34,7 +34,7 @@ REQUESTER = textwrap.dedent(
     from dex_celery.dispatch import Dispatcher
     from tests.support.toolapp import dex
 
-    def stuck(self, records, arguments):
+    def stuck(self, records, *arguments):
         pathlib.Path(sys.argv[1]).write_text("recorded")
         threading.Event().wait()
 

@@ -65,7 +65,12 @@ def test_a_second_deployment_on_the_same_database_refuses_and_changes_nothing(
     loop = threading.Thread(target=run_forever, args=(second.sweeper,), kwargs={"stop": stop})
     loop.start()
     cli = subprocess.run(
-        [str(Path(sys.executable).parent / "dex-celery"), "--app", "tests.support.toolapp:dex", "sweep"],
+        [
+            str(Path(sys.executable).parent / "dex-celery"),
+            "--app",
+            "tests.support.toolapp:dex",
+            "sweep",
+        ],
         cwd=ROOT,
         env={**os.environ, **second_env},
         capture_output=True,

@@ -12,9 +12,7 @@ import pytest
 from dex_celery import (
     AsyncDexClient,
     Dex,
-    InvalidArguments,
     InvalidRequest,
-    UnknownTool,
     run_tool_calls,
     run_tool_calls_async,
 )
@@ -88,28 +86,75 @@ def test_helper_runs_a_turn_and_returns_messages_to_append(
 
 
 @pytest.mark.parametrize(
-    ("tool_calls", "error"),
+    "tool_calls",
     [
-        ([{"id": "a"}], InvalidRequest),
-        ([{"function": {"name": "echo", "arguments": "{}"}}], InvalidRequest),
-        ([_tool_call("a", "echo", {}), _tool_call("a", "echo", {})], InvalidRequest),
-        (
-            [
-                _tool_call("a", "echo", {}),
-                {"id": "b", "function": {"name": "echo", "arguments": "{"}},
-            ],
-            InvalidArguments,
-        ),
-        ([_tool_call("a", "echo", {}), _tool_call("b", "no_such_tool", {})], UnknownTool),
-        ([{"id": "a/b", "function": {"name": "echo", "arguments": "{}"}}], InvalidRequest),
-        ("not a list", InvalidRequest),
+        [{"function": {"name": "echo", "arguments": "{}"}}],
+        [_tool_call("a", "echo", {}), _tool_call("a", "echo", {})],
+        "not a list",
     ],
 )
-def test_bad_tool_calls_are_refused_before_anything_is_recorded(
-    dex: Dex, tool_calls: Any, error: type[Exception]
+def test_a_turn_without_usable_ids_is_refused_before_anything_is_recorded(
+    dex: Dex, tool_calls: Any
 ) -> None:
-    """S9.3: a bad tool call in the turn refuses the whole turn with a typed error and records
-    none of its calls."""
-    with pytest.raises(error):
+    """S9.3: a turn whose calls cannot be answered one by one (no id, one id twice, not a list)
+    raises a typed error and records none of its calls."""
+    with pytest.raises(InvalidRequest):
         run_tool_calls(dex.client(), "chat", "turn-1", tool_calls, timeout=1)
     assert count_calls(dex) == 0
+
+
+BAD_CALLS = [
+    ({"id": "no_function"}, "has no 'function' object"),
+    ({"id": "bad_json", "function": {"name": "echo", "arguments": "{"}}, "not valid JSON"),
+    (_tool_call("unknown", "no_such_tool", {}), "no tool named 'no_such_tool'"),
+    (_tool_call("missing", "typed", {"order": 1}), "missing required argument 'amount'"),
+    (_tool_call("extra", "async_echo", {"text": "x", "colour": 1}), "unexpected argument"),
+    ({"id": "a/b", "function": {"name": "echo", "arguments": "{}"}}, "'/'"),
+]
+
+
+def test_each_bad_call_gets_its_own_error_message_and_the_others_run(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """Issue 11: one bad call no longer fails the turn. Each bad call gets its own `Error:`
+    message (nothing recorded for it); the valid calls around them are recorded and run."""
+    start_worker()
+    turn = [
+        _tool_call("good_1", "echo", {"order": 1}),
+        *[raw for raw, _ in BAD_CALLS],
+        _tool_call("good_2", "async_echo", {"text": "hi"}),
+    ]
+    results = run_tool_calls(dex.client(), "chat", "turn-1", turn, timeout=30)
+    assert [m["tool_call_id"] for m in results] == [
+        "good_1",
+        *[raw["id"] for raw, _ in BAD_CALLS],
+        "good_2",
+    ]
+    assert json.loads(results[0]["content"])["arguments"] == {"order": 1}
+    assert json.loads(results[-1]["content"]) == {"text": "hi", "attempt": 1}
+    for message, (_, reason) in zip(results[1:-1], BAD_CALLS, strict=True):
+        assert message["content"].startswith("Error: the call was refused and did not run")
+        assert reason in message["content"], message
+    assert count_calls(dex) == 2
+    assert len(executions("chat/turn-1/good_1")) == 1
+
+
+def test_ids_reused_for_other_arguments_refuse_only_that_call(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """A call id of an earlier request reused with other arguments gets a conflict message; the
+    rest of the turn runs."""
+    start_worker()
+    client = dex.client()
+    first = run_tool_calls(client, "chat", "turn-1", [_tool_call("a", "echo", {"n": 1})])
+    assert json.loads(first[0]["content"])["arguments"] == {"n": 1}
+    again = run_tool_calls(
+        client,
+        "chat",
+        "turn-1",
+        [_tool_call("a", "echo", {"n": 2}), _tool_call("b", "echo", {"n": 3})],
+        timeout=30,
+    )
+    assert "requested before with other arguments" in again[0]["content"]
+    assert json.loads(again[1]["content"])["arguments"] == {"n": 3}
+    assert len(executions("chat/turn-1/a")) == 1

@@ -315,7 +315,7 @@ def test_deadline_expiry_by_the_sweeper_rejects_and_never_runs(
     deadline passed. A decision arriving afterwards gets `ApprovalDeadlinePassed` (S6.3)."""
     start_worker()
     client = dex.client()
-    record = client.request_call("s1", "t1", "c1", "guarded_write_short", {"amount": 5})
+    record = client.request_call("s1", "t1", "c1", "guarded_write_short", {"value": 5})
     assert record.status is CallStatus.AWAITING_APPROVAL
     assert record.approval_deadline == pytest.approx(record.requested_at + 1.0)
     wait_for(

@@ -305,12 +305,13 @@ def test_user_message_to_an_unknown_session(dex: Dex, broker: redis.Redis) -> No
 
 
 def test_the_same_ids_twice_are_one_call_and_one_message(dex: Dex, broker: redis.Redis) -> None:
-    """S2.3: the second request returns the existing record and enqueues nothing."""
+    """S2.3: the second request (same tool, same arguments, keys in another order) returns the
+    existing record and enqueues nothing. Other arguments are a conflict: test_call_edges.py."""
     client = dex.client()
-    first = client.request_call("s1", "t1", "c1", "echo", {"q": 1})
-    second = client.request_call("s1", "t1", "c1", "echo", {"q": 2})
+    first = client.request_call("s1", "t1", "c1", "echo", {"q": 1, "r": 2})
+    second = client.request_call("s1", "t1", "c1", "echo", '{"r": 2, "q": 1}')
     assert second == first
-    assert json.loads(second.arguments) == {"q": 1}
+    assert json.loads(second.arguments) == {"q": 1, "r": 2}
     assert sql_rows(dex)["dex_tool_calls"] == 1
     assert broker.llen(BROKER_QUEUE) == 1
     requested = [

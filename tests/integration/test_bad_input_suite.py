@@ -361,6 +361,30 @@ def test_hand_crafted_messages_are_refused_by_a_real_worker(
             "pickle",
         ),
         (
+            # Kombu's JSON decoder turns {"__type__", "__value__"} objects into Python values and
+            # fails on an unknown type; the dispatcher sends arguments as JSON text so no real
+            # message has one (issue 11). A forged one is dropped like any undecodable body.
+            "unknown-type-marker",
+            lambda t: _publish_raw(
+                url,
+                json.dumps(
+                    [
+                        [],
+                        {
+                            "key": PENDING,
+                            "attempt": 1,
+                            "arguments": {"q": {"__type__": "no-such-type", "__value__": 1}},
+                        },
+                        {},
+                    ]
+                ).encode(),
+                "application/json",
+                "dex.tool.echo",
+                t,
+            ),
+            "decode",
+        ),
+        (
             "garbage-json-body",
             lambda t: _publish_raw(url, b"\x00{not json", "application/json", "dex.tool.echo", t),
             "decode",

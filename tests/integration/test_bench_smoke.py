@@ -108,3 +108,14 @@ def test_chaos_smoke() -> None:
     assert "redis-server restarted from the snapshot" in out
     assert "rollbacks to an older snapshot 1" in out
     assert out.count(": OK") == 6
+
+
+def test_io_bound_smoke() -> None:
+    """IO-bound throughput (issue 11): both sides, sync and async, on the threads pool."""
+    out = run(
+        "io_bound",
+        "--calls", "40", "--rounds", "1", "--warmup", "5",
+        "--concurrency", "10", "--seconds", "0.01",
+    )  # fmt: skip
+    assert "sync: plain" in out and "async: plain" in out and "ratio dex/plain" in out
+    assert "worker CPU per call" in out

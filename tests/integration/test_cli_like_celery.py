@@ -126,7 +126,9 @@ def test_redis_down_approve_is_one_line_and_changes_nothing(
 def test_a_database_without_the_schema_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
     """An existing database that was never migrated: named, with the command that fixes it."""
     url = f"sqlite:///{tmp_path / 'empty.db'}"
-    make_app(Settings(database_url=url, redis_url=env["DEX_REDIS_URL"]))[1].store.engine.connect().close()
+    make_app(Settings(database_url=url, redis_url=env["DEX_REDIS_URL"]))[
+        1
+    ].store.engine.connect().close()
     for args in (("approvals", "list"), ("calls", "list"), ("calls", "show", "s/t/c")):
         line = one_error_line(run("-A", APP, *args, env={**env, "DEX_DATABASE_URL": url}))
         assert "dex-celery db upgrade" in line, args
@@ -161,7 +163,10 @@ def test_app_accepts_module_celery_app_or_dex_before_or_after_the_subcommand(
     """As `celery -A`: a module, `module:celery_app` or `module:dex`; before or after."""
     dex.client().request_call("s1", "t1", "c1", "echo", {"n": 1})
     for app in (APP, f"{APP}:app", f"{APP}:dex"):
-        for args in (("-A", app, "calls", "list", "--json"), ("calls", "list", "--json", "-A", app)):
+        for args in (
+            ("-A", app, "calls", "list", "--json"),
+            ("calls", "list", "--json", "-A", app),
+        ):
             result = run(*args, env=env)
             assert result.returncode == 0, (args, result.stderr)
             assert [c["key"] for c in json.loads(result.stdout)] == ["s1/t1/c1"]
@@ -184,9 +189,7 @@ def test_find_dex_finds_the_dex_bound_to_a_celery_app(
         find_dex("os:sep")
 
 
-def test_calls_list_newest_first_with_since_and_pages_in_utc(
-    dex: Dex, env: dict[str, str]
-) -> None:
+def test_calls_list_newest_first_with_since_and_pages_in_utc(dex: Dex, env: dict[str, str]) -> None:
     client = dex.client()
     keys = []
     for n in range(5):
@@ -214,9 +217,7 @@ def test_calls_list_newest_first_with_since_and_pages_in_utc(
 def test_the_client_raises_dex_celery_errors_when_redis_is_down(
     env: dict[str, str], dex: Dex
 ) -> None:
-    _app, down = make_app(
-        Settings.from_env({**env, "DEX_REDIS_URL": dead_redis()})
-    )
+    _app, down = make_app(Settings.from_env({**env, "DEX_REDIS_URL": dead_redis()}))
     with pytest.raises(RedisUnavailable) as raised:
         down.client().request_call("s1", "t1", "c1", "echo", {})
     assert isinstance(raised.value, BackendUnavailable)

@@ -146,7 +146,12 @@ def test_dev_without_any_redis_exits_2_with_a_clear_message(tmp_path: Path) -> N
     env = stack_environment(tmp_path)
     env["PATH"] = str(Path(sys.executable).parent)  # the venv's scripts, no redis-server
     result = subprocess.run(
-        [str(SCRIPT), "-A", "config.celery_app", "dev"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [str(SCRIPT), "-A", "config.celery_app", "dev"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no Redis: set DEX_REDIS_URL" in result.stderr

@@ -57,6 +57,8 @@ def test_policy_fields_client_methods_and_events_are_documented(api_page: str) -
 
 
 def test_every_extra_is_documented(api_page: str) -> None:
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     for extra in set(extras) - {"dev"}:
         assert f"<code>{extra}</code>" in api_page, extra

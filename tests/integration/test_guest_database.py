@@ -27,7 +27,7 @@ from tests.support.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
 
-HOST_ENV = '''
+HOST_ENV = """
 from alembic import context
 from sqlalchemy import create_engine
 
@@ -38,10 +38,10 @@ with engine.connect() as connection:
     with context.begin_transaction():
         context.run_migrations()
 engine.dispose()
-'''
+"""
 
 HOST_REVISIONS = {
-    "h1_orders.py": '''
+    "h1_orders.py": """
 revision = "h1"
 down_revision = None
 branch_labels = None
@@ -57,8 +57,8 @@ def upgrade():
 
 def downgrade():
     op.drop_table("orders")
-''',
-    "h2_customers.py": '''
+""",
+    "h2_customers.py": """
 revision = "h2"
 down_revision = "h1"
 branch_labels = None
@@ -74,7 +74,7 @@ def upgrade():
 
 def downgrade():
     op.drop_column("orders", "customer")
-''',
+""",
 }
 
 

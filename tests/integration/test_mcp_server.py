@@ -118,8 +118,11 @@ def test_dex_tools_served_over_mcp(
     assert (failing.read_only_hint, failing.idempotent_hint) == (False, True)
     assert tools["slow_unclassified"].annotations is None  # nothing known: MCP's defaults
     assert tools["guarded_write"].meta[EFFECT_META_KEY] == "non_idempotent_write"
-    # Input schemas read from the tools' signatures.
-    assert tools["slow_read"].input_schema["properties"]["seconds"] == {"type": "number"}
+    # Input schemas read from the tools' signatures (the tool's `input_schema`, built once at
+    # registration: the one schema requests are checked against).
+    seconds = tools["slow_read"].input_schema["properties"]["seconds"]
+    assert (seconds["type"], seconds["default"]) == ("number", 30.0)
+    assert tools["slow_read"].input_schema == dict(dex.get_tool("slow_read").input_schema or {})
     assert tools["echo"].input_schema["additionalProperties"] is True
 
     # The read: answered with the record's text, which is the session history's text too.

@@ -57,7 +57,9 @@ def test_every_counter_moves_with_calls_of_each_outcome(
     start_worker: Callable[..., Worker],
     sweeper: object,
 ) -> None:
-    assert httpx.get(f"{web.url}/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert (
+        httpx.get(f"{web.url}/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+    )
     before = scrape(web.url)
     assert value(before, "dex_metrics_source_up", source="sql") == 1
     assert value(before, "dex_metrics_source_up", source="redis") == 1

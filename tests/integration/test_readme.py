@@ -57,7 +57,9 @@ def test_the_readme_recipe_runs(redis_server: RedisServer, tmp_path: Path) -> No
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1")
     background: list[subprocess.Popen[bytes]] = []
     outputs: list[str] = []
-    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
     with fresh_database("dex_readme") as database:
         own = {"DEX_REDIS_URL": redis_server.url, "DEX_DATABASE_URL": database}
         try:

@@ -25,9 +25,7 @@ def test_a_worker_warns_without_schema_and_without_sweeper(
         lambda: "the database is not ready" in worker.log(), timeout=30, what="a schema warning"
     )
     assert "dex-celery db upgrade" in worker.log()
-    wait_for(
-        lambda: "no sweeper is running" in worker.log(), timeout=30, what="a sweeper warning"
-    )
+    wait_for(lambda: "no sweeper is running" in worker.log(), timeout=30, what="a sweeper warning")
     assert "beat_schedule" in worker.log()
 
 

@@ -45,7 +45,10 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
 
 def test_no_sdk_means_no_spans_and_one_shared_noop() -> None:
     assert not tracing.enabled()
-    with tracing.span(tracing.REQUEST, key="s/t/c") as first, tracing.span(tracing.RECORD) as second:
+    with (
+        tracing.span(tracing.REQUEST, key="s/t/c") as first,
+        tracing.span(tracing.RECORD) as second,
+    ):
         assert first is second and not first.live
 
 
@@ -86,7 +89,10 @@ def test_spans_for_one_call_of_each_outcome(dex: Dex, exporter: InMemorySpanExpo
         assert attrs(request)["dex.status"] == status
 
     # Attempts that ran: claim, run and finish inside the attempt, which carries the outcome.
-    for key, effect, outcome in ((ok.key, "read", "succeeded"), (bad.key, "idempotent_write", "failed")):
+    for key, effect, outcome in (
+        (ok.key, "read", "succeeded"),
+        (bad.key, "idempotent_write", "failed"),
+    ):
         (attempt,) = spans_of(exporter, tracing.ATTEMPT, key)
         assert attrs(attempt)["dex.effect_class"] == effect
         assert attrs(attempt)["dex.outcome"] == outcome

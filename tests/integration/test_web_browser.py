@@ -231,7 +231,5 @@ def test_sign_in_approve_reject_and_refusals_in_chromium(
     assert ok.status_code == 303
     assert status_of(dex, forged_key) is CallStatus.REJECTED
     # Deciding again (a stale tab, a second person) gets the CLI's one-winner answer.
-    again = signed_in.post(
-        "/approvals/decide", data={**form, "csrf": token, "action": "approve"}
-    )
+    again = signed_in.post("/approvals/decide", data={**form, "csrf": token, "action": "approve"})
     assert again.status_code == 409 and "already rejected by alice" in again.text

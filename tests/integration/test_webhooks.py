@@ -119,7 +119,8 @@ def test_each_event_reaches_the_receiver_once_with_a_valid_signature(
         calls.wait([lost.key], timeout=20)
         assert calls.get_call(lost.key).status is CallStatus.OUTCOME_UNKNOWN
         hooked.register_outcome_check(
-            "slow_non_idempotent_write", lambda key, args: "Note from the test desk: it went through."
+            "slow_non_idempotent_write",
+            lambda key, args: "Note from the test desk: it went through.",
         )
         assert reconcile_once(hooked).reported == 1
 
@@ -139,7 +140,11 @@ def test_each_event_reaches_the_receiver_once_with_a_valid_signature(
         bodies.append(payload)
     assert len({h[DELIVERY_HEADER] for h, _ in receiver.requests}) == 3
     by_event = {b["event"]: b for b in bodies}
-    assert set(by_event) == {"tool_call_awaiting_approval", "outcome_unknown", "reconciliation_report"}
+    assert set(by_event) == {
+        "tool_call_awaiting_approval",
+        "outcome_unknown",
+        "reconciliation_report",
+    }
     approval = by_event["tool_call_awaiting_approval"]
     assert approval["key"] == waiting.key and approval["tool"] == "guarded_write"
     assert approval["arguments"] == {"value": 1} and approval["approval_deadline"] > time.time()

@@ -55,7 +55,9 @@ def test_the_demo_runs_from_the_installed_wheel_in_any_folder(
         assert outcome in result.stdout
 
 
-def test_the_reference_deployment_modules_are_not_installed(installed: Path, tmp_path: Path) -> None:
+def test_the_reference_deployment_modules_are_not_installed(
+    installed: Path, tmp_path: Path
+) -> None:
     python = str(installed / "bin" / "python")
     for module in ("config", "tasks", "reconcile"):
         result = _run([python, "-c", f"import {module}"], tmp_path)

@@ -89,7 +89,9 @@ def chromium() -> Iterator[object]:
     binary = shutil.which("chromium")
     driver_path = shutil.which("chromedriver")
     if binary is None or driver_path is None:
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+        )
     from selenium import webdriver  # deferred: only this browser test needs selenium
     from selenium.webdriver.chrome.service import Service
 

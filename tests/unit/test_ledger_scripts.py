@@ -517,8 +517,14 @@ def test_lose_lapsed_of_an_enqueued_attempt_does_nothing(rig: Rig) -> None:
 def test_lose_of_another_attempt_or_an_unknown_call_does_nothing(rig: Rig) -> None:
     key = claimed(rig, EffectClass.NON_IDEMPOTENT_WRITE)
     before = rig.state(key)
-    assert rig.ledger.lose(key, 2, mode=LoseMode.WORKER_LOST, owner="w1", detail="x").kind is StepKind.NOOP
-    assert rig.ledger.lose("s/t/none", None, mode=LoseMode.WORKER_LOST, owner="w1", detail="x").kind is StepKind.NOOP
+    assert (
+        rig.ledger.lose(key, 2, mode=LoseMode.WORKER_LOST, owner="w1", detail="x").kind
+        is StepKind.NOOP
+    )
+    assert (
+        rig.ledger.lose("s/t/none", None, mode=LoseMode.WORKER_LOST, owner="w1", detail="x").kind
+        is StepKind.NOOP
+    )
     assert rig.state(key) == before
     assert rig.hash("s/t/none") == {}
 
@@ -706,7 +712,10 @@ def test_a_second_identical_transition_is_a_noop(rig: Rig) -> None:
         assert move().kind is StepKind.FINISHED
         before = rig.state(key)
         assert move().kind is StepKind.NOOP
-        assert rig.ledger.lose(key, None, mode=LoseMode.WORKER_LOST, owner="w1", detail="d").kind is StepKind.NOOP
+        assert (
+            rig.ledger.lose(key, None, mode=LoseMode.WORKER_LOST, owner="w1", detail="d").kind
+            is StepKind.NOOP
+        )
         assert rig.ledger.expire(key, None, unpublished=True, detail="d").kind is StepKind.NOOP
         assert rig.ledger.time_out(key, None, detail="d").kind is StepKind.NOOP
         assert rig.state(key) == before

@@ -1,0 +1,37 @@
+"""Sealed secret arguments: `dex_tool_calls.sealed_arguments` (docs/secrets.md).
+
+`arguments` keeps the call's arguments with secret values replaced by `***`; the values live
+only in this column, as one Fernet token opened by the worker with the `secret_key` setting.
+
+Revision ID: i11_secrets
+Revises: 0002
+Create Date: 2026-11-30
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import context, op
+
+revision: str = "i11_secrets"
+down_revision: str | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def _schema() -> str | None:
+    """`Settings.database_schema`: ALTER TABLE does not go through the schema translate map."""
+    schema = context.config.attributes.get("schema")
+    return str(schema) if schema else None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("dex_tool_calls", schema=_schema()) as batch:
+        batch.add_column(sa.Column("sealed_arguments", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("dex_tool_calls", schema=_schema()) as batch:
+        batch.drop_column("sealed_arguments")

@@ -25,7 +25,6 @@ import inspect
 import itertools
 import json
 import logging
-import os
 import sys
 import threading
 import time

@@ -213,6 +213,7 @@ class Worker:
         Celery's `Retry`) otherwise, so the task's state in Flower is the record's
         (`dex_celery.task_events`)."""
         with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
+            CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
             fence = uuid.uuid4().hex
             claim, refused = self._claim(key, attempt, fence, traced)
             if refused:

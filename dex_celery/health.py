@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from celery import signals
 from sqlalchemy import func, inspect, select
 
-from dex_celery import stats
+from dex_celery import notify, stats
 from dex_celery.backends import first_line, require_existing_database, translate
 from dex_celery.outcomes import CallStatus
 from dex_celery.store.schema import tool_calls, unknown_outcomes
@@ -224,6 +224,17 @@ def calls_section(dex: Dex) -> Section:
     )
 
 
+def webhooks_section(dex: Dex) -> Section:
+    """Webhook deliveries: a receiver that gave deliveries up, or has some waiting, warns."""
+    status = notify.delivery_status(dex)
+    given_up = sum(r.given_up for r in status.receivers)
+    state = State.WARN if given_up or status.pending else State.OK
+    detail = notify.render_status(status).splitlines()[0]
+    if given_up:
+        detail += f"; {given_up} given up"
+    return Section("webhooks", state, detail, status.as_dict())
+
+
 #: The report's sections, in order. Append with `register_section`.
 SECTIONS: list[tuple[str, SectionCheck]] = [
     ("redis", redis_section),
@@ -231,6 +242,7 @@ SECTIONS: list[tuple[str, SectionCheck]] = [
     ("workers", workers_section),
     ("last_sweep", sweep_section),
     ("calls", calls_section),
+    ("webhooks", webhooks_section),
 ]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from dex_celery import CallStatus, Dex, Settings
+from dex_celery.health import State, webhooks_section
 from dex_celery.notify import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -225,3 +226,11 @@ def test_a_receiver_down_gets_retries_and_does_not_slow_the_calls(
     assert sorted(json.loads(b)["key"] for _, b in receiver.requests) == sorted(keys)
     text = render_status(delivery_status(hooked))
     assert "given up 5" in text and "delivered 5" in text and "token=abc" not in text
+    # The same state is a section of `dex-celery status`, which warns about given-up deliveries.
+    section = webhooks_section(hooked)
+    assert section.state is State.WARN and "10 given up" in section.detail, section
+    assert {r["receiver"].rsplit("/", 1)[-1] for r in section.values["receivers"]} == {
+        "down",
+        "hang",
+        "dex",
+    }

@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import signals
 
-from tests.support.processes import CeleryWorker, RedisServer, free_port, wait_for
+from devtools.processes import CeleryWorker, RedisServer, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Folder where a worker started by a benchmark drops `ready-<pid>` (see `announce_ready`).

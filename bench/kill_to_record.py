@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from devtools.processes import RedisServer, Worker, wait_for  # noqa: E402
+from devtools.toolapp import LOG_ENV, executions, make_app  # noqa: E402
 from dex_celery import CallStatus, Dex, Settings  # noqa: E402
 from dex_celery.sweep import run_forever  # noqa: E402
-from tests.support.processes import RedisServer, Worker, wait_for  # noqa: E402
-from tests.support.toolapp import LOG_ENV, executions, make_app  # noqa: E402
 
 
 def one_run(dex: Dex, env: dict[str, str], log_dir: Path, n: int) -> float:

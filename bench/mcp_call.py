@@ -16,10 +16,10 @@ import sys
 import tempfile
 import time
 
+from devtools.processes import ROOT, free_port, wait_for
 from dex_celery.ids import CallKey
 from dex_celery.integrations.mcp_client import McpServer, McpToolFunction
 from dex_celery.tools import ToolContext
-from tests.support.processes import ROOT, free_port, wait_for
 
 #: `tests.support.mcp_tools_server.LOG_ENV` (not imported: that module builds its server, and
 #: with it the MCP SDK's logging set-up, on import).

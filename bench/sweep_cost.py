@@ -119,7 +119,7 @@ def in_flight(dx: Any, n: int, due: int, repeat: int) -> tuple[list[float], int]
         client.request_calls(requests[b : b + 500])
     for i, req in enumerate(requests):
         ledger.claim(f"{req.session_id}/{req.turn_id}/c", 1, owner="bench", fence=f"f{i}")
-    sweeper = Sweeper(dx)
+    sweeper = dx.sweeper
     sweeper.sweep_once()
     times: list[float] = []
     moved = 0
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         tmpl = template(dx)
         tmpl["status"] = "succeeded"
         dx.store.record_outcome  # noqa: B018 (the engine exists)
-        sweeper = Sweeper(dx)
+        sweeper = dx.sweeper
         have = 0
         results: dict[int, float] = {}
         for target in (int(x) for x in args.history.split(",")):

@@ -243,7 +243,7 @@ def database(kind: str, folder: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{folder / 'dex.db'}"
         return
-    from tests.support.pg_schema import postgres_schema
+    from devtools.pg_schema import postgres_schema
 
     with postgres_schema() as url:
         yield url

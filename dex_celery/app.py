@@ -1,29 +1,35 @@
 """`Dex`: binds tools, settings, the ledger and the store to one Celery app.
 
-One object per deployment, created where the Celery app is (see `config/celery_app.py`). It owns
-the per-process connections, re-made after a fork so prefork children never share a socket.
+One object per deployment, created where the Celery app is (see `config/celery_app.py`): the
+façade users see (tool registration, clients, outcome checks, beat schedule). The components
+doing the work are built once per process in a `Runtime` (`dex_celery.runtime`), each handed
+only its collaborators, and dropped in a forked child by the one after-fork hook.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import redis
+from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
 from dex_celery import hooks
 from dex_celery.arguments import prepare_tool
 from dex_celery.beat_jobs import install_beat_jobs
+from dex_celery.client import DexClient
 from dex_celery.definitions import tool_definitions
-from dex_celery.errors import ConfigurationError, DuplicateTool, UnknownTool
+from dex_celery.dispatch import Dispatcher
+from dex_celery.errors import ConfigurationError, DuplicateTool
+from dex_celery.events import AgentEvents
+from dex_celery.forks import after_fork
 from dex_celery.health import install_worker_checks
-from dex_celery.ledger.connection import broker_transport_options, ledger_client
-from dex_celery.ledger.guard import LedgerGuard, ledger_location
+from dex_celery.ledger.connection import broker_transport_options
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.policy import ToolPolicy, check_registration, effect_from_annotations
@@ -31,16 +37,17 @@ from dex_celery.reconcile import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
     OutcomeChecks,
+    reconcile_once,
 )
+from dex_celery.runtime import Runtime
 from dex_celery.settings import Settings
 from dex_celery.startup import install as install_startup_hooks
 from dex_celery.store.repository import Store
+from dex_celery.sweep import Sweeper
 from dex_celery.task_events import AttemptFailed
-from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction
+from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.client import DexClient
-    from dex_celery.dispatch import Dispatcher
     from dex_celery.reconcile import _F
 
 log = logging.getLogger("dex_celery")
@@ -102,10 +109,10 @@ class Dex:
             clock=lambda: self.ledger.now(),
         )
         self._tools: dict[str, Tool] = {}
-        self._pid = 0
-        self._ledger: Ledger | None = None
-        self._epoch: str | None = None
+        #: This process's components (`runtime`), built on first use, dropped after a fork.
+        self._runtime: Runtime | None = None
         self._lock = threading.Lock()
+        after_fork(self._forget_runtime)
         configure_celery(celery, self.settings)
         _DEX_OF_APP[celery] = self
         self._register_sweep_task()
@@ -121,8 +128,8 @@ class Dex:
         )
         signals.task_failure.connect(self._on_task_failure, weak=False)
         install_worker_checks(self)
-        signals.worker_process_shutdown.connect(_flush_outcomes, weak=False)
-        signals.worker_shutdown.connect(_flush_outcomes, weak=False)
+        signals.worker_process_shutdown.connect(self._flush_outcomes, weak=False)
+        signals.worker_shutdown.connect(self._flush_outcomes, weak=False)
         hooks.connect(self)  # worker metrics port, beat's webhook sender (if configured)
 
     # --- tools ---------------------------------------------------------------------------------
@@ -154,8 +161,6 @@ class Dex:
 
     def add_tool(self, tool: Tool) -> None:
         """Register a `Tool` built by hand (what `tool()` does for a decorated function)."""
-        from dex_celery.worker import run_attempt
-
         check_registration(tool.name, tool.policy, tool.annotations)
         tool = prepare_tool(tool)  # arguments schema, secret names (dex_celery/arguments.py)
         if tool.name in self._tools:
@@ -169,7 +174,7 @@ class Dex:
         def execute(
             key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
         ) -> str | None:
-            return run_attempt(self, tool, key, attempt, arguments, sealed)
+            return self.runtime.worker.run(tool, key, attempt, arguments, sealed)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
@@ -199,11 +204,7 @@ class Dex:
 
     def get_tool(self, name: str) -> Tool:
         """The registered tool `name`; `UnknownTool` if there is none."""
-        try:
-            return self._tools[name]
-        except KeyError:
-            known = ", ".join(sorted(self._tools)) or "none"
-            raise UnknownTool(f"no tool named {name!r} is registered (known: {known})") from None
+        return find_tool(self._tools, name)
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -217,50 +218,55 @@ class Dex:
     # --- per-process services ------------------------------------------------------------------
 
     @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None or self._pid != os.getpid():
+    def runtime(self) -> Runtime:
+        """This process's components, built once on first use (again in a forked child)."""
+        runtime = self._runtime
+        if runtime is None:
             with self._lock:
-                if self._ledger is None or self._pid != os.getpid():
-                    client = ledger_client(self.settings)
-                    self._ledger = Ledger(
-                        client,
-                        keys=self.keys,
-                        events_maxlen=self.settings.events_maxlen,
-                        finished_ttl=self.settings.finished_ttl,
+                runtime = self._runtime
+                if runtime is None:
+                    runtime = Runtime(
+                        self.celery, self.settings, self.keys, self.store, self.tools
                     )
-                    self._epoch = None
-                    self._pid = os.getpid()
-        return self._ledger
+                    self._runtime = runtime
+        return runtime
+
+    def _forget_runtime(self) -> None:
+        """After a fork (`dex_celery.forks`): the child builds its own connections and threads."""
+        self._lock = threading.Lock()
+        self._runtime = None
+
+    @property
+    def ledger(self) -> Ledger:
+        """This process's ledger (Redis)."""
+        return self.runtime.ledger
+
+    @property
+    def redis(self) -> redis.Redis:
+        """This process's Redis client of the ledger, for what is not a ledger script."""
+        return self.runtime.redis
+
+    @property
+    def events(self) -> AgentEvents:
+        """The AgentEvents stream of this deployment."""
+        return self.runtime.events
 
     def epoch(self, *, refresh: bool = False) -> str:
-        """This ledger's life id (see `KeySpace.epoch`); cached per process.
-
-        Looking it up runs the ledger guard: a Redis that is not this database's ledger raises
-        `LedgerMismatch`, and one that went back in time gets a new epoch first.
-        """
-        if self._epoch is None or refresh:
-            guard = LedgerGuard(
-                self.ledger,
-                lambda: self.store.engine,
-                ledger_location(
-                    self.settings.redis_url,
-                    self.settings.key_prefix,
-                    self.settings.redis_sentinel_master,
-                ),
-            )
-            self._epoch = guard.check()
-        return self._epoch
+        """This ledger's life id (see `KeySpace.epoch`; `dex_celery.epoch.LedgerEpoch`)."""
+        return self.runtime.epoch.current(refresh=refresh)
 
     @property
     def dispatcher(self) -> Dispatcher:
-        from dex_celery.dispatch import Dispatcher
+        """This process's dispatcher (built once, with the runtime)."""
+        return self.runtime.dispatcher
 
-        return Dispatcher(self)
+    @property
+    def sweeper(self) -> Sweeper:
+        """This process's sweeper (built once, with the runtime)."""
+        return self.runtime.sweeper
 
     def client(self) -> DexClient:
         """A `DexClient` over this deployment (cheap; make one where needed)."""
-        from dex_celery.client import DexClient
-
         return DexClient(self)
 
     # --- Celery wiring -------------------------------------------------------------------------
@@ -293,8 +299,6 @@ class Dex:
 
     def _register_reconcile_task(self) -> None:
         def reconcile() -> dict[str, int]:
-            from dex_celery.reconcile import reconcile_once
-
             return reconcile_once(self).as_dict()
 
         # No task events: a run by hand (`celery call dex.reconcile`) stays out of Flower too.
@@ -308,9 +312,7 @@ class Dex:
 
     def _register_sweep_task(self) -> None:
         def sweep() -> dict[str, int]:
-            from dex_celery.sweep import Sweeper
-
-            return Sweeper(self).sweep_once().as_dict()
+            return self.sweeper.sweep_once().as_dict()
 
         self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False, shared=False)(sweep)
 
@@ -326,21 +328,18 @@ class Dex:
         Celery's parent process reports `WorkerLostError` through `task_failure` when the message
         was not requeued; the attempt is marked lost now instead of when its lease lapses.
         """
-        from billiard.exceptions import WorkerLostError
-
         if sender is None or task_id is None or getattr(sender, "app", None) is not self.celery:
             return
         if not str(getattr(sender, "name", "")).startswith(TASK_PREFIX):
             return
         if not isinstance(exception, WorkerLostError):
             return
-        from dex_celery.worker import on_worker_lost
+        self.runtime.worker.on_worker_lost(task_id, str(exception))
 
-        on_worker_lost(self, task_id, str(exception))
+    def _flush_outcomes(self, **_: Any) -> None:
+        """Write the outcomes this process still holds before it exits (the sweeper would,
+        later)."""
+        runtime = self._runtime
+        if runtime is not None and not runtime.writer.flush():
+            log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
 
-
-def _flush_outcomes(**_: Any) -> None:
-    """Write the outcomes this process still holds before it exits (the sweeper would, later)."""
-    from dex_celery.recorder import flush_all
-
-    flush_all()

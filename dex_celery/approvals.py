@@ -28,21 +28,23 @@ from dex_celery.errors import (
     NotAwaitingApproval,
     UnknownCall,
 )
+from dex_celery.event_types import EventType
 from dex_celery.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.outcomes import CallStatus
 from dex_celery.policy import EffectClass
 from dex_celery.records import ApprovalDecision, ToolCallRecord
 from dex_celery.redact import redact
-from dex_celery.store.repository import Outcome
+from dex_celery.store.values import Outcome
 from dex_celery.tracing import span
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
+    from dex_celery.ledger.ledger import Ledger
+    from dex_celery.store.repository import Store
 
 log = logging.getLogger("dex_celery.approvals")
 
 #: Event type on the AgentEvents stream when a person (or the deadline) decides a call.
-DECIDED_EVENT = "tool_call_decided"
 #: Most approvals one listing returns unless asked for another limit.
 DEFAULT_LIST_LIMIT = 100
 
@@ -111,6 +113,41 @@ def rejection_error(approver: str, reason: str | None) -> str:
     """The `error` of a call a person rejected; the TOOL message says it was a person."""
     text = f"rejected by {approver}"
     return f"{text}: {reason}" if reason else text
+
+
+#: Who decided a call whose approval deadline passed.
+APPROVAL_EXPIRED_BY = "system: approval deadline"
+
+
+def expire_approval(store: Store, ledger: Ledger, record: ToolCallRecord, now: float) -> bool:
+    """The approval deadline rule (S6.2): a call still awaiting approval at its deadline ends
+    `rejected`, decided by the system. One conditional update, so a person's decision and the
+    expiry cannot both win; True if this call ended here.
+    """
+    error = (
+        "the approval deadline passed before anyone approved the call "
+        f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(record.approval_deadline or now))} UTC)"
+    )
+    decision = ApprovalDecision("expired", APPROVAL_EXPIRED_BY, now, None)
+    done = store.record_outcome(
+        record.key,
+        Outcome(CallStatus.REJECTED, error),
+        from_statuses=(CallStatus.AWAITING_APPROVAL,),
+        decision=decision,
+    )
+    if done:
+        ledger.announce(
+            {
+                "type": EventType.TOOL_CALL_DECIDED,
+                "key": record.key,
+                "decision": "expired",
+                "by": APPROVAL_EXPIRED_BY,
+            }
+        )
+        ledger.announce_finished(
+            record.key, status=CallStatus.REJECTED.value, error=error
+        )
+    return done
 
 
 class Approvals:
@@ -222,9 +259,7 @@ class Approvals:
             deadline = record.approval_deadline or now
             if deadline <= now:
                 # Past its deadline and not swept yet: end it now, as the sweeper would.
-                from dex_celery.sweep import Sweeper
-
-                Sweeper(self.dex).expire_approval(record, now)
+                expire_approval(self.dex.store, self.dex.ledger, record, now)
                 return ApprovalDeadlinePassed(
                     f"the approval deadline of {key} passed at {utc(deadline)}; "
                     "the call is rejected and will not run",
@@ -280,7 +315,7 @@ class Approvals:
         try:
             self.dex.ledger.announce(
                 {
-                    "type": DECIDED_EVENT,
+                    "type": EventType.TOOL_CALL_DECIDED,
                     "key": key,
                     "decision": decision.value,
                     "by": by,

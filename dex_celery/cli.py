@@ -21,7 +21,7 @@ import click
 
 from dex_celery.backends import translate
 from dex_celery.cli_approvals import approvals
-from dex_celery.cli_calls import calls, reconcile, sweep
+from dex_celery.cli_calls import calls
 from dex_celery.cli_context import (
     APP_ENV,
     EXIT_OK,
@@ -31,6 +31,7 @@ from dex_celery.cli_context import (
     app_option,
     pass_context,
 )
+from dex_celery.cli_maintenance import reconcile, sweep
 from dex_celery.cli_mcp import mcp
 from dex_celery.cli_ops import db, demo, dev
 from dex_celery.cli_status import status

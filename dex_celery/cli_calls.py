@@ -1,4 +1,4 @@
-"""`dex-celery calls list|show`, `dex-celery sweep`, `dex-celery reconcile`.
+"""`dex-celery calls list|show`.
 
 What an operator reads when a model says "the tool did something odd": every call's status, the
 policy that applied when it was requested (S1.5), each attempt with the worker that ran it and
@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import signal
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,10 +23,10 @@ from dex_celery.cli_context import DexContext, pass_context
 from dex_celery.errors import InvalidRequest
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.outcomes import CallStatus
-from dex_celery.reconcile import ReconcileReport
 from dex_celery.records import Message, MessageRole, ToolCallRecord
 from dex_celery.redact import redact
-from dex_celery.startup import check_redis
+from dex_celery.report_text import already_reported
+from dex_celery.textfmt import render_table, shorten
 from dex_celery.timefmt import format_utc, parse_since
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -37,24 +35,6 @@ from dex_celery.timefmt import format_utc, parse_since
 def format_time(value: float | None) -> str:
     """UTC with the zone shown, as every command prints times."""
     return format_utc(value)
-
-
-def shorten(text: str | None, width: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned table: readable in a terminal, a log file and a CI transcript alike."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
 def shown_arguments(record: ToolCallRecord) -> Any:
@@ -177,7 +157,7 @@ def _messages_of(record: ToolCallRecord, history: Sequence[Message]) -> list[dic
             record.turn_id,
             record.tool_call_id,
         )
-        mentions = m.role is MessageRole.USER and record.key in (m.text or "")
+        mentions = m.role is MessageRole.USER and already_reported(record.key, m.text or "")
         if mine or mentions:
             out.append(
                 {
@@ -224,7 +204,21 @@ def _late(text: str | None) -> Any:
         return text
 
 
+#: The policy fields `calls show` prints, in order.
+POLICY_FIELDS = (
+    "effect",
+    "effect_source",
+    "requires_approval",
+    "max_attempts",
+    "schedule_to_start",
+    "start_to_close",
+    "heartbeat_timeout",
+    "approval_timeout",
+)
+
+
 def render_details(d: dict[str, Any]) -> str:
+    """`calls show` as text, from the same value `--json` prints (`call_details`)."""
     lines = [
         f"call      {d['key']}",
         f"tool      {d['tool']}  ({d['effect']})",
@@ -237,41 +231,38 @@ def render_details(d: dict[str, Any]) -> str:
         lines.append(f"error     {d['error']}")
     if d["result"] is not None:
         lines.append(f"result    {shorten(d['result'], 200)}")
-    policy = d["policy"]
-    lines.append(
-        "policy    "
-        + ", ".join(
-            f"{k}={policy[k]}"
-            for k in (
-                "effect",
-                "effect_source",
-                "requires_approval",
-                "max_attempts",
-                "schedule_to_start",
-                "start_to_close",
-                "heartbeat_timeout",
-                "approval_timeout",
-            )
-        )
-        + (
-            f", secret_arguments={','.join(policy['secret_arguments'])}"
-            if policy["secret_arguments"]
-            else ""
-        )
-    )
+    lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
-        approval = d["approval"]
+        lines.append(_approval_line(d["approval_deadline"], d["approval"]))
+    lines.extend(_attempt_lines(d["attempt_log"]))
+    if d["late_result"] is not None:
+        lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
+    lines.append(_ledger_line(d["ledger"], d.get("ledger_error")))
+    lines.extend(_message_lines(d["messages"]))
+    return "\n".join(lines)
+
+
+def _policy_line(policy: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={policy[k]}" for k in POLICY_FIELDS)
+    if policy["secret_arguments"]:
+        shown += f", secret_arguments={','.join(policy['secret_arguments'])}"
+    return "policy    " + shown
+
+
+def _approval_line(deadline: float | None, approval: dict[str, Any] | None) -> str:
+    decided = "not decided"
+    if approval:
         decided = (
             f"{approval['decision']} by {approval['decided_by']} at "
             f"{format_time(approval['decided_at'])}"
             + (f": {approval['note']}" if approval["note"] else "")
-            if approval
-            else "not decided"
         )
-        lines.append(f"approval  deadline {format_time(d['approval_deadline'])}; {decided}")
-    lines.append("attempts")
-    if not d["attempt_log"]:
-        lines.append("  (none)")
+    return f"approval  deadline {format_time(deadline)}; {decided}"
+
+
+def _attempt_lines(attempt_log: list[dict[str, Any]]) -> list[str]:
+    if not attempt_log:
+        return ["attempts", "  (none)"]
     rows = [
         [
             str(a.get("attempt")),
@@ -281,32 +272,31 @@ def render_details(d: dict[str, Any]) -> str:
             format_time(a.get("ended_at")),
             shorten(a.get("error"), 120) or "-",
         ]
-        for a in d["attempt_log"]
+        for a in attempt_log
     ]
-    if rows:
-        table = render_table(["#", "state", "worker", "claimed", "ended", "error"], rows)
-        lines.extend("  " + row for row in table.splitlines())
-    if d["late_result"] is not None:
-        lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
-    ledger = d["ledger"]
-    lines.append(
-        "ledger    "
-        + (
-            f"status={ledger['status'] or '-'} attempt={ledger['attempt']} state={ledger['state']}"
-            f" owner={ledger['owner'] or '-'}"
-            if ledger
-            else f"unavailable ({d['ledger_error']})"
-            if d.get("ledger_error")
-            else "(no entry: finished and expired, or never opened)"
+    table = render_table(["#", "state", "worker", "claimed", "ended", "error"], rows)
+    return ["attempts", *("  " + row for row in table.splitlines())]
+
+
+def _ledger_line(ledger: dict[str, Any] | None, error: str | None) -> str:
+    if ledger:
+        return (
+            f"ledger    status={ledger['status'] or '-'} attempt={ledger['attempt']} "
+            f"state={ledger['state']} owner={ledger['owner'] or '-'}"
         )
-    )
-    lines.append("messages")
-    if not d["messages"]:
+    if error:
+        return f"ledger    unavailable ({error})"
+    return "ledger    (no entry: finished and expired, or never opened)"
+
+
+def _message_lines(messages: list[dict[str, Any]]) -> list[str]:
+    lines = ["messages"]
+    if not messages:
         lines.append("  (none)")
-    for m in d["messages"]:
+    for m in messages:
         text = m["tool_output"] if m["role"] == "tool" else m["text"]
         lines.append(f"  [{m['role']}] {format_time(m['created_at'])}  {shorten(text, 300)}")
-    return "\n".join(lines)
+    return lines
 
 
 @contextlib.contextmanager
@@ -423,79 +413,4 @@ def calls_show(ctx: DexContext, key: str, as_json: bool) -> None:
 # --- sweep -------------------------------------------------------------------------------------
 
 
-@click.command("sweep")
-@click.option("--loop", is_flag=True, help="Keep sweeping every sweep_interval until Ctrl-C.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@pass_context
-def sweep(ctx: DexContext, loop: bool, as_json: bool) -> None:
-    """Run the sweeper now: lost, expired and timed-out attempts, unrecorded outcomes, approvals
-    past their deadline. Beat runs the same sweep every sweep_interval."""
-    from dex_celery.sweep import Sweeper, run_forever
-
-    dex = ctx.dex
-    check_redis(dex, "sweep")  # one warning, or UnsafeRedis: `error:` and exit 1
-    if not loop:
-        report = Sweeper(dex).sweep_once()
-        if as_json:
-            emit_json(report.as_dict())
-        else:
-            moved = ", ".join(f"{k}={v}" for k, v in report.as_dict().items() if v) or "nothing due"
-            click.echo(f"sweep: {moved}")
-        return
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    click.echo(f"sweeping every {dex.settings.sweep_interval}s; Ctrl-C stops", err=True)
-    try:
-        run_forever(dex, stop=stop)
-    except KeyboardInterrupt:
-        stop.set()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-# --- reconcile ---------------------------------------------------------------------------------
-
-
-@click.command("reconcile")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@pass_context
-def reconcile(ctx: DexContext, as_json: bool) -> None:
-    """One reconciliation pass now: surface new outcome_unknown calls, ask each tool's outcome
-    check, and report what really happened to the session (S8). Beat runs it periodically."""
-    from dex_celery.reconcile import reconcile_once
-
-    report = reconcile_once(ctx.dex)
-    value = reconcile_details(ctx.dex, report)
-    if as_json:
-        emit_json(value)
-    else:
-        click.echo(render_reconcile(value))
-
-
-def reconcile_details(dex: Dex, report: ReconcileReport) -> dict[str, Any]:
-    """The run's counts, the keys it touched, and the text of each report it sent."""
-    from dex_celery.store.unknowns import UnknownOutcomes
-
-    repo = UnknownOutcomes(dex.store)
-    reports = []
-    for key in report.reported_keys:
-        row = repo.get(key)
-        reports.append({"key": key, "report": row.report if row else None})
-    return {
-        **report.as_dict(),
-        "surfaced_keys": list(report.surfaced_keys),
-        "error_keys": list(report.error_keys),
-        "reports": reports,
-    }
-
-
-def render_reconcile(value: dict[str, Any]) -> str:
-    counts = ", ".join(f"{k}={v}" for k, v in value.items() if isinstance(v, int))
-    lines = [f"reconcile: {counts}"]
-    lines.extend(f"  surfaced {k}" for k in value["surfaced_keys"])
-    lines.extend(f"  reported {r['key']}: {r['report']}" for r in value["reports"])
-    lines.extend(f"  check failed for {k} (asked again next run)" for k in value["error_keys"])
-    return "\n".join(lines)
-
-
-commands: list[click.Command] = [calls, sweep, reconcile]
+commands: list[click.Command] = [calls]

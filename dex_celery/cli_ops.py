@@ -7,47 +7,34 @@ from the settings (production never uses `create_all`).
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import sys
 import time
 from types import FrameType
-from typing import Any
 
 import click
 
 from dex_celery.appfinder import NO_APP_HINT
 from dex_celery.backends import require_existing_database, safe_url
-from dex_celery.cli_context import EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
+from dex_celery.cli_context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
 from dex_celery.errors import AppNotFound
-from dex_celery.localstack import LocalStack, PrerequisiteMissing
-from dex_celery.settings import Settings, env_name
+from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
+from dex_celery.localstack import (
+    LocalStack,
+    PrerequisiteMissing,
+    expanded_node_name,
+    ping_app,
+    prepare_database,
+    worker_answers,
+)
+from dex_celery.settings import Settings
 
-DATABASE_URL_ENV = env_name("database_url")
-#: The app `dex-celery demo` runs, whatever -A says: the order desk shipped in the package.
-EXAMPLE_APP = "dex_celery.examples.orderdesk.app"
-
-
-def expanded_node_name(name: str) -> str:
-    return name.replace("%h", socket.gethostname())
-
-
-def worker_answers(ctx: DexContext, node: str) -> bool:
-    try:
-        replies = ctx.dex.celery.control.ping(destination=[node], timeout=0.5)
-    except Exception:  # the broker is still coming up
-        return False
-    return any(node in reply for reply in replies or [])
-
-
-def prepare_database(echo: Any) -> None:
-    """Bring the configured database to the newest schema (Alembic), as production does."""
-    from dex_celery.store.migrate import upgrade
-
-    settings = Settings.from_env()
-    revision = upgrade(settings.database_url, schema=settings.database_schema)
-    echo(f"database: {safe_url(settings.database_url)} (schema at revision {revision})")
+#: Exit code of `dex-celery demo` for each way the demo ends.
+DEMO_EXIT_CODES = {
+    DemoResult.OK: EXIT_OK,
+    DemoResult.PREREQUISITE_MISSING: EXIT_USAGE,
+    DemoResult.FAILED: EXIT_REFUSED,
+}
 
 
 def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -69,8 +56,8 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
     if not ctx.app_path:
         raise AppNotFound(NO_APP_HINT)
     stack = LocalStack(
-        # The module only: `celery -A` finds its Celery app, as it would `-A proj`. The Dex is
-        # loaded later, once DEX_REDIS_URL names the stack's Redis.
+        # The module only: `celery -A` finds its Celery app, as it would `-A proj`; the stack's
+        # processes get DEX_REDIS_URL naming its Redis in their environment.
         ctx.app_path.partition(":")[0],
         concurrency=concurrency,
         flower_port=flower_port if flower else None,
@@ -85,11 +72,12 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
     try:
         try:
             stack.start_redis()
-            os.environ[env_name("redis_url")] = stack.redis_url
-            prepare_database(echo)
+            settings = stack.settings(Settings.from_env())
+            prepare_database(settings, echo)
             stack.start_celery()
             node = expanded_node_name(stack.worker_name)
-            stack.wait_for_worker(lambda: worker_answers(ctx, node))
+            pinger = ping_app(settings)
+            stack.wait_for_worker(lambda: worker_answers(pinger, node))
         except PrerequisiteMissing as e:
             stack.stop()
             click.echo(f"error: {e}", err=True)
@@ -139,12 +127,9 @@ def demo(ctx: DexContext, timeout: float) -> None:
     """A scripted agent session on the bundled order desk example (it ignores -A): one call ends succeeded, one failed (did not
     run), one rejected and one outcome_unknown (its worker is SIGKILLed mid-call); then the
     reconciliation report. Starts the local stack itself, like `dev`, and stops it after."""
-    # Imported here to break a real cycle: the demo module uses this module's stack helpers.
-    from dex_celery.examples.orderdesk.demo import run_demo
-
     line_buffered()
-    code = run_demo(DexContext(EXAMPLE_APP), timeout=timeout)
-    ctx_exit(code)
+    result = run_demo(Settings.from_env(), timeout=timeout)
+    ctx_exit(DEMO_EXIT_CODES[result])
 
 
 # --- db ------------------------------------------------------------------------------------------
@@ -159,7 +144,7 @@ def db() -> None:
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
     """Migrate up to REVISION (default: head)."""
-    from dex_celery.store.migrate import upgrade
+    from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     at = upgrade(settings.database_url, revision, schema=settings.database_schema)
@@ -170,7 +155,7 @@ def db_upgrade(revision: str) -> None:
 @click.argument("revision")
 def db_downgrade(revision: str) -> None:
     """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
-    from dex_celery.store.migrate import downgrade
+    from dex_celery.store.migrate import downgrade  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     at = downgrade(settings.database_url, revision, schema=settings.database_schema)
@@ -180,7 +165,7 @@ def db_downgrade(revision: str) -> None:
 @db.command("current")
 def db_current() -> None:
     """Print the revision the database is at, and the newest one."""
-    from dex_celery.store.migrate import current, head
+    from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
 
     settings = Settings.from_env()
     require_existing_database(settings.database_url)

@@ -12,17 +12,18 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dex_celery.approvals import Approvals, PendingApproval
 from dex_celery.backends import translating_backend_errors
 from dex_celery.dispatch import CallRequest
-from dex_celery.errors import CallTimeout, InvalidText, UnknownCall
-from dex_celery.events import START, AgentEvent, AgentEvents
-from dex_celery.ids import CallKey
+from dex_celery.errors import CallTimeout, UnknownCall
+from dex_celery.events import START, AgentEvent
+from dex_celery.ids import CallKey, validate_id
+from dex_celery.message_text import check_text
 from dex_celery.policy import EffectClass
 from dex_celery.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
-    from dex_celery.approvals import PendingApproval
 
 
 @translating_backend_errors
@@ -44,8 +45,6 @@ class DexClient:
         self, session_id: str, *, default_effect: EffectClass | str | None = None
     ) -> SessionRecord:
         """Create a session (or return it); its default effect applies to unclassified tools."""
-        from dex_celery.ids import validate_id
-
         validate_id("session id", session_id)
         effect = EffectClass.parse(default_effect) if default_effect is not None else None
         return self.dex.store.open_session(session_id, effect)
@@ -59,25 +58,14 @@ class DexClient:
 
     def send_user_message(self, session_id: str, text: str) -> bool:
         """Append a user message to the history (S7.4); True once it is recorded."""
-        self._check_text(text)
+        check_text(text, limit=self.dex.settings.max_text_bytes)
         self.dex.store.append_message(session_id, MessageRole.USER, text)
         return True
 
     def add_message(self, session_id: str, role: MessageRole, text: str) -> None:
         """Append a message of any role to the session's history (the model's own turns)."""
-        self._check_text(text)
+        check_text(text, limit=self.dex.settings.max_text_bytes)
         self.dex.store.append_message(session_id, MessageRole(role), text)
-
-    def _check_text(self, text: object) -> None:
-        if not isinstance(text, str):
-            raise InvalidText(f"message text must be a string, got {type(text).__name__}")
-        if not text.strip():
-            raise InvalidText("message text must not be empty")
-        size = len(text.encode())
-        if size > self.dex.settings.max_text_bytes:
-            raise InvalidText(
-                f"message text is {size} bytes; the limit is {self.dex.settings.max_text_bytes}"
-            )
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -112,7 +100,7 @@ class DexClient:
         Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
         """
         deadline = time.monotonic() + timeout
-        events = AgentEvents.of(self.dex)
+        events = self.dex.events
         # Taken before the first look at SQL, so no finished event can slip in between.
         position = events.latest_position()
         while True:
@@ -131,25 +119,18 @@ class DexClient:
 
     def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
         """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
-        from dex_celery.approvals import Approvals
-
         return Approvals(self.dex).approve(key, approver, note)
 
     def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
-        from dex_celery.approvals import Approvals
-
         return Approvals(self.dex).reject(key, approver, reason)
 
     def pending_approvals(
         self, session_id: str | None = None, *, limit: int = 100
     ) -> list[PendingApproval]:
         """Calls waiting for a decision, oldest first, secret arguments redacted."""
-        from dex_celery.approvals import Approvals
-
         return Approvals(self.dex).pending(session_id, limit=limit)
 
-    # --- end of approvals ----------------------------------------------------------------------
 
     # --- events (S7.3; dex_celery/events.py) ---------------------------------------------------
 
@@ -167,11 +148,10 @@ class DexClient:
         Keep the `position` of the last event handled and pass it as `after` to resume. Stops
         once caught up, unless `follow` (then waits for new events up to `timeout` seconds).
         """
-        return AgentEvents.of(self.dex).iterate(
+        return self.dex.events.iterate(
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
 
-    # --- end of events -------------------------------------------------------------------------
 
 
 class AsyncDexClient:
@@ -227,7 +207,6 @@ class AsyncDexClient:
     ) -> list[PendingApproval]:
         return await asyncio.to_thread(self.sync.pending_approvals, session_id, limit=limit)
 
-    # --- end of approvals ----------------------------------------------------------------------
 
     # --- events (S7.3; dex_celery/events.py) ---------------------------------------------------
 
@@ -241,8 +220,7 @@ class AsyncDexClient:
         timeout: float | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
-        return AgentEvents.of(self.sync.dex).aiterate(
+        return self.sync.dex.events.aiterate(
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
 
-    # --- end of events -------------------------------------------------------------------------

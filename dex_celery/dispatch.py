@@ -22,21 +22,27 @@ from dex_celery.errors import (
     PublishError,
     UnknownCall,
 )
+from dex_celery.event_types import EventType
 from dex_celery.ids import CallKey
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.outcomes import CallStatus, EndReason, error_text
-from dex_celery.policy import PolicySnapshot, resolve_policy
+from dex_celery.policy import EffectClass, PolicySnapshot, resolve_policy
 from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
 from dex_celery.sealing import seal
 from dex_celery.sealing import split as split_secrets
-from dex_celery.store.repository import NewCall, Outcome, arguments_json
+from dex_celery.settings import Settings
+from dex_celery.store.repository import Store
+from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.task_events import announce_decided
-from dex_celery.tools import TASK_PREFIX
+from dex_celery.tools import TASK_PREFIX, Tool, find_tool
 from dex_celery.tracing import span
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from celery import Celery
+
+    from dex_celery.epoch import LedgerEpoch
+    from dex_celery.ledger.ledger import Ledger
 
 log = logging.getLogger("dex_celery.dispatch")
 
@@ -98,8 +104,23 @@ def parse_arguments(
 
 
 class Dispatcher:
-    def __init__(self, dex: Dex) -> None:
-        self.dex = dex
+    """Starts calls and acts on ledger steps; one per process, built by `Dex` (`runtime`)."""
+
+    def __init__(
+        self,
+        celery: Celery,
+        ledger: Ledger,
+        store: Store,
+        epoch: LedgerEpoch,
+        tools: Mapping[str, Tool],
+        settings: Settings,
+    ) -> None:
+        self.celery = celery
+        self.ledger = ledger
+        self.store = store
+        self.epoch = epoch
+        self.tools = tools
+        self.settings = settings
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -130,8 +151,8 @@ class Dispatcher:
             prepared.append((new, arguments))
         if not prepared:
             return []
-        epoch = self.dex.epoch()
-        results = self.dex.store.insert_calls(
+        epoch = self.epoch.current()
+        results = self.store.insert_calls(
             [n for n, _ in prepared],
             epoch=epoch,
             check=lambda new, known: same_call(new, known.tool_name, known.arguments),
@@ -153,16 +174,16 @@ class Dispatcher:
 
         Returns the call to record and its arguments as stored (secret values `***`).
         """
-        settings = self.dex.settings
+        settings = self.settings
         key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
-        tool = self.dex.get_tool(req.tool_name)
+        tool = find_tool(self.tools, req.tool_name)
         arguments, _ = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
         check_arguments(tool, arguments)
         shown, secrets = split_secrets(arguments, tool.policy.secret_arguments)
         token = seal(secrets, settings.secret_key)
 
-        def resolve(default: Any, tool: Any = tool) -> PolicySnapshot:
-            return resolve_policy(tool.policy, tool.annotations, default, settings)
+        def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
+            return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
 
         return NewCall(key, tool.name, arguments_json(shown), resolve, sealed=token), shown
 
@@ -178,18 +199,18 @@ class Dispatcher:
         that the sweeper started (and even finished) these calls meanwhile: those go through
         `start`, which opens only what the database still has in flight.
         """
-        now = self.dex.ledger.now()
-        late = {r.key for r in records if now - r.requested_at > self.dex.settings.orphan_grace / 2}
+        now = self.ledger.now()
+        late = {r.key for r in records if now - r.requested_at > self.settings.orphan_grace / 2}
         for record in records:
             if record.key in late:
                 self.start(record, arguments[record.key])
         records = [r for r in records if r.key not in late]
         if not records:
             return
-        opened = self.dex.ledger.open_many(
-            [(r.key, r.policy) for r in records], epoch=self.dex.epoch()
+        opened = self.ledger.open_many(
+            [(r.key, r.policy) for r in records], epoch=self.epoch.current()
         )
-        with self.dex.celery.producer_or_acquire() as producer:  # one producer for the batch
+        with self.celery.producer_or_acquire() as producer:  # one producer for the batch
             for record, result in zip(records, opened, strict=True):
                 if result is not OpenResult.OPENED:
                     continue
@@ -209,12 +230,12 @@ class Dispatcher:
 
     def _announce_request(self, record: ToolCallRecord) -> None:
         if record.status is CallStatus.AWAITING_APPROVAL:
-            self.dex.ledger.announce(
-                {"type": "tool_call_requested", "key": record.key, "effect": record.effect.value}
+            self.ledger.announce(
+                {"type": EventType.TOOL_CALL_REQUESTED, "key": record.key, "effect": record.effect.value}
             )
-            self.dex.ledger.announce(
+            self.ledger.announce(
                 {
-                    "type": "tool_call_awaiting_approval",
+                    "type": EventType.TOOL_CALL_AWAITING_APPROVAL,
                     "key": record.key,
                     "deadline": str(record.approval_deadline or ""),
                 }
@@ -231,7 +252,7 @@ class Dispatcher:
 
         `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
         """
-        ledger = self.dex.ledger
+        ledger = self.ledger
         if not self._may_open(record):
             return
         # A call that waited for approval announced its request already.
@@ -239,7 +260,7 @@ class Dispatcher:
         result = ledger.open(
             record.key,
             record.policy,
-            epoch=self.dex.epoch(),
+            epoch=self.epoch.current(),
             announce=announce,
             may_have_run=may_have_run,
         )
@@ -250,7 +271,7 @@ class Dispatcher:
             result = ledger.open(
                 record.key,
                 record.policy,
-                epoch=self.dex.epoch(refresh=True),
+                epoch=self.epoch.current(refresh=True),
                 announce=announce,
                 may_have_run=may_have_run,
             )
@@ -268,7 +289,7 @@ class Dispatcher:
         """Open only what the system of record still has in flight (and, for a write, not yet
         claimed): a requester or sweeper acting on an old read of the record must not start a
         call that has ended or whose write was claimed meanwhile (docs/ledger.md)."""
-        current = self.dex.store.get_call(record.key)
+        current = self.store.get_call(record.key)
         if current is None or current.status is not CallStatus.PENDING:
             log.info("call %s is no longer pending in the database; not opening it", record.key)
             return False
@@ -282,10 +303,32 @@ class Dispatcher:
     def publish(self, message: AttemptMessage, *, attempt: int, producer: Any = None) -> None:
         """Send attempt `attempt` now; if the broker refuses it, it ends as never reached.
 
-        A retry's backoff is not a Celery countdown: an ETA is computed on the publisher's clock
-        and waited out on the worker's, so skewed hosts would run it early or let it expire.
-        The ledger holds the retry's `not_before` on Redis's clock and its claim waits it out.
+        A refused attempt is expired in the ledger, whose step may be a retry: the loop then
+        sends the next attempt (no recursion through `apply`), until one is sent or the call
+        has ended. A retry's backoff is not a Celery countdown: an ETA is computed on the
+        publisher's clock and waited out on the worker's, so skewed hosts would run it early or
+        let it expire. The ledger holds the retry's `not_before` on Redis's clock and its claim
+        waits it out.
         """
+        while True:
+            refused = self._send(message, attempt, producer)
+            if refused is None:
+                return
+            step = self.ledger.expire(
+                message.key,
+                attempt,
+                unpublished=True,
+                detail=f"the broker refused the message: {refused}",
+            )
+            if step.kind is not StepKind.RETRY:
+                self.apply(message.key, step, message=message)
+                return
+            log.info("retrying %s: attempt %d after %.2fs", message.key, step.attempt, step.delay)
+            announce_decided(self.celery, self.settings, message.key, attempt, None)
+            attempt = step.attempt
+
+    def _send(self, message: AttemptMessage, attempt: int, producer: Any) -> Exception | None:
+        """Publish one attempt's task message; the broker's error if it refused it."""
         key = CallKey.parse(message.key)
         shown = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
         # Arguments travel as JSON text: see `invoke.stored_arguments` (Kombu's type markers).
@@ -296,7 +339,7 @@ class Dispatcher:
             "sealed": message.sealed,
         }
         try:
-            self.dex.celery.send_task(
+            self.celery.send_task(
                 TASK_PREFIX + message.tool_name,
                 kwargs=kwargs,
                 task_id=key.task_id(attempt),
@@ -309,15 +352,9 @@ class Dispatcher:
                 retry_policy=_PUBLISH_RETRY,
             )
         except Exception as e:  # kombu raises several unrelated types for a broker that is down
-            error = PublishError(f"could not publish attempt {attempt} of {message.key}: {e}")
-            log.warning("%s", error)
-            step = self.dex.ledger.expire(
-                message.key,
-                attempt,
-                unpublished=True,
-                detail=f"the broker refused the message: {e}",
-            )
-            self.apply(message.key, step, message=message)
+            log.warning("%s", PublishError(f"could not publish attempt {attempt} of {message.key}: {e}"))
+            return e
+        return None
 
     def apply(
         self,
@@ -338,26 +375,26 @@ class Dispatcher:
             if message is None:
                 message = self._message_from_record(key)
             log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
-            self.publish(message, attempt=step.attempt)
             if announce:
-                announce_decided(self.dex, key, step.attempt - 1, None)
+                announce_decided(self.celery, self.settings, key, step.attempt - 1, None)
+            self.publish(message, attempt=step.attempt)
         elif step.kind is StepKind.FINISHED:
             outcome = self.record(key, step, result=result)
             if announce:
-                announce_decided(self.dex, key, step.attempt, outcome)
+                announce_decided(self.celery, self.settings, key, step.attempt, outcome)
             return outcome
         return None
 
     def record(self, key: str, step: Step, *, result: str | None = None) -> Outcome:
         """Write a decided outcome to SQL, then release the ledger entry and announce it."""
         if CallStatus(step.status) is CallStatus.SUCCEEDED and result is None:
-            entry = self.dex.ledger.read(key)
+            entry = self.ledger.read(key)
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
         status, error = outcome.status.value, outcome.error
         with span(tracing.RECORD, key=key, outcome=outcome.status):
-            if not self.dex.store.record_outcome(key, outcome):
-                record = self.dex.store.get_call(key)
+            if not self.store.record_outcome(key, outcome):
+                record = self.store.get_call(key)
                 if (
                     outcome.did_not_run
                     and record is not None
@@ -365,16 +402,16 @@ class Dispatcher:
                 ):
                     # Refused by the write fence: an attempt of this write was claimed in SQL.
                     outcome = claimed_write_outcome(record, step.attempt, step.log)
-                    self.dex.store.record_outcome(key, outcome)
-                    record = self.dex.store.get_call(key)
+                    self.store.record_outcome(key, outcome)
+                    record = self.store.get_call(key)
                 if record is not None and record.finished:
                     # The event tells what the database holds, whoever wrote it.
                     status, error = record.status.value, record.error or ""
-            self.dex.ledger.recorded(key, status=status, error=error)
+            self.ledger.recorded(key, status=status, error=error)
         return outcome
 
     def _message_from_record(self, key: str) -> AttemptMessage:
-        record = self.dex.store.get_call(key)
+        record = self.store.get_call(key)
         if record is None:
             raise UnknownCall(f"no tool call {key!r} in the store")
         return AttemptMessage(
@@ -399,6 +436,14 @@ def same_call(new: NewCall, tool_name: str, arguments: str) -> None:
             f"tool call {new.key.key} was requested before with other arguments; use a new "
             "tool-call id for a new call"
         )
+
+
+def admit(policy: PolicySnapshot, now: float) -> Admission:
+    """The approval rule (S6.1): a call whose policy requires approval waits for a person until
+    `now + approval_timeout`; any other is pending at once."""
+    if policy.requires_approval:
+        return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
+    return Admission(policy, CallStatus.PENDING)
 
 
 def outcome_of(step: Step, result: str | None) -> Outcome:

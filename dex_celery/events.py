@@ -19,18 +19,18 @@ import re
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
 from dex_celery.errors import InvalidEventPosition
+from dex_celery.event_types import EventType as EventType  # re-exported: part of this API
 from dex_celery.ids import KEY_SEPARATOR
 from dex_celery.outcomes import CallStatus
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    pass
 
 #: Read from the start of the stream.
 START = "0"
@@ -40,21 +40,6 @@ NOW = "$"
 MAX_BLOCK_SECONDS = 1.0
 
 _POSITION = re.compile(r"^\d+(-\d+)?$")
-
-
-class EventType(StrEnum):
-    """Every event type dex-celery writes."""
-
-    TOOL_CALL_REQUESTED = "tool_call_requested"
-    TOOL_CALL_AWAITING_APPROVAL = "tool_call_awaiting_approval"
-    TOOL_CALL_DECIDED = "tool_call_decided"
-    TOOL_CALL_STARTED = "tool_call_started"
-    TOOL_CALL_FINISHED = "tool_call_finished"
-    TOOL_CALL_LATE_RESULT = "tool_call_late_result"
-    #: The reconcile beat job saw an `outcome_unknown` call for the first time (S8.4).
-    TOOL_CALL_OUTCOME_UNKNOWN_SURFACED = "tool_call_outcome_unknown_surfaced"
-    #: The reconcile beat job sent the real outcome of an unknown call to its session (S8.1).
-    TOOL_CALL_OUTCOME_REPORTED = "tool_call_outcome_reported"
 
 
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
@@ -136,10 +121,6 @@ class AgentEvents:
         self.client = client
         self.stream = stream
         self.maxlen = maxlen
-
-    @classmethod
-    def of(cls, dex: Dex) -> AgentEvents:
-        return cls(dex.ledger.client, dex.keys.events, maxlen=dex.settings.events_maxlen)
 
     # --- writing -------------------------------------------------------------------------------
 

@@ -102,7 +102,7 @@ def _guarded(name: str, check: SectionCheck, dex: Dex) -> Section:
 def last_sweep(dex: Dex) -> tuple[float | None, float]:
     """(seconds since the last sweep, or None if none is recorded; now on the ledger's clock)."""
     now = dex.ledger.now()
-    sweep = stats.last_sweep(dex)
+    sweep = stats.last_sweep(dex.ledger)
     if sweep is None:
         return None, now
     return max(0.0, now - sweep.finished_at), now
@@ -136,8 +136,8 @@ def sweep_section(dex: Dex) -> Section:
 
 
 def redis_section(dex: Dex) -> Section:
-    dex.ledger.client.ping()
-    info = dex.ledger.client.info("server")
+    dex.redis.ping()
+    info = dex.redis.info("server")
     version = str(info.get("redis_version", "?"))
     return Section("redis", State.OK, f"answers (Redis {version})", {"version": version})
 

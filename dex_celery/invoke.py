@@ -25,7 +25,6 @@ import inspect
 import itertools
 import json
 import logging
-import os
 import sys
 import threading
 import time
@@ -37,12 +36,15 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from dex_celery.arguments import check_arguments
 from dex_celery.errors import AttemptCancelled, DexError, ToolError, ToolLost
+from dex_celery.forks import after_fork
 from dex_celery.ledger.ledger import Cause
 from dex_celery.sealing import Scrubber, unseal
 from dex_celery.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.dispatch import Dispatcher
+    from dex_celery.ledger.ledger import Ledger
+    from dex_celery.settings import Settings
 
 log = logging.getLogger("dex_celery.worker")
 
@@ -72,7 +74,6 @@ class LoopThread:
     """One asyncio loop per worker process, run forever by one daemon thread."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
 
@@ -97,7 +98,7 @@ def event_loop() -> LoopThread:
     """The loop of this process (re-made in a forked pool child, which has no loop thread)."""
     global _loop
     with _loop_lock:
-        if _loop is None or _loop.pid != os.getpid() or not _loop.thread.is_alive():
+        if _loop is None or not _loop.thread.is_alive():
             _loop = LoopThread()
         return _loop
 
@@ -109,7 +110,6 @@ class Watchdog:
     """Calls `action` of each attempt still running at its deadline; one thread per process."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._cancelled: set[int] = set()
         self._ids = itertools.count()
@@ -161,21 +161,23 @@ _watchdog: Watchdog | None = None
 def watchdog() -> Watchdog:
     global _watchdog
     with _loop_lock:
-        if _watchdog is None or _watchdog.pid != os.getpid():
+        if _watchdog is None:
             _watchdog = Watchdog()
         return _watchdog
 
 
-def overtime_action(dex: Dex, key: str, attempt: int, ctx: ToolContext) -> Callable[[], None]:
+def overtime_action(
+    ledger: Ledger, dispatcher: Dispatcher, key: str, attempt: int, ctx: ToolContext
+) -> Callable[[], None]:
     """Fence then cancel: what happens when an attempt reaches its start-to-close deadline."""
 
     def act() -> None:
-        step = dex.ledger.time_out(
+        step = ledger.time_out(
             key, attempt, detail="the start-to-close timeout was reached (worker watchdog)"
         )
         if step.kind.value != "noop":
             log.warning("attempt %d of %s ran past start-to-close; cancelling it", attempt, key)
-            dex.dispatcher.apply(key, step)
+            dispatcher.apply(key, step)
             ctx.cancel()
 
     return act
@@ -254,9 +256,9 @@ def thread_loop() -> asyncio.AbstractEventLoop:
     """The event loop this worker thread keeps (prefork: the pool process's main thread; threads:
     each pool thread), so an async tool costs no hand-off between threads."""
     loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed() or getattr(_local, "pid", None) != os.getpid():
+    if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
-        _local.loop, _local.pid = loop, os.getpid()
+        _local.loop = loop
     return loop
 
 
@@ -323,7 +325,9 @@ def stored_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
 
 
 def invoke_attempt(
-    dex: Dex,
+    ledger: Ledger,
+    dispatcher: Dispatcher,
+    settings: Settings,
     tool: Tool,
     ctx: ToolContext,
     arguments: str | dict[str, Any],
@@ -339,7 +343,7 @@ def invoke_attempt(
     scrubber = Scrubber()
     try:
         shown = stored_arguments(arguments)
-        secrets = unseal(sealed, dex.settings.secret_key)
+        secrets = unseal(sealed, settings.secret_key)
         scrubber = Scrubber(secrets)
         kwargs = check_arguments(tool, {**shown, **secrets})
     except DexError as e:
@@ -347,12 +351,24 @@ def invoke_attempt(
         return Cause.TOOL_ERROR, scrubber.text(f"the tool was not called: {e}")
     guard = None
     if start_to_close > 0:
-        action = overtime_action(dex, ctx.call.key, ctx.attempt, ctx)
+        action = overtime_action(ledger, dispatcher, ctx.call.key, ctx.attempt, ctx)
         guard = watchdog().add(start_to_close + WATCHDOG_SLACK, action)
     try:
         return invoke(
-            tool, ctx, kwargs, scrubber=scrubber, limit=dex.settings.max_result_bytes, effect=effect
+            tool, ctx, kwargs, scrubber=scrubber, limit=settings.max_result_bytes, effect=effect
         )
     finally:
         if guard is not None:
             watchdog().remove(guard)
+
+
+def _forget_process_state() -> None:
+    """After a fork (`dex_celery.forks`): the child has none of the parent's threads, so its
+    loop thread, watchdog and per-thread loops are made anew on first use."""
+    global _loop, _watchdog, _loop_lock, _local
+    _loop, _watchdog = None, None
+    _loop_lock = threading.Lock()
+    _local = threading.local()
+
+
+after_fork(_forget_process_state)

@@ -19,12 +19,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
 import redis
+from celery import Celery
 
+from dex_celery.app import configure_celery
+from dex_celery.backends import safe_url
 from dex_celery.errors import ConfigurationError
 from dex_celery.ledger.connection import redis_client
 from dex_celery.settings import Settings, env_name
@@ -43,9 +46,70 @@ class PrerequisiteMissing(ConfigurationError):
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (the tests and bench/ use this one too)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def redis_server_args(
+    binary: str,
+    port: int,
+    directory: Path,
+    *,
+    appendonly: bool = False,
+    appendfsync: str = "everysec",
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of a private redis-server: loopback only, its own folder and log, no
+    snapshots. The one launcher of `dex-celery dev`, the tests and the benchmarks."""
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(directory),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        appendfsync,
+        "--logfile",
+        str(directory / "redis.log"),
+        *extra,
+    ]
+
+
+def expanded_node_name(name: str) -> str:
+    """A Celery node name with `%h` expanded, as the worker names itself."""
+    return name.replace("%h", socket.gethostname())
+
+
+def ping_app(settings: Settings) -> Celery:
+    """A bare Celery app on the stack's broker, only to ping its worker."""
+    app = Celery("dex-localstack-ping")
+    configure_celery(app, settings)
+    return app
+
+
+def worker_answers(app: Celery, node: str) -> bool:
+    """Does the worker `node` answer a ping yet?"""
+    try:
+        replies = app.control.ping(destination=[node], timeout=0.5)
+    except Exception:  # the broker is still coming up
+        return False
+    return any(node in reply for reply in replies or [])
+
+
+def prepare_database(settings: Settings, echo: Callable[[str], object]) -> None:
+    """Bring the configured database to the newest schema (Alembic), as production does."""
+    from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
+
+    revision = upgrade(settings.database_url, schema=settings.database_schema)
+    echo(f"database: {safe_url(settings.database_url)} (schema at revision {revision})")
 
 
 def redis_answers(url: str) -> bool:
@@ -129,6 +193,10 @@ class LocalStack:
             raise
         return self
 
+    def settings(self, base: Settings) -> Settings:
+        """`base` with the stack's Redis: what a process of this stack is configured with."""
+        return replace(base, redis_url=self.redis_url)
+
     def start_redis(self) -> str:
         """The configured Redis, or a private one; sets `redis_url`."""
         configured = self.environ.get(REDIS_URL_ENV)
@@ -150,21 +218,7 @@ class LocalStack:
         port = free_port()
         folder = self.workdir / "redis"
         folder.mkdir(parents=True, exist_ok=True)
-        args = [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(folder),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--logfile",
-            str(folder / "redis.log"),
-        ]
+        args = redis_server_args(binary, port, folder)
         self._spawn("redis-server", args, stdout_to_file=True)
         self.redis_url = f"redis://127.0.0.1:{port}/0"
         self.private_redis = True

@@ -138,11 +138,11 @@ class DexCollector(Collector):
         refused = CounterMetricFamily(
             "dex_claims_refused", "Deliveries turned away by the claim", labels=["reason"]
         )
-        for reason, count in sorted(stats.refused_claims(dex).items()):
+        for reason, count in sorted(stats.refused_claims(dex.ledger).items()):
             refused.add_metric([reason], count)
         yield refused
 
-        pipe: Any = dex.ledger.client.pipeline(transaction=False)
+        pipe: Any = dex.redis.pipeline(transaction=False)
         pipe.zcard(keys.queue_index)
         pipe.zcard(keys.lease_index)
         pipe.zcard(keys.unrecorded_index)
@@ -158,7 +158,7 @@ class DexCollector(Collector):
         not_in_sql.add_metric([], int(unrecorded))
         yield from (in_flight, not_in_sql)
 
-        sweep = stats.last_sweep(dex)
+        sweep = stats.last_sweep(dex.ledger)
         if sweep is not None:
             lag = GaugeMetricFamily("dex_sweep_lag_seconds", "Time since the last sweep ended")
             lag.add_metric([], max(0.0, dex.ledger.now() - sweep.finished_at))

@@ -44,7 +44,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.errors import ConfigurationError
-from dex_celery.events import AgentEvent, AgentEvents, EventType
+from dex_celery.events import AgentEvent, EventType
 from dex_celery.outcomes import CallStatus
 from dex_celery.redact import redact
 from dex_celery.store.unknowns import UnknownOutcomes
@@ -166,7 +166,7 @@ class WebhookStatus:
 
 def delivery_status(dex: Dex) -> WebhookStatus:
     """Delivery state from Redis: per receiver counts, what waits, where the sender is."""
-    client: Any = dex.ledger.client
+    client: Any = dex.redis
     keys = dex.keys
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.webhook_stats)
@@ -232,7 +232,7 @@ class WebhookSender:
     def __init__(self, dex: Dex, *, urls: Sequence[str] | None = None) -> None:
         self.dex = dex
         self.urls = tuple(urls) if urls is not None else receivers(dex.settings.webhook_urls)
-        self.events = AgentEvents.of(dex)
+        self.events = dex.events
         self._pool = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="dex-webhook")
         self._thread: threading.Thread | None = None
         self.stop_event = threading.Event()
@@ -241,7 +241,7 @@ class WebhookSender:
 
     def queue_new_events(self, *, block: float | None = None) -> int:
         """Queue the deliveries of events after the stored position; returns how many."""
-        client: Any = self.dex.ledger.client
+        client: Any = self.dex.redis
         keys = self.dex.keys
         position = client.get(keys.webhook_cursor)
         if position is None:
@@ -306,7 +306,7 @@ class WebhookSender:
 
     def requeue_unfinished(self) -> int:
         """On start: deliveries a previous sender took but never finished are due again."""
-        client: Any = self.dex.ledger.client
+        client: Any = self.dex.redis
         keys = self.dex.keys
         ids = client.hkeys(keys.webhook_pending)
         if not ids:
@@ -316,7 +316,7 @@ class WebhookSender:
 
     def deliver_due(self, *, wait: bool = False) -> int:
         """Start a POST for every delivery due now; returns how many were started."""
-        client: Any = self.dex.ledger.client
+        client: Any = self.dex.redis
         keys = self.dex.keys
         ids = client.zrangebyscore(keys.webhook_due, "-inf", self.dex.ledger.now(), 0, BATCH)
         futures = []
@@ -365,7 +365,7 @@ class WebhookSender:
         return None if 200 <= status < 300 else f"HTTP {status}"
 
     def _settle(self, delivery: Delivery, error: str | None) -> None:
-        client: Any = self.dex.ledger.client
+        client: Any = self.dex.redis
         keys = self.dex.keys
         label = receiver_label(delivery.url)
         now = self.dex.ledger.now()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -35,10 +34,14 @@ from dex_celery.errors import (
     InvalidCheckResult,
     UnknownCall,
 )
-from dex_celery.events import AgentEvents, EventType
+from dex_celery.event_types import EventType
+from dex_celery.events import AgentEvents
+from dex_celery.message_text import check_text
 from dex_celery.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT
 from dex_celery.records import AgentSnapshot, Message, MessageRole
+from dex_celery.report_text import already_reported, format_report
 from dex_celery.settings import DEFAULT_CHECK_TIMEOUT
+from dex_celery.store.repository import Store
 from dex_celery.store.unknowns import UnknownOutcomes
 
 if TYPE_CHECKING:
@@ -48,8 +51,6 @@ log = logging.getLogger("dex_celery.reconcile")
 
 #: Celery task name of the reconcile beat job.
 RECONCILE_TASK = "dex.reconcile"
-#: Default of `run_check`'s timeout; the beat job passes `Settings.check_timeout`.
-CHECK_TIMEOUT = DEFAULT_CHECK_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,23 +74,6 @@ class SessionMessenger(Protocol):
     async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot: ...
 
     async def send_user_message(self, session_id: str, text: str) -> bool: ...
-
-
-# --- the report text ---------------------------------------------------------------------------
-
-
-def format_report(answer: str, key: str) -> str:
-    """The user message sent for a call: the check's note, then `(tool call <key>)`."""
-    return f"{answer} (tool call {key})"
-
-
-def already_reported(key: str, user_text: str) -> bool:
-    """Does a user message already name this call? (S8.2)
-
-    The seed tests `key in text`; this also requires the key to stand alone, so the report of
-    `s/t/call-10` does not count as one for `s/t/call-1`.
-    """
-    return re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", user_text) is not None
 
 
 def _unknown_messages(messages: Iterable[Message]) -> list[Message]:
@@ -186,7 +170,7 @@ class OutcomeChecks:
 
 
 def run_check(
-    check: AnyOutcomeCheck, key: str, arguments: str, *, timeout: float = CHECK_TIMEOUT
+    check: AnyOutcomeCheck, key: str, arguments: str, *, timeout: float = DEFAULT_CHECK_TIMEOUT
 ) -> CheckAnswer:
     """Call a sync or async check from sync code (a Celery task) and validate its answer."""
     result: Any = check(key, arguments)
@@ -237,22 +221,60 @@ def reconcile_once(
     dex: Dex, *, checks: OutcomeChecks | None = None, limit: int | None = None
 ) -> ReconcileReport:
     """One run of the reconcile beat job (S8.4). Safe to run twice at once (see `UnknownOutcomes`)."""
-    checks = checks if checks is not None else dex.outcome_checks
+    run = _Run(
+        repo=UnknownOutcomes(dex.store),
+        store=dex.store,
+        events=dex.events,
+        checks=checks if checks is not None else dex.outcome_checks,
+        check_timeout=dex.settings.check_timeout,
+        max_text_bytes=dex.settings.max_text_bytes,
+    )
     limit = limit or dex.settings.sweep_batch
-    repo = UnknownOutcomes(dex.store)
-    events = AgentEvents.of(dex)
-    clock = dex.store.clock
-    surfaced: list[str] = []
-    reported: list[str] = []
-    failed: list[str] = []
-    counts = {"already_reported": 0, "cannot_tell_yet": 0}
+    for key in run.repo.unsurfaced(limit=limit):
+        run.surface(key)
+    for key in run.repo.open_keys(run.checks.tool_names, limit=limit):
+        run.report(key)
+    report = ReconcileReport(
+        surfaced=len(run.surfaced),
+        reported=len(run.reported),
+        errors=len(run.failed),
+        open_without_check=run.repo.count_open_without(run.checks.tool_names),
+        surfaced_keys=tuple(run.surfaced),
+        reported_keys=tuple(run.reported),
+        error_keys=tuple(run.failed),
+        **run.counts,
+    )
+    if report.surfaced or report.reported or report.errors:
+        log.info("reconcile: %s", report.as_dict())
+    return report
 
-    for key in repo.unsurfaced(limit=limit):
+
+@dataclass
+class _Run:
+    """One reconcile run: its collaborators and what it has done so far."""
+
+    repo: UnknownOutcomes
+    store: Store
+    events: AgentEvents
+    checks: OutcomeChecks
+    check_timeout: float
+    max_text_bytes: int
+    surfaced: list[str] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"already_reported": 0, "cannot_tell_yet": 0}
+    )
+    #: The user messages of each session seen, with the reports this run sent.
+    user_texts: dict[str, str] = field(default_factory=dict)
+
+    def surface(self, key: str) -> None:
+        """Note a new `outcome_unknown` call once: a log line and an event (S8.4)."""
         try:
-            record = dex.store.get_call(key)
-            if record is None or not repo.surface(record, now=clock()):
-                continue
-            has_check = checks.get(record.tool_name) is not None
+            record = self.store.get_call(key)
+            if record is None or not self.repo.surface(record, now=self.store.clock()):
+                return
+            has_check = self.checks.get(record.tool_name) is not None
             log.warning(
                 "outcome_unknown call surfaced: %s (tool %s, %s): %s",
                 key,
@@ -260,67 +282,62 @@ def reconcile_once(
                 "checking it" if has_check else "no outcome check, left for a person",
                 record.error or "",
             )
-            events.publish(
+            self.events.publish(
                 EventType.TOOL_CALL_OUTCOME_UNKNOWN_SURFACED,
                 key,
                 tool=record.tool_name,
                 check="yes" if has_check else "no",
             )
-            surfaced.append(key)
+            self.surfaced.append(key)
         except Exception:
-            failed.append(key)
+            self.failed.append(key)
             log.exception("could not surface %s; trying again next run", key)
 
-    user_texts: dict[str, str] = {}
-    for key in repo.open_keys(checks.tool_names, limit=limit):
+    def report(self, key: str) -> None:
+        """Ask the tool's check about an open unknown call and report its answer (S8.1)."""
         try:
-            record = dex.store.get_call(key)
-            if record is None:
-                raise UnknownCall(f"no tool call {key!r}")
-            check = checks.get(record.tool_name)
-            if check is None:
-                continue
-            if record.session_id not in user_texts:
-                user_texts[record.session_id] = repo.user_texts(record.session_id)
-            if already_reported(key, user_texts[record.session_id]):
-                if repo.mark_reported(key, now=clock()):
-                    counts["already_reported"] += 1
-                continue
-            try:
-                answer = run_check(check, key, record.arguments, timeout=dex.settings.check_timeout)
-                text = "" if isinstance(answer, CannotTellYet) else format_report(answer, key)
-                if text:
-                    dex.client()._check_text(text)  # the size limit of any user message
-            except Exception as e:
-                repo.note_check(key, now=clock(), error=f"{type(e).__name__}: {e}")
-                raise
-            repo.note_check(key, now=clock(), error=None)
-            if isinstance(answer, CannotTellYet):
-                counts["cannot_tell_yet"] += 1
-                log.info("outcome check for %s cannot tell yet: %s", key, answer.reason)
-                continue
-            if repo.report(record, text, now=clock()):
-                reported.append(key)
-                user_texts[record.session_id] += "\n" + text
-                log.info("reported the outcome of %s to session %s", key, record.session_id)
-                events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
+            self._report(key)
         except InvalidCheckResult as e:
-            failed.append(key)
+            self.failed.append(key)
             log.error("%s; trying again next run", e)
         except Exception:
-            failed.append(key)
+            self.failed.append(key)
             log.exception("outcome check for %s failed; trying again next run", key)
 
-    report = ReconcileReport(
-        surfaced=len(surfaced),
-        reported=len(reported),
-        errors=len(failed),
-        open_without_check=repo.count_open_without(checks.tool_names),
-        surfaced_keys=tuple(surfaced),
-        reported_keys=tuple(reported),
-        error_keys=tuple(failed),
-        **counts,
-    )
-    if report.surfaced or report.reported or report.errors:
-        log.info("reconcile: %s", report.as_dict())
-    return report
+    def _report(self, key: str) -> None:
+        record = self.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r}")
+        check = self.checks.get(record.tool_name)
+        if check is None:
+            return
+        sid = record.session_id
+        if sid not in self.user_texts:
+            self.user_texts[sid] = self.repo.user_texts(sid)
+        if already_reported(key, self.user_texts[sid]):
+            if self.repo.mark_reported(key, now=self.store.clock()):
+                self.counts["already_reported"] += 1
+            return
+        answer, text = self._ask(check, key, record.arguments)
+        if isinstance(answer, CannotTellYet):
+            self.counts["cannot_tell_yet"] += 1
+            log.info("outcome check for %s cannot tell yet: %s", key, answer.reason)
+            return
+        if self.repo.report(record, text, now=self.store.clock()):
+            self.reported.append(key)
+            self.user_texts[sid] += "\n" + text
+            log.info("reported the outcome of %s to session %s", key, sid)
+            self.events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
+
+    def _ask(self, check: AnyOutcomeCheck, key: str, arguments: str) -> tuple[CheckAnswer, str]:
+        """Run the check and note the attempt; (answer, report text or '')."""
+        try:
+            answer = run_check(check, key, arguments, timeout=self.check_timeout)
+            text = "" if isinstance(answer, CannotTellYet) else format_report(answer, key)
+            if text:
+                check_text(text, limit=self.max_text_bytes)  # the size limit of any user message
+        except Exception as e:
+            self.repo.note_check(key, now=self.store.clock(), error=f"{type(e).__name__}: {e}")
+            raise
+        self.repo.note_check(key, now=self.store.clock(), error=None)
+        return answer, text

@@ -11,18 +11,18 @@ table, "after finish script, before SQL write").
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from dex_celery import tracing
-from dex_celery.store.repository import OutcomeRow
+from dex_celery.store.values import OutcomeRow
 from dex_celery.tracing import span
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.ledger.ledger import Ledger
+    from dex_celery.store.repository import Store
 
 log = logging.getLogger("dex_celery.recorder")
 
@@ -31,20 +31,25 @@ MAX_BATCH = 200
 
 
 class OutcomeWriter:
-    """One daemon thread per process (re-made in each prefork child)."""
+    """One daemon thread per process, started on the first outcome (one writer per process,
+    built by `runtime`; a forked child builds its own)."""
 
-    def __init__(self, dex: Dex) -> None:
-        self.dex = dex
-        self.pid = os.getpid()
+    def __init__(self, store: Store, ledger: Ledger) -> None:
+        self.store = store
+        self.ledger = ledger
         self._queue: queue.Queue[OutcomeRow] = queue.Queue()
         self._idle = threading.Condition()
         self._in_flight = 0
-        self._thread = threading.Thread(target=self._loop, name="dex-outcome-writer", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     def submit(self, row: OutcomeRow) -> None:
         with self._idle:
             self._in_flight += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="dex-outcome-writer", daemon=True
+                )
+                self._thread.start()
         self._queue.put(row)
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -80,34 +85,9 @@ class OutcomeWriter:
 
     def _write(self, batch: list[OutcomeRow]) -> None:
         with span(tracing.RECORD, calls=len(batch)) as traced:
-            self.dex.store.record_outcomes(batch)
-            self.dex.ledger.recorded_many(
+            self.store.record_outcomes(batch)
+            self.ledger.recorded_many(
                 [(r.key.key, r.outcome.status.value, r.outcome.error) for r in batch]
             )
             if traced.live:
                 tracing.recorded((r.key.key, r.outcome.status) for r in batch)
-
-
-_writers: dict[int, OutcomeWriter] = {}
-_writers_lock = threading.Lock()
-
-
-def outcome_writer(dex: Dex) -> OutcomeWriter:
-    """The writer of this process and this Dex."""
-    pid = os.getpid()
-    with _writers_lock:
-        writer = _writers.get(id(dex))
-        if writer is None or writer.pid != pid:
-            writer = OutcomeWriter(dex)
-            _writers[id(dex)] = writer
-        return writer
-
-
-def flush_all(timeout: float = 10.0) -> None:
-    """Flush every writer of this process (Celery's worker_process_shutdown)."""
-    pid = os.getpid()
-    with _writers_lock:
-        writers = [w for w in _writers.values() if w.pid == pid]
-    for writer in writers:
-        if not writer.flush(timeout):
-            log.warning("outcomes still unwritten at shutdown; the sweeper will record them")

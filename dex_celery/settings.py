@@ -222,11 +222,6 @@ def env_name(field_name: str) -> str:
     return "DEX_" + field_name.upper()
 
 
-def env_names() -> frozenset[str]:
-    """Every environment variable the settings read (checked against docker-compose.yml)."""
-    return frozenset(env_name(f.name) for f in fields(Settings))
-
-
 def _parse(name: str, raw: str, annotation: object) -> Any:
     kind = str(annotation)
     if kind == "bool":

@@ -43,7 +43,7 @@ def check_redis(dex: Dex, component: str) -> DurabilityReport:
     where = describe(dex.settings.redis_url)
     try:
         return check_at_start(
-            dex.ledger.client,
+            dex.redis,
             where=where,
             require=dex.settings.require_durable_redis,
             claim_replicas=dex.settings.claim_replicas,
@@ -71,7 +71,7 @@ class BeatSweeper:
         self._stop.clear()
         self._thread = threading.Thread(
             target=run_forever,
-            args=(self.dex,),
+            args=(self.dex.sweeper,),
             kwargs={"stop": self._stop},
             name="dex-sweeper",
             daemon=True,

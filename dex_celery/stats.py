@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.ledger.ledger import Ledger
 
 log = logging.getLogger("dex_celery.stats")
 
@@ -29,17 +29,17 @@ log = logging.getLogger("dex_celery.stats")
 CLAIMS_REFUSED = "claims_refused:"
 
 
-def count_refused_claim(dex: Dex, reason: str) -> None:
+def count_refused_claim(ledger: Ledger, reason: str) -> None:
     """One more claim refused for `reason` (`finished`, `stale_attempt`, `already_running`, …)."""
     try:
-        dex.ledger.client.hincrby(dex.keys.stats, CLAIMS_REFUSED + (reason or "unknown"), 1)
+        ledger.client.hincrby(ledger.keys.stats, CLAIMS_REFUSED + (reason or "unknown"), 1)
     except Exception:  # a metric must never turn a refused claim into a task failure
         log.warning("could not count a refused claim (%s)", reason, exc_info=True)
 
 
-def refused_claims(dex: Dex) -> dict[str, int]:
+def refused_claims(ledger: Ledger) -> dict[str, int]:
     """Refused claims by reason since the ledger began."""
-    raw: Any = dex.ledger.client.hgetall(dex.keys.stats)
+    raw: Any = ledger.client.hgetall(ledger.keys.stats)
     return {
         str(k)[len(CLAIMS_REFUSED) :]: int(v)
         for k, v in raw.items()
@@ -56,14 +56,14 @@ class SweepStats:
     errors: int = 0
 
 
-def record_sweep(dex: Dex, started: float, errors: int = 0) -> None:
+def record_sweep(ledger: Ledger, started: float, errors: int = 0) -> None:
     """Note a sweep that began at `started` (`time.monotonic()`) and has just ended."""
     duration = time.monotonic() - started
     try:
-        dex.ledger.client.hset(
-            dex.keys.sweep_stats,
+        ledger.client.hset(
+            ledger.keys.sweep_stats,
             mapping={
-                "finished_at": repr(dex.ledger.now()),
+                "finished_at": repr(ledger.now()),
                 "duration": repr(duration),
                 "errors": str(errors),
             },
@@ -72,8 +72,8 @@ def record_sweep(dex: Dex, started: float, errors: int = 0) -> None:
         log.warning("could not record the sweep's duration", exc_info=True)
 
 
-def last_sweep(dex: Dex) -> SweepStats | None:
-    raw: Any = dex.ledger.client.hgetall(dex.keys.sweep_stats)
+def last_sweep(ledger: Ledger) -> SweepStats | None:
+    raw: Any = ledger.client.hgetall(ledger.keys.sweep_stats)
     if not raw or "finished_at" not in raw:
         return None
     return SweepStats(

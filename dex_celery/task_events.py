@@ -23,19 +23,17 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from celery import current_task
+from celery import Celery, current_task
 from celery.exceptions import Retry
 
 from dex_celery.errors import DexError
 from dex_celery.ids import CallKey
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.outcomes import CallStatus
-from dex_celery.store.repository import Outcome
-
-if TYPE_CHECKING:
-    from dex_celery.app import Dex
+from dex_celery.settings import Settings
+from dex_celery.store.values import Outcome
 
 log = logging.getLogger("dex_celery.task_events")
 
@@ -84,10 +82,10 @@ def retry(attempt: int, detail: str) -> Retry:
     return Retry(text, exc=AttemptFailed(text))
 
 
-def refuse_delivery(dex: Dex, key: str, attempt: int, reason: str) -> None:
+def refuse_delivery(settings: Settings, key: str, attempt: int, reason: str) -> None:
     """Mark the delivery REFUSED in Flower: its claim was refused, so no tool code ran."""
     task = current_task
-    if not dex.settings.task_events or task is None or not getattr(task, "request", None):
+    if not settings.task_events or task is None or not getattr(task, "request", None):
         return
     text = _short(f"attempt {attempt} of {key} not run: its claim was refused ({reason})")
     try:
@@ -96,10 +94,12 @@ def refuse_delivery(dex: Dex, key: str, attempt: int, reason: str) -> None:
         log.warning("could not send the %s event for %s", REFUSED_EVENT, key, exc_info=True)
 
 
-def announce_decided(dex: Dex, key: str, attempt: int, outcome: Outcome | None) -> None:
+def announce_decided(
+    celery: Celery, settings: Settings, key: str, attempt: int, outcome: Outcome | None
+) -> None:
     """Send the attempt's final task event from a process that is not its worker (the sweeper,
     a worker's parent after its pool child died). `outcome` None: the call goes on (retry)."""
-    if not dex.settings.task_events or attempt < 1:
+    if not settings.task_events or attempt < 1:
         return
     task_id = CallKey.parse(key).task_id(attempt)
     if outcome is None:
@@ -113,7 +113,7 @@ def announce_decided(dex: Dex, key: str, attempt: int, outcome: Outcome | None) 
         event = "task-failed"
     try:
         # The app's producer pool: a sweep ending many calls reuses one connection.
-        with dex.celery.events.default_dispatcher(
+        with celery.events.default_dispatcher(
             hostname=f"dex-sweeper@{socket.gethostname()}"
         ) as dispatcher:
             dispatcher.send(event, uuid=task_id, **fields)
@@ -122,13 +122,13 @@ def announce_decided(dex: Dex, key: str, attempt: int, outcome: Outcome | None) 
 
 
 def announce_after_worker_lost(
-    dex: Dex, key: str, attempt: int, step: Step, outcome: Outcome | None
+    celery: Celery, settings: Settings, key: str, attempt: int, step: Step, outcome: Outcome | None
 ) -> None:
     """`announce_decided` for a dead pool process, sent once Celery's own event has gone."""
     timer = threading.Timer(
         WORKER_LOST_ANNOUNCE_DELAY,
         announce_decided,
-        args=(dex, key, attempt, outcome if step.kind is StepKind.FINISHED else None),
+        args=(celery, settings, key, attempt, outcome if step.kind is StepKind.FINISHED else None),
     )
     timer.daemon = True
     timer.start()

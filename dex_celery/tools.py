@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dex_celery.errors import AttemptCancelled
+from dex_celery.errors import AttemptCancelled, UnknownTool
 from dex_celery.ids import CallKey
 from dex_celery.policy import ToolPolicy, effect_from_annotations
 
@@ -107,3 +107,12 @@ class ToolContext:
             if raise_if_cancelled:
                 raise AttemptCancelled(f"attempt {self.attempt} of {self.call} was cancelled")
         return alive
+
+
+def find_tool(tools: Mapping[str, Tool], name: str) -> Tool:
+    """The registered tool `name`; `UnknownTool` (naming the known ones) if there is none."""
+    try:
+        return tools[name]
+    except KeyError:
+        known = ", ".join(sorted(tools)) or "none"
+        raise UnknownTool(f"no tool named {name!r} is registered (known: {known})") from None

@@ -35,7 +35,7 @@ import redis
 from dex_celery.outcomes import DID_NOT_RUN
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.settings import Settings
 
 log = logging.getLogger("dex_celery.durability")
 
@@ -94,14 +94,15 @@ def wait_for_replicas(
     return ReplicaShortfall(replicas, acked, timeout)
 
 
-def claim_shortfall(dex: Dex, key: str, attempt: int) -> str | None:
+def claim_shortfall(
+    client: redis.Redis, settings: Settings, key: str, attempt: int
+) -> str | None:
     """Called by the worker right after a successful claim: None when the claim counts,
     otherwise the error text the attempt must end with, the tool not having run."""
-    settings = dex.settings
     if settings.claim_replicas <= 0:
         return None  # the option is off: the primary's claim counts, no round trip
     shortfall = wait_for_replicas(
-        dex.ledger.client,
+        client,
         channel=f"{settings.key_prefix}:{PROBE_CHANNEL}",
         replicas=settings.claim_replicas,
         timeout=settings.claim_replicas_timeout,

@@ -1,8 +1,7 @@
-"""SQL engines that are safe across Celery's prefork forks."""
+"""SQL engines that are safe across Celery's prefork forks (reset by `dex_celery.forks`)."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 
 from dex_celery.backends import safe_url
 from dex_celery.errors import ConfigurationError
+from dex_celery.forks import after_fork
 
 
 def make_engine(url: str, schema: str | None = None) -> Engine:
@@ -54,8 +54,9 @@ def _create(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 
 
-class ForkSafeEngine:
-    """One engine per process: a pooled connection must never cross a fork (prefork children).
+class EngineHandle:
+    """The engine of this process, made on first use: a pooled connection must never cross a
+    fork, so the after-fork hook (`dex_celery.forks`) drops the parent's engine in a child.
 
     `on_create` runs once for each new engine (e.g. a service creating its own tables).
     """
@@ -71,17 +72,22 @@ class ForkSafeEngine:
         self.schema = schema
         self._on_create = on_create
         self._engine: Engine | None = None
-        self._pid = 0
         self._lock = threading.Lock()
+        after_fork(self._forget)
 
     def get(self) -> Engine:
-        if self._engine is None or self._pid != os.getpid():
+        if self._engine is None:
             with self._lock:
-                if self._engine is None or self._pid != os.getpid():
-                    if self._engine is not None:
-                        self._engine.dispose(close=False)  # the parent's connections stay its own
+                if self._engine is None:
                     engine = make_engine(self.url, self.schema)
                     if self._on_create is not None:
                         self._on_create(engine)
-                    self._engine, self._pid = engine, os.getpid()
+                    self._engine = engine
         return self._engine
+
+    def _forget(self) -> None:
+        """After a fork: the parent's connections stay its own; this process makes its own."""
+        self._lock = threading.Lock()
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+        self._engine = None

@@ -15,7 +15,8 @@ from sqlalchemy import func, insert, select, update
 
 from dex_celery.outcomes import CallStatus
 from dex_celery.records import MessageRole, ToolCallRecord
-from dex_celery.store.repository import Store, _insert_ignore
+from dex_celery.store.dialect import insert_ignore
+from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, tool_calls, unknown_outcomes
 
 OPEN = "open"
@@ -64,7 +65,7 @@ class UnknownOutcomes:
     def surface(self, record: ToolCallRecord, *, now: float) -> bool:
         """Remember the call as surfaced; True only for the one runner that did it first."""
         with self.store.engine.begin() as conn:
-            return _insert_ignore(
+            return insert_ignore(
                 conn,
                 unknown_outcomes,
                 call_key=record.key,

@@ -15,7 +15,8 @@ from sqlalchemy import and_, case, func, select
 
 from dex_celery.outcomes import CallStatus
 from dex_celery.records import ToolCallRecord
-from dex_celery.store.repository import Store, _call
+from dex_celery.store.repository import Store
+from dex_celery.store.rows import call_record
 from dex_celery.store.schema import tool_calls, unknown_outcomes
 from dex_celery.store.unknowns import REPORTED, UnknownOutcome, _row
 
@@ -121,7 +122,7 @@ class OperatorViews:
         keys: list[tuple[ToolCallRecord, bool]] = []
         with self.store.engine.connect() as conn:
             for row in conn.execute(query).mappings():
-                keys.append((_call(dict(row)), row["u_key"] is not None))
+                keys.append((call_record(dict(row)), row["u_key"] is not None))
             states: dict[str, UnknownOutcome] = {}
             surfaced = [r.key for r, has in keys if has]
             if surfaced:
@@ -148,7 +149,7 @@ class OperatorViews:
             query = query.where(tool_calls.c.requested_at < search.until)
         query = query.limit(max(1, min(search.limit, MAX_SEARCH)))
         with self.store.engine.connect() as conn:
-            return [_call(r) for r in conn.execute(query).mappings()]
+            return [call_record(r) for r in conn.execute(query).mappings()]
 
     def tool_names(self) -> list[str]:
         query = select(tool_calls.c.tool_name).distinct().order_by(tool_calls.c.tool_name)

@@ -12,11 +12,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dex_celery.events import AgentEvents, EventType
+from dex_celery.events import EventType
 from dex_celery.ids import validate_id
+from dex_celery.message_text import check_text
 from dex_celery.outcomes import CallStatus
-from dex_celery.reconcile import CannotTellYet, already_reported, format_report, run_check
+from dex_celery.reconcile import CannotTellYet, run_check
 from dex_celery.records import MessageRole
+from dex_celery.report_text import already_reported, format_report
 from dex_celery.store.unknowns import UnknownOutcomes
 
 if TYPE_CHECKING:
@@ -51,7 +53,7 @@ def reconcile_session(dex: Dex, session_id: str) -> SessionReconcile:
     """Ask the outcome check of each unreported `outcome_unknown` call of one session."""
     validate_id("session id", session_id)
     repo = UnknownOutcomes(dex.store)
-    events = AgentEvents.of(dex)
+    events = dex.events
     calls, history = dex.store.snapshot(session_id)
     sent = "\n".join(m.text or "" for m in history if m.role is MessageRole.USER)
     done: dict[str, list[str]] = {"reported": [], "already": [], "later": [], "no_check": []}
@@ -84,7 +86,7 @@ def reconcile_session(dex: Dex, session_id: str) -> SessionReconcile:
             done["later"].append(key)
             continue
         text = format_report(answer, key)
-        dex.client()._check_text(text)
+        check_text(text, limit=dex.settings.max_text_bytes)
         if repo.report(record, text, now=dex.store.clock()):
             done["reported"].append(key)
             sent += "\n" + text

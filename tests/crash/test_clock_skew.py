@@ -54,7 +54,7 @@ RUNS = {
     "worker and requester behind, sweeper ahead": Clocks(-SKEW, SKEW, -SKEW),
 }
 
-#: name -> (tool, arguments). `tests/support/toolapp.py` holds the tools.
+#: name -> (tool, arguments). `devtools/toolapp.py` holds the tools.
 CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "read": ("host_clock", {}),
     "read retried after a retryable error": ("flaky_read_backoff", {"fail_times": 1}),

@@ -80,7 +80,7 @@ def test_two_sweepers_move_each_due_item_once(
         what="every queue deadline and lease to pass",
     )
 
-    sweepers = [Sweeper(_dex(env, database_url)) for _ in range(2)]
+    sweepers = [_dex(env, database_url).sweeper for _ in range(2)]
     reports: list[SweepReport] = []
     reports_lock = threading.Lock()
     barrier = threading.Barrier(len(sweepers))

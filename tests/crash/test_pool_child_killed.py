@@ -82,6 +82,12 @@ def test_pool_child_killed_mid_call_is_marked_lost_at_once(
     assert [a for a, _, _ in lines(read.key, "end")] == [2]
     assert worker.process is not None and worker.process.poll() is None  # the parent lived
     for key in (write.key, read.key):
+        # The finished event follows the SQL commit (the writer's next step): wait for it.
+        wait_for(
+            lambda key=key: events(dex, type_="tool_call_finished", key=key),
+            timeout=10,
+            what=f"the finished event of {key}",
+        )
         assert len(events(dex, type_="tool_call_finished", key=key)) == 1
 
 

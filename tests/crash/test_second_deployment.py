@@ -19,7 +19,7 @@ import pytest
 
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.errors import LedgerMismatch
-from dex_celery.sweep import Sweeper, run_forever
+from dex_celery.sweep import run_forever
 from tests.support.crash import lines, release_tools, wait_finished, wait_started
 from tests.support.processes import ROOT, RedisServer, Worker
 from tests.support.toolapp import make_app
@@ -52,7 +52,7 @@ def test_a_second_deployment_on_the_same_database_refuses_and_changes_nothing(
     second_env = {**env, "DEX_REDIS_URL": other_redis.url}
     _app, second = make_app(Settings.from_env(second_env))
     with pytest.raises(LedgerMismatch) as refused:
-        Sweeper(second).sweep_once()
+        second.sweeper.sweep_once()
     message = str(refused.value)
     assert other_redis.url.split("//")[1].split("/")[0] in message  # names this Redis
     assert "this database belongs to the ledger at" in message  # and the bound one
@@ -62,7 +62,7 @@ def test_a_second_deployment_on_the_same_database_refuses_and_changes_nothing(
     # The second deployment's sweeper loop keeps refusing while it runs; its CLI says so in
     # one line and exits 1.
     stop = threading.Event()
-    loop = threading.Thread(target=run_forever, args=(second,), kwargs={"stop": stop})
+    loop = threading.Thread(target=run_forever, args=(second.sweeper,), kwargs={"stop": stop})
     loop.start()
     cli = subprocess.run(
         [

@@ -16,6 +16,7 @@ from dex_celery import (
     run_tool_calls,
     run_tool_calls_async,
 )
+from tests.support.crash import count_calls
 from tests.support.processes import Worker
 from tests.support.toolapp import executions
 
@@ -99,7 +100,7 @@ def test_a_turn_without_usable_ids_is_refused_before_anything_is_recorded(
     raises a typed error and records none of its calls."""
     with pytest.raises(InvalidRequest):
         run_tool_calls(dex.client(), "chat", "turn-1", tool_calls, timeout=1)
-    assert dex.store.count_calls() == 0
+    assert count_calls(dex) == 0
 
 
 BAD_CALLS = [
@@ -134,7 +135,7 @@ def test_each_bad_call_gets_its_own_error_message_and_the_others_run(
     for message, (_, reason) in zip(results[1:-1], BAD_CALLS, strict=True):
         assert message["content"].startswith("Error: the call was refused and did not run")
         assert reason in message["content"], message
-    assert dex.store.count_calls() == 2
+    assert count_calls(dex) == 2
     assert len(executions("chat/turn-1/good_1")) == 1
 
 

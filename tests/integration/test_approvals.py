@@ -31,8 +31,9 @@ from dex_celery import (
     ToolPolicy,
     UnknownCall,
 )
+from dex_celery.approvals import APPROVAL_EXPIRED_BY
 from dex_celery.dispatch import Dispatcher
-from dex_celery.sweep import APPROVAL_EXPIRED_BY
+from tests.support.crash import count_calls
 from tests.support.pg_schema import postgres_schema
 from tests.support.processes import Worker, wait_for
 from tests.support.toolapp import executions, make_app
@@ -84,7 +85,7 @@ def state(dex: Dex, key: str) -> tuple[Any, ...]:
     session = key.split("/")[0]
     history = dex.client().get_agent_snapshot(session).messages if record else ()
     raw: Any = dex.ledger.client.hgetall(dex.keys.call(key))
-    return record, history, raw, len(events(dex, key)), dex.store.count_calls()
+    return record, history, raw, len(events(dex, key)), count_calls(dex)
 
 
 def _past(moment: float) -> bool:

@@ -340,7 +340,7 @@ def test_a_duplicate_after_the_call_ended_returns_the_outcome(
     client = dex.client()
     first = client.request_call("s1", "t1", "c1", "echo", {})
     broker.delete(BROKER_QUEUE)
-    from dex_celery.store.repository import Outcome
+    from dex_celery.store.values import Outcome
 
     assert dex.store.record_outcome(first.key, Outcome(CallStatus.SUCCEEDED, "", result="1"))
     again = client.request_call("s1", "t1", "c1", "echo", {})

@@ -22,6 +22,7 @@ from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.appfinder import find_dex
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
 from tests.support import cliapp
+from tests.support.crash import count_calls
 from tests.support.pg_schema import postgres_schema
 from tests.support.processes import ROOT, Worker, free_port
 from tests.support.toolapp import make_app
@@ -103,10 +104,10 @@ def test_failures_are_one_error_line_and_exit_1(
     overrides = {k: dead_redis() if v == "dead" else v for k, v in overrides.items()}
     folder = tmp_path / "cwd"
     folder.mkdir()
-    before = dex.store.count_calls()
+    before = count_calls(dex)
     result = run("-A", APP, *args, env={**env, **overrides}, cwd=folder)
     assert says in one_error_line(result).lower(), case
-    assert dex.store.count_calls() == before
+    assert count_calls(dex) == before
     assert list(folder.iterdir()) == []
 
 

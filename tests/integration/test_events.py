@@ -9,7 +9,6 @@ from itertools import islice
 
 from dex_celery import (
     AgentEvent,
-    AgentEvents,
     AsyncDexClient,
     CallRequest,
     CallStatus,
@@ -67,7 +66,7 @@ def test_late_consumer_resumes_and_sees_each_finish_once(
     saved = early[-1].position
 
     # Meanwhile a follower starts from "now" and watches the second turn live.
-    start = AgentEvents.of(dex).latest_position()
+    start = dex.events.latest_position()
     live: list[AgentEvent] = []
 
     def follow() -> None:
@@ -121,7 +120,7 @@ def test_late_consumer_resumes_and_sees_each_finish_once(
     async_finished = asyncio.run(consume())
     assert [e.position for e in async_finished] == [e.position for e in finished]
     # Nothing was trimmed under the default limit, so no consumer can have missed anything.
-    assert not AgentEvents.of(dex).trimmed_after("0")
+    assert not dex.events.trimmed_after("0")
 
 
 def test_stream_is_trimmed_by_the_events_maxlen_setting(env: dict[str, str]) -> None:
@@ -129,7 +128,7 @@ def test_stream_is_trimmed_by_the_events_maxlen_setting(env: dict[str, str]) -> 
     stays far below the number of events written, and a consumer can tell it fell behind."""
     _app, dex = make_app(Settings.from_env(env, events_maxlen=10))
     dex.store.create_schema()
-    events = AgentEvents.of(dex)
+    events = dex.events
     assert events.maxlen == 10
     dex.client().request_calls([CallRequest("trim", "t", f"c{i}", "echo", {}) for i in range(400)])
     assert events.length() < 400  # MAXLEN ~ trims whole stream nodes, so "about" 10

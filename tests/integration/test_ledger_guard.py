@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.store.repository import Outcome
+from dex_celery.store.values import Outcome
 from tests.support.processes import RedisServer
 from tests.support.toolapp import make_app
 

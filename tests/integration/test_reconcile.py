@@ -27,8 +27,8 @@ from dex_celery import (
     reconcile_once,
 )
 from dex_celery.reconcile import RECONCILE_TASK
-from dex_celery.store.repository import Outcome
 from dex_celery.store.unknowns import UnknownOutcomes
+from dex_celery.store.values import Outcome
 from tests.support.processes import Worker, wait_for
 from tests.support.toolapp import executions, make_app
 

@@ -27,7 +27,6 @@ from dex_celery import (
     ToolPolicy,
     UnknownSession,
 )
-from dex_celery.sweep import Sweeper
 from tests.support.processes import Worker, wait_for
 from tests.support.toolapp import executions
 
@@ -68,7 +67,7 @@ def test_snapshot_and_history_for_each_outcome(
     client.request_call("s", "t2", "c-never", *requested["c-never"])
     rejected = client.get_call("s/t1/c-rejected")
     assert rejected.status is CallStatus.AWAITING_APPROVAL
-    assert Sweeper(dex).expire_approval(rejected, time.time())
+    assert dex.sweeper.expire_approval(rejected, time.time())
     client.send_user_message("s", "Where is my refund?")
     wait_for(
         lambda: _ended(dex, "s/t1/c-unknown") and _ended(dex, "s/t2/c-never"),

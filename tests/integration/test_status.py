@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 from dex_celery import Dex
 from dex_celery.store import migrate
-from dex_celery.sweep import Sweeper
 from tests.integration.test_cli_like_celery import APP, dead_redis, one_error_line, run
 from tests.support.processes import Worker, wait_for
 
@@ -44,7 +43,7 @@ def test_status_shows_every_section(
     assert report["last_sweep"]["state"] == "warn"
     assert "beat" in report["last_sweep"]["detail"]
 
-    Sweeper(dex).sweep_once()
+    dex.sweeper.sweep_once()
     result = run("-A", APP, "status", "--json", env=env)
     assert result.returncode == 0, result.stderr
     value = json.loads(result.stdout)

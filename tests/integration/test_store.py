@@ -19,12 +19,14 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.exc import OperationalError
 
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, MessageRole, Settings
+from dex_celery.dispatch import admit
 from dex_celery.errors import UnknownSession
 from dex_celery.ids import CallKey
-from dex_celery.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
+from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.records import ApprovalDecision
-from dex_celery.store.repository import NewCall, Outcome, OutcomeRow, Store
+from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, sessions, tool_calls
+from dex_celery.store.values import Admission, NewCall, Outcome, OutcomeRow
 
 T = TypeVar("T")
 SETTINGS = Settings()
@@ -95,8 +97,8 @@ def new_call(
         effect=effect, requires_approval=requires_approval, approval_timeout=approval_timeout
     )
 
-    def resolve(default: EffectClass | None) -> PolicySnapshot:
-        return resolve_policy(policy, None, default, SETTINGS)
+    def resolve(default: EffectClass | None, now: float) -> Admission:
+        return admit(resolve_policy(policy, None, default, SETTINGS), now)
 
     return NewCall(CallKey.parse(key), tool, arguments, resolve)
 

@@ -7,9 +7,9 @@ the sweeper must find it even behind a backlog larger than one sweep's batch.
 from __future__ import annotations
 
 from dex_celery import CallKey, Settings
-from dex_celery.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
-from dex_celery.store.repository import NewCall
-from dex_celery.sweep import Sweeper
+from dex_celery.dispatch import admit
+from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.store.values import Admission, NewCall
 from tests.support.toolapp import make_app
 
 
@@ -19,8 +19,8 @@ def test_orphan_behind_a_backlog_is_started_within_a_few_sweeps(env: dict[str, s
     dex.store.create_schema()
     policy = ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False)
 
-    def resolve(default: EffectClass | None) -> PolicySnapshot:
-        return resolve_policy(policy, None, default, settings)
+    def resolve(default: EffectClass | None, now: float) -> Admission:
+        return admit(resolve_policy(policy, None, default, settings), now)
 
     keys = [CallKey.of("s", "t", f"c{i:02d}") for i in range(12)]
     epoch = dex.epoch()
@@ -34,7 +34,7 @@ def test_orphan_behind_a_backlog_is_started_within_a_few_sweeps(env: dict[str, s
     orphan = keys[-1].key
     assert dex.ledger.read(orphan) is None
 
-    sweeper = Sweeper(dex)
+    sweeper = dex.sweeper
     reopened = [sweeper.sweep_once().reopened for _ in range(3)]
 
     assert sum(reopened) == 1, reopened

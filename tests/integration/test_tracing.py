@@ -17,8 +17,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dex_celery import CallStatus, Dex, tracing
-from dex_celery.recorder import outcome_writer
-from dex_celery.sweep import Sweeper
 from tests.support.processes import wait_for
 
 
@@ -59,7 +57,7 @@ def test_spans_for_one_call_of_each_outcome(dex: Dex, exporter: InMemorySpanExpo
     # outcome_unknown: attempt 1 is claimed by a worker that dies before finishing (S4.3).
     lost = client.request_call("tr", "t1", "lost", "slow_non_idempotent_write", {"seconds": 1})
     assert dex.ledger.claim(lost.key, 1, owner="gone:1", fence="f1").ok
-    sweeper = Sweeper(dex)
+    sweeper = dex.sweeper
 
     def swept() -> bool:
         sweeper.sweep_once()
@@ -73,7 +71,7 @@ def test_spans_for_one_call_of_each_outcome(dex: Dex, exporter: InMemorySpanExpo
         rejected = client.request_call("tr", "t1", "no", "guarded_write", {"value": 1})
         client.reject(rejected.key, "alice", "no")
         client.wait([ok.key, bad.key], timeout=30)
-        assert outcome_writer(dex).flush(10)
+        assert dex.runtime.writer.flush(10)
         # The lost call's stale message reached this worker too and was refused at the claim.
         wait_for(lambda: spans_of(exporter, tracing.ATTEMPT, lost.key), timeout=10,
                  what="the stale attempt's span")  # fmt: skip

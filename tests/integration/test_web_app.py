@@ -13,7 +13,6 @@ import pytest
 from starlette.testclient import TestClient
 
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
-from dex_celery.sweep import Sweeper
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
 from tests.support.processes import wait_for
@@ -109,7 +108,7 @@ def test_reconcile_one_session_reports_once(app: WebApp, dex: Dex) -> None:
     assert dex.ledger.claim(key, 1, owner="gone:1", fence="f").ok  # then its worker vanished
 
     def swept() -> bool:
-        Sweeper(dex).sweep_once()
+        dex.sweeper.sweep_once()
         return client.get_call(key).status is CallStatus.OUTCOME_UNKNOWN
 
     wait_for(swept, timeout=20, what="the lost call to be recorded", interval=0.2)

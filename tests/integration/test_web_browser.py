@@ -21,7 +21,6 @@ import httpx
 import pytest
 
 from dex_celery import CallStatus, Dex
-from dex_celery.sweep import Sweeper
 from tests.support.processes import Worker, free_port, wait_for
 from tests.support.toolapp import executions
 from tests.support.web import SCREENSHOTS_ENV, WebServer, chromium
@@ -57,7 +56,7 @@ def texts(driver: Any, element_id: str) -> list[str]:
 
 
 def swept_unknown(dex: Dex, key: str) -> bool:
-    Sweeper(dex).sweep_once()
+    dex.sweeper.sweep_once()
     return status_of(dex, key) is CallStatus.OUTCOME_UNKNOWN
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from dex_celery.settings import env_names
+from tests.support.crash import env_names
 from tests.support.processes import ROOT
 
 

@@ -6,15 +6,19 @@ tool's own side-effect log (`toolapp.executions`). These helpers read them, neve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, cast
 
 import redis
+from sqlalchemy import func, select
 
-from dex_celery import Dex
+from dex_celery import Dex, Settings
 from dex_celery.ids import CallKey
 from dex_celery.records import MessageRole, ToolCallRecord
+from dex_celery.settings import env_name
+from dex_celery.store.schema import tool_calls
 from dex_celery.tools import TASK_PREFIX
 from tests.support.processes import wait_for
 from tests.support.toolapp import LOG_ENV, executions
@@ -128,3 +132,14 @@ def broker_task_ids(client: redis.Redis, queue: str = BROKER_QUEUE) -> list[str]
         message: dict[str, Any] = json.loads(raw)
         ids.append(str(message["headers"]["id"]))
     return ids
+
+
+def count_calls(dex: Dex) -> int:
+    """How many tool-call records the database holds (nothing was written, say)."""
+    with dex.store.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(tool_calls)).scalar_one())
+
+
+def env_names() -> frozenset[str]:
+    """Every environment variable the settings read (checked against docker-compose.yml)."""
+    return frozenset(env_name(f.name) for f in dataclasses.fields(Settings))

@@ -17,7 +17,6 @@ session (S8.1); a second pass sends nothing new (S8.2).
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -26,20 +25,39 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import click
+from celery import Celery
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
-from dex_celery.cli_calls import render_table, shorten
-from dex_celery.cli_context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext
-from dex_celery.cli_ops import expanded_node_name, prepare_database, worker_answers
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
-from dex_celery.localstack import LocalStack, PrerequisiteMissing
-from dex_celery.settings import env_name
+from dex_celery.examples.orderdesk.factory import create_app
+from dex_celery.localstack import (
+    LocalStack,
+    PrerequisiteMissing,
+    expanded_node_name,
+    prepare_database,
+    worker_answers,
+)
+from dex_celery.reconcile import reconcile_once
+from dex_celery.settings import Settings
+from dex_celery.textfmt import render_table, shorten
+from dex_celery.worker import parse_owner
 
+#: The module the demo's worker imports (`celery -A`): the order desk shipped in the package.
+APP_MODULE = "dex_celery.examples.orderdesk.app"
 APPROVER = "ops@orderdesk.example"
+
+
+class DemoResult(Enum):
+    """How the demo ended; the CLI maps each to its exit code."""
+
+    OK = "ok"
+    PREREQUISITE_MISSING = "prerequisite_missing"
+    FAILED = "failed"
+
 EXPECTED = ("succeeded", "failed", "rejected", "outcome_unknown")
 
 
@@ -79,75 +97,71 @@ class Progress:
             click.echo()
 
 
-def run_demo(ctx: DexContext, *, timeout: float) -> int:
+def run_demo(settings: Settings, *, timeout: float) -> DemoResult:
+    """Start the local stack, run the scripted session on it, print the outcome table and the
+    reconciliation report, stop the stack. `settings`: the deployment's, with the stack's Redis
+    put in once it runs."""
     echo = click.echo
     # The demo prints what happens itself; the library's warnings (a surfaced unknown outcome,
     # a lost worker) are the operators' log lines and would only repeat it here.
     logging.getLogger("dex_celery").setLevel(logging.ERROR)
     started = time.monotonic()
     echo("dex-celery demo: an agent session on the order desk, one call of each outcome\n")
-    stack = LocalStack(_module_of(ctx), quiet=True, echo=lambda m: echo(f"  {m}"))
+    stack = LocalStack(APP_MODULE, quiet=True, echo=lambda m: echo(f"  {m}"))
     try:
         try:
             stack.start_redis()
         except PrerequisiteMissing as e:
             echo(f"error: {e}", err=True)
-            return EXIT_USAGE
-        os.environ[env_name("redis_url")] = stack.redis_url
-        prepare_database(lambda m: echo(f"  {m}"))
+            return DemoResult.PREREQUISITE_MISSING
+        settings = stack.settings(settings)
+        celery, dex, desk = create_app(settings)
+        prepare_database(settings, lambda m: echo(f"  {m}"))
         stack.start_celery()
-        node = expanded_node_name(stack.worker_name)
-        progress = Progress()
-        progress.show("waiting for the worker to start...")
-        stack.wait_for_worker(lambda: worker_answers(ctx, node))
-        progress.show("the worker is ready")
-        progress.done()
-        dex = ctx.dex
-        desk = _desk_of(ctx)
-        if desk is None or not {"lookup_order", "cancel_order"} <= set(dex.tools):
-            echo(
-                f"error: the demo needs the order desk tools ({ctx.app_path} lacks them)", err=True
-            )
-            return EXIT_USAGE
+        _wait_for_worker(celery, stack)
         scenario = _request_calls(dex, desk)
-        records = _drive(dex, desk, stack, scenario, timeout)
+        records = _drive(dex, desk, scenario, timeout)
         echo()
         echo(_table(records, scenario))
         echo()
         _reconcile(dex, scenario)
-        outcomes = {r.status.value for r in records}
-        missing = [o for o in EXPECTED if o not in outcomes]
-        echo()
-        if missing:
-            echo(f"error: the demo did not show {', '.join(missing)}", err=True)
-            return EXIT_REFUSED
-        echo(
-            f"demo finished in {time.monotonic() - started:.1f}s. "
-            f"Inspect a call: dex-celery -A {_module_of(ctx)} calls show {scenario.unknown} "
-            f"(with DEX_DATABASE_URL={dex.settings.database_url})"
-        )
-        return EXIT_OK
+        return _conclude(records, scenario, settings, time.monotonic() - started)
     except Exception as e:
         echo(f"\nerror: {type(e).__name__}: {e}", err=True)
         for name in ("worker", "beat"):
             tail = stack.log_of(name)[-3000:]
             if tail:
                 echo(f"--- last lines of the {name} log ---\n{tail}", err=True)
-        return EXIT_REFUSED
+        return DemoResult.FAILED
     finally:
         echo("\nstopping the local stack...")
         stack.stop()
 
 
-def _module_of(ctx: DexContext) -> str:
-    """The module of the app (`celery -A` imports it; it holds `app`, `dex` and `desk`)."""
-    return (ctx.app_path or "").partition(":")[0]
+def _wait_for_worker(celery: Celery, stack: LocalStack) -> None:
+    node = expanded_node_name(stack.worker_name)
+    progress = Progress()
+    progress.show("waiting for the worker to start...")
+    stack.wait_for_worker(lambda: worker_answers(celery, node))
+    progress.show("the worker is ready")
+    progress.done()
 
 
-def _desk_of(ctx: DexContext) -> OrderDesk | None:
-    module = importlib.import_module(_module_of(ctx))
-    desk = getattr(module, "desk", None)
-    return desk if isinstance(desk, OrderDesk) else None
+def _conclude(
+    records: list[ToolCallRecord], scenario: Scenario, settings: Settings, took: float
+) -> DemoResult:
+    outcomes = {r.status.value for r in records}
+    missing = [o for o in EXPECTED if o not in outcomes]
+    click.echo()
+    if missing:
+        click.echo(f"error: the demo did not show {', '.join(missing)}", err=True)
+        return DemoResult.FAILED
+    click.echo(
+        f"demo finished in {took:.1f}s. "
+        f"Inspect a call: dex-celery -A {APP_MODULE} calls show {scenario.unknown} "
+        f"(with DEX_DATABASE_URL={settings.database_url})"
+    )
+    return DemoResult.OK
 
 
 def _request_calls(dex: Dex, desk: OrderDesk) -> Scenario:
@@ -189,9 +203,7 @@ def _request_calls(dex: Dex, desk: OrderDesk) -> Scenario:
     return Scenario(session_id, *(r.key for r in records))
 
 
-def _drive(
-    dex: Dex, desk: OrderDesk, stack: LocalStack, scenario: Scenario, timeout: float
-) -> list[ToolCallRecord]:
+def _drive(dex: Dex, desk: OrderDesk, scenario: Scenario, timeout: float) -> list[ToolCallRecord]:
     """Decide the approvals, kill the worker mid-call, and wait for all four to end."""
     client = dex.client()
     echo = click.echo
@@ -205,7 +217,7 @@ def _drive(
     while True:
         records = [client.get_call(k) for k in scenario.keys]
         if not killed:
-            killed = _kill_when_running(dex, desk, stack, scenario.unknown, progress)
+            killed = _kill_when_running(dex, desk, scenario.unknown, progress)
         progress.show(_status_line(records, killed))
         if all(r.finished for r in records):
             progress.done()
@@ -218,9 +230,7 @@ def _drive(
         time.sleep(0.2)
 
 
-def _kill_when_running(
-    dex: Dex, desk: OrderDesk, stack: LocalStack, key: str, progress: Progress
-) -> bool:
+def _kill_when_running(dex: Dex, desk: OrderDesk, key: str, progress: Progress) -> bool:
     """SIGKILL the pool process running `key` once the desk recorded the cancellation, while
     the tool waits for the bank: the tool took effect, but the system cannot know that."""
     entry = dex.ledger.read(key)
@@ -228,13 +238,12 @@ def _kill_when_running(
         return False
     if not desk.operations(key):
         return False
-    node, _, pid = entry.owner.rpartition(":")
-    host = node.rpartition("@")[2]  # `celery@host:pid`: the worker's node name, then the pid
-    if host != socket.gethostname() or not pid.isdigit():
+    host, pid = parse_owner(entry.owner)
+    if host != socket.gethostname() or pid is None:
         raise RuntimeError(f"{key} runs on {entry.owner}, not on this machine: cannot kill it")
     progress.show(f"cancel_order is waiting for the bank: SIGKILL worker process {pid}")
     progress.done()
-    os.kill(int(pid), signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     click.echo(f"  killed worker process {pid} (SIGKILL) in the middle of {key}")
     return True
 
@@ -268,8 +277,6 @@ def _table(records: list[ToolCallRecord], scenario: Scenario) -> str:
 
 def _reconcile(dex: Dex, scenario: Scenario) -> None:
     """One pass now (beat runs the same job periodically), then the reports the session got."""
-    from dex_celery.reconcile import reconcile_once
-
     echo = click.echo
     echo("reconciliation report")
     report = reconcile_once(dex)
@@ -294,5 +301,3 @@ def _reports(dex: Dex, scenario: Scenario) -> list[str]:
         if m.role is MessageRole.USER and scenario.unknown in (m.text or "")
     ]
 
-
-EchoFn = Callable[[str], None]

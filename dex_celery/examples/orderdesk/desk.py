@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from dex_celery.store.engine import ForkSafeEngine
+from dex_celery.store.engine import EngineHandle
 
 metadata = MetaData()
 
@@ -136,7 +136,7 @@ class OrderDesk:
     def __init__(self, url: str, *, clock: Callable[[], float] = time.time) -> None:
         self.url = url
         self.clock = clock
-        self._engine = ForkSafeEngine(url, on_create=_create_tables)
+        self._engine = EngineHandle(url, on_create=_create_tables)
 
     @property
     def engine(self) -> Engine:

@@ -1,0 +1,251 @@
+"""Real processes for integration and crash tests: redis-server and Celery prefork workers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import redis
+
+from dex_celery.localstack import free_port, redis_server_args
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for(
+    predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.05
+) -> None:
+    """Poll `predicate` until it is truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass
+class RedisServer:
+    """A private redis-server on a free port, in its own folder; never the shared one."""
+
+    directory: Path
+    appendonly: bool = False
+    appendfsync: str = "everysec"
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    #: More `redis-server` options, e.g. `("--maxmemory-policy", "allkeys-lru")`.
+    extra_args: Sequence[str] = ()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not on the PATH")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        args = redis_server_args(
+            binary,
+            self.port,
+            self.directory,
+            appendonly=self.appendonly,
+            appendfsync=self.appendfsync,
+            extra=self.extra_args,
+        )
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        # Loading a large append-only file after a restart takes a while.
+        wait_for(lambda: _pings(client), timeout=30, what=f"redis-server on port {self.port}")
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class CeleryWorker:
+    """`celery -A <app> worker -P <pool>` in its own process group, ready once the app drops a
+    `ready-*` file into `ready_dir` (its `worker_ready` handler; `ready_env`, if set, tells the
+    app where that folder is). Used by the tests and by the benchmarks alike."""
+
+    app: str
+    env: Mapping[str, str]
+    ready_dir: Path
+    concurrency: int = 2
+    pool: str = "prefork"
+    loglevel: str = "info"
+    extra_args: Sequence[str] = ()
+    ready_env: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+    logfile: Path = field(default_factory=lambda: Path("/dev/null"))
+
+    def start(self, *, timeout: float = 60) -> Self:
+        self.ready_dir.mkdir(parents=True, exist_ok=True)
+        before = set(self.ready_dir.glob("ready-*"))
+        self.logfile = self.ready_dir / f"worker-{time.time_ns()}.log"
+        args = [
+            sys.executable, "-m", "celery", "-A", self.app, "worker",
+            "-P", self.pool, "-c", str(self.concurrency), "-l", self.loglevel,
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-n", f"w{time.time_ns()}@%h", *self.extra_args,
+        ]  # fmt: skip
+        env = {**os.environ, **self.env}
+        if self.ready_env:
+            env[self.ready_env] = str(self.ready_dir)
+        with self.logfile.open("wb") as out:
+            self.process = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        wait_for(
+            lambda: set(self.ready_dir.glob("ready-*")) - before or self.died(),
+            timeout=timeout,
+            what=f"the worker of {self.app} to be ready",
+        )
+        if self.died():
+            raise RuntimeError(f"worker exited at start:\n{self.log()[-3000:]}")
+        return self
+
+    def died(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def children(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.pid)], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    def kill_all(self) -> None:
+        """SIGKILL the main process and every pool child at once, as a lost machine would."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def kill_main(self) -> None:
+        """SIGKILL only the main process."""
+        assert self.process is not None
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self, *, warm: bool = False) -> None:
+        """SIGKILL the group (and any orphans of a dead main process); with `warm`, SIGTERM
+        first and give running tasks up to 15 s."""
+        if self.process is None:
+            return
+        if warm and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def log(self) -> str:
+        return self.logfile.read_text() if self.logfile.exists() else ""
+
+
+class Worker(CeleryWorker):
+    """A worker of the test tools (`devtools.toolapp`); they announce readiness in the
+    tool-log folder."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        concurrency: int = 2,
+        extra_args: Sequence[str] = (),
+        pool: str = "prefork",
+    ) -> None:
+        """`pool`: `prefork`, `threads` or `gevent` (Celery's `-P`)."""
+        super().__init__(
+            "devtools.toolapp", env, log_dir, concurrency, pool=pool, extra_args=extra_args
+        )
+
+
+@dataclass
+class CeleryBeat:
+    """`celery -A <app> beat` in its own process group, ready once its log shows `ready_line`
+    (the dex sweeper thread announces itself there when beat starts)."""
+
+    app: str
+    env: Mapping[str, str]
+    directory: Path
+    loglevel: str = "info"
+    ready_line: str = "the dex sweeper runs every"
+    process: subprocess.Popen[bytes] | None = None
+    logfile: Path = field(default_factory=lambda: Path("/dev/null"))
+
+    def start(self, *, timeout: float = 60) -> Self:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.logfile = self.directory / f"beat-{time.time_ns()}.log"
+        args = [
+            sys.executable, "-m", "celery", "-A", self.app, "beat", "-l", self.loglevel,
+            "-s", str(self.directory / "celerybeat-schedule"),
+        ]  # fmt: skip
+        with self.logfile.open("wb") as out:
+            self.process = subprocess.Popen(
+                args, cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_for(
+            lambda: self.ready_line in self.log() or self.died(),
+            timeout=timeout,
+            what=f"celery beat of {self.app} to start",
+        )
+        if self.died():
+            raise RuntimeError(f"beat exited at start:\n{self.log()[-3000:]}")
+        return self
+
+    def died(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
+
+    def stop(self, *, timeout: float = 15) -> int | None:
+        """SIGTERM (beat's own shutdown), then SIGKILL after `timeout`; the exit status."""
+        if self.process is None:
+            return None
+        code: int | None = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = self.process.wait(timeout=timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        self.process = None
+        return code
+
+    def log(self) -> str:
+        return self.logfile.read_text() if self.logfile.exists() else ""

@@ -1,0 +1,395 @@
+"""The Celery app that test workers run: tools that keep their own side-effect log.
+
+Each tool appends one line per execution to `$DEX_TEST_TOOL_LOG/<key>.log` (key with `/`
+replaced), written by the tool itself, so crash tests can count real executions independently of
+the ledger and SQL. Tools that must be killed mid-run wait for a release file or a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, signals
+
+from dex_celery import (
+    Dex,
+    EffectClass,
+    RetryableToolError,
+    Settings,
+    ToolContext,
+    ToolError,
+    ToolPolicy,
+)
+from dex_celery.errors import AttemptCancelled
+
+LOG_ENV = "DEX_TEST_TOOL_LOG"
+#: Set to `1` in a worker's environment: every tool task blocks in `task_prerun`, before its claim,
+#: until `<log>/release-prerun` exists (crash tests of "delivered, not claimed", S4.2).
+BLOCK_BEFORE_CLAIM_ENV = "DEX_TEST_BLOCK_BEFORE_CLAIM"
+#: Seconds: a short Kombu `visibility_timeout`, with the restore sweep every second, so a test can
+#: make the broker redeliver the unacknowledged messages of a killed worker quickly.
+VISIBILITY_TIMEOUT_ENV = "DEX_TEST_VISIBILITY_TIMEOUT"
+#: The queue of `unserved_write`; test workers consume only Celery's default queue.
+UNSERVED_QUEUE = "dex-test-unserved"
+
+
+def log_dir() -> Path:
+    path = Path(os.environ.get(LOG_ENV, "/tmp/dex-test-tool-log"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def log_file(key: str) -> Path:
+    return log_dir() / (key.replace("/", "__") + ".log")
+
+
+def executions(key: str) -> list[str]:
+    """Lines the tool itself wrote for `key`: `start <attempt> <pid>` / `end <attempt> <pid>`."""
+    path = log_file(key)
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _note(ctx: ToolContext, what: str) -> None:
+    with log_file(ctx.idempotency_key).open("a") as f:
+        f.write(f"{what} {ctx.attempt} {os.getpid()} {ctx.idempotency_key}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _hold(ctx: ToolContext, seconds: float) -> None:
+    """Run for `seconds`, or until the test drops `<log>/release`; the kill lands in here."""
+    deadline = time.monotonic() + seconds
+    release = log_dir() / "release"
+    while time.monotonic() < deadline and not release.exists():
+        time.sleep(0.05)
+
+
+def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
+    settings = settings or Settings.from_env()
+    app = Celery("dex_test_tools")
+    dex = Dex(app, settings)
+    # What a deployment's beat sends (the reconcile job); the sweeper runs inside beat itself.
+    app.conf.beat_schedule = dex.beat_schedule()
+    visibility = os.environ.get(VISIBILITY_TIMEOUT_ENV)
+    if visibility:
+        app.conf.broker_transport_options = {
+            **(app.conf.broker_transport_options or {}),
+            "visibility_timeout": float(visibility),
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
+
+    def slow(ctx: ToolContext, seconds: float = 30.0, value: Any = "done") -> Any:
+        _note(ctx, "start")
+        _hold(ctx, seconds)
+        _note(ctx, "end")
+        return value
+
+    for effect in EffectClass:
+        dex.tool(f"slow_{effect.value}", policy=ToolPolicy(effect=effect, requires_approval=False))(
+            slow
+        )
+
+    # A lease much shorter than the deployment's heartbeat timeout: only the worker's heartbeat
+    # thread keeps these alive (they never heartbeat themselves).
+    for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
+        dex.tool(
+            f"short_lease_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False, heartbeat_timeout=2.0),
+        )(slow)
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def echo(ctx: ToolContext, **arguments: Any) -> Any:
+        _note(ctx, "start")
+        return {"key": ctx.idempotency_key, "attempt": ctx.attempt, "arguments": arguments}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE))
+    def failing(ctx: ToolContext, message: str = "the order does not exist") -> Any:
+        _note(ctx, "start")
+        raise ToolError(message)
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, max_attempts=3, backoff_initial=0.1))
+    def flaky_read(ctx: ToolContext, fail_times: int = 1) -> Any:
+        _note(ctx, "start")
+        if ctx.attempt <= fail_times:
+            raise RetryableToolError(f"transient failure on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, start_to_close=1.5
+        )
+    )
+    def overtime(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """Ignores its soft time limit, as tool code that cannot be stopped would (S5.1)."""
+        _note(ctx, "start")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.05)
+            except Exception:  # SoftTimeLimitExceeded: keep going, like uncooperative code
+                continue
+        _note(ctx, "end")
+        return "late value"
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, heartbeat_timeout=2.0))
+    def cooperative(ctx: ToolContext, seconds: float = 30.0) -> Any:
+        _note(ctx, "start")
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                ctx.heartbeat(raise_if_cancelled=True)
+                time.sleep(0.1)
+        except AttemptCancelled:
+            _note(ctx, "cancelled")
+            raise
+        return "finished"
+
+    # Approvals (S1.3, S6): writes that wait for a person before they run.
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE))
+    def guarded_write(ctx: ToolContext, value: Any = "done") -> Any:
+        """A non-idempotent write without an approval override: asks a person (S1.3)."""
+        _note(ctx, "start")
+        return value
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=1.0))
+    def guarded_write_short(ctx: ToolContext, value: Any = "done") -> Any:
+        """Like `guarded_write`, but its approval deadline passes one second after the request."""
+        _note(ctx, "start")
+        return value
+
+    # Secrets (S9.2): `api_token` never reaches Flower, logs or `calls show`.
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, secret_arguments=("api_token",)))
+    def with_secret(ctx: ToolContext, query: str = "", api_token: str = "") -> Any:
+        """A read that authenticates with a token passed as an argument."""
+        _note(ctx, "start")
+        return {"query": query, "token_length": len(api_token)}
+
+    _async_tools(dex)
+    _edge_tools(dex)
+
+    # Clock skew (S10.1, tests/crash/test_clock_skew.py): tools whose outcome would change if
+    # any decision used a host's clock instead of Redis's.
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def host_clock(ctx: ToolContext) -> Any:
+        """The worker host's wall clock, so a test can see that its clock shim is in force."""
+        _note(ctx, "start")
+        return {"time": time.time(), "datetime": datetime.now(UTC).timestamp()}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.READ, max_attempts=3, backoff_initial=1.0, backoff_max=1.0
+        )
+    )
+    def flaky_read_backoff(ctx: ToolContext, fail_times: int = 1) -> Any:
+        """Like `flaky_read`, with a backoff long enough to be waited out on some clock."""
+        _note(ctx, "start")
+        if ctx.attempt <= fail_times:
+            raise RetryableToolError(f"transient failure on attempt {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, heartbeat_timeout=2.0))
+    def slow_short_heartbeat(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """Runs past its own heartbeat timeout, never beating itself: the worker's pump keeps
+        its lease alive."""
+        _note(ctx, "start")
+        _hold(ctx, seconds)
+        _note(ctx, "end")
+        return "done"
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, schedule_to_start=2.0
+        )
+    )
+    def unserved_write(ctx: ToolContext) -> Any:
+        """Routed to a queue no test worker consumes: it expires waiting for a worker."""
+        _note(ctx, "start")
+        return "ran"
+
+    app.conf.task_routes = {"dex.tool.unserved_write": {"queue": UNSERVED_QUEUE}}
+    return app, dex
+
+
+async def _ahold(ctx: ToolContext, seconds: float) -> None:
+    """`_hold` for async tools: awaits (never blocks the loop) until released or `seconds`."""
+    deadline = time.monotonic() + seconds
+    release = log_dir() / "release"
+    while time.monotonic() < deadline and not release.exists():
+        await asyncio.sleep(0.05)
+
+
+def _async_tools(dex: Dex) -> None:
+    """`async def` tools: awaited on the worker process's event loop, whatever the pool."""
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    async def async_echo(ctx: ToolContext, text: str, delay: float = 0.01) -> Any:
+        _note(ctx, "start")
+        await asyncio.sleep(delay)
+        return {"text": text, "attempt": ctx.attempt}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE))
+    async def async_failing(ctx: ToolContext, message: str = "no such order") -> Any:
+        _note(ctx, "start")
+        await asyncio.sleep(0.01)
+        raise ToolError(message)
+
+    async def async_slow(ctx: ToolContext, seconds: float = 30.0) -> Any:
+        _note(ctx, "start")
+        try:
+            await _ahold(ctx, seconds)
+        except asyncio.CancelledError:
+            _note(ctx, "cancelled")
+            raise
+        _note(ctx, "end")
+        return "done"
+
+    for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
+        dex.tool(
+            f"async_slow_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False),
+        )(async_slow)
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, start_to_close=1.5
+        )
+    )
+    async def async_overtime(ctx: ToolContext, seconds: float = 20.0) -> Any:
+        """Runs past its start-to-close: the fenced attempt's coroutine must be cancelled."""
+        _note(ctx, "start")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            _note(ctx, "cancelled")
+            raise
+        _note(ctx, "end")
+        return "late"
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, max_attempts=1))
+    async def async_long_await(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """One await longer than the heartbeat timeout, without a heartbeat of its own."""
+        _note(ctx, "start")
+        await asyncio.sleep(seconds)
+        _note(ctx, "end")
+        return {"slept": seconds}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def sync_returns_coroutine(ctx: ToolContext) -> Any:
+        """A plain function handing back a coroutine: refused, never a silent coroutine."""
+        return asyncio.sleep(0)
+
+
+def _edge_tools(dex: Dex) -> None:
+    """Tools for the edges of issue 11: typed arguments, secrets in errors, results."""
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def typed(ctx: ToolContext, order: int, amount: Decimal, note: dict[str, Any]) -> Any:
+        """Reports the exact Python values it received."""
+        _note(ctx, "start")
+        return {"order": repr(order), "amount": repr(amount), "note": repr(note)}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE,
+            requires_approval=False,
+            secret_arguments=("api_token",),
+        )
+    )
+    def leaky(ctx: ToolContext, order: int, api_token: str) -> Any:
+        """Puts its secret into an exception's text, as `int(api_token)` does."""
+        _note(ctx, "start")
+        logging.getLogger("tests.leaky").info("charging order %s", order)
+        return int(api_token)
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.READ,
+            max_attempts=3,
+            backoff_initial=0.1,
+            secret_arguments=("api_token",),
+        )
+    )
+    def flaky_secret(ctx: ToolContext, api_token: str) -> Any:
+        """Fails its first attempt: the retry must still get the real token (read back sealed)."""
+        _note(ctx, "start")
+        if ctx.attempt == 1:
+            raise RetryableToolError(f"the service refused {api_token} for now")
+        return {"attempt": ctx.attempt, "token_length": len(api_token)}
+
+    @dex.tool(
+        policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("card",))
+    )
+    def guarded_secret(ctx: ToolContext, card: str) -> Any:
+        """Waits for approval; runs with the real card number once approved."""
+        _note(ctx, "start")
+        return {"card_length": len(card), "echo": f"charged {card}"}
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
+    def big_read(ctx: ToolContext, size: int) -> Any:
+        _note(ctx, "start")
+        return "x" * size
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False))
+    def big_write(ctx: ToolContext, size: int) -> Any:
+        _note(ctx, "start")
+        return "x" * size
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False))
+    def non_json_write(ctx: ToolContext) -> Any:
+        """Its effect takes place (the log line), then it returns something JSON cannot hold."""
+        _note(ctx, "start")
+        return {1, 2, 3}
+
+
+app, dex = make_app()
+
+
+@signals.worker_ready.connect
+def _announce_ready(sender: Any = None, **_: Any) -> None:
+    (log_dir() / f"ready-{os.getpid()}").write_text(str(time.time()))
+
+
+def prerun_marker(task_id: str) -> Path:
+    """Written by a worker started with `DEX_TEST_BLOCK_BEFORE_CLAIM=1` once it holds `task_id`."""
+    return log_dir() / ("prerun-" + task_id.replace("/", "__").replace("#", "-"))
+
+
+@signals.task_prerun.connect
+def _block_before_claim(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
+    """Hold a delivered tool task before its claim (test hook; inactive unless the env says so)."""
+    if os.environ.get(BLOCK_BEFORE_CLAIM_ENV) != "1" or task_id is None:
+        return
+    if not str(getattr(sender, "name", "")).startswith("dex.tool."):
+        return
+    prerun_marker(task_id).write_text(str(os.getpid()))
+    release = log_dir() / "release-prerun"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not release.exists():
+        time.sleep(0.05)
+
+
+#: `1`: the worker's outcome writer never writes (as if each process died right after its
+#: finish script), so only the sweeper can record outcomes.
+STALL_WRITER_ENV = "DEX_TEST_STALL_OUTCOME_WRITER"
+
+
+@signals.worker_process_init.connect
+def _stall_outcome_writer(**_: Any) -> None:
+    """Test hook: inactive unless the env says so."""
+    if os.environ.get(STALL_WRITER_ENV) != "1":
+        return
+    from dex_celery.recorder import OutcomeWriter
+
+    def never_write(self: OutcomeWriter, batch: list[Any]) -> None:
+        threading.Event().wait()
+
+    OutcomeWriter._write = never_write  # type: ignore[method-assign]

@@ -1,0 +1,20 @@
+"""The types of event dex-celery writes to the ledger's stream; every writer names them here."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    """Every event type dex-celery writes."""
+
+    TOOL_CALL_REQUESTED = "tool_call_requested"
+    TOOL_CALL_AWAITING_APPROVAL = "tool_call_awaiting_approval"
+    TOOL_CALL_DECIDED = "tool_call_decided"
+    TOOL_CALL_STARTED = "tool_call_started"
+    TOOL_CALL_FINISHED = "tool_call_finished"
+    TOOL_CALL_LATE_RESULT = "tool_call_late_result"
+    #: The reconcile beat job saw an `outcome_unknown` call for the first time (S8.4).
+    TOOL_CALL_OUTCOME_UNKNOWN_SURFACED = "tool_call_outcome_unknown_surfaced"
+    #: The reconcile beat job sent the real outcome of an unknown call to its session (S8.1).
+    TOOL_CALL_OUTCOME_REPORTED = "tool_call_outcome_reported"

@@ -1,0 +1,403 @@
+"""Persistence of tool-call records: insert, end (once), claim, decide, read.
+
+Every write that ends a call is a conditional update (`WHERE status IN (...)`) in the same
+transaction as its TOOL message, so an outcome lands once however many writers (worker, sweeper,
+approver) race to record it, and a refused write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    insert,
+    or_,
+    select,
+    update,
+)
+
+from dex_celery.ids import CallKey
+from dex_celery.outcomes import CallStatus
+from dex_celery.policy import EffectClass
+from dex_celery.records import (
+    ApprovalDecision,
+    ToolCallRecord,
+)
+from dex_celery.store.base import StoreBase
+from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
+from dex_celery.store.rows import (
+    call_record,
+    tool_message_row,
+)
+from dex_celery.store.schema import messages, tool_calls
+from dex_celery.store.sessions import session_default
+from dex_celery.store.values import NewCall, Outcome, OutcomeRow
+
+
+class CallRecords(StoreBase):
+    """The tool-call aggregate of `Store`."""
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def insert_calls(
+        self,
+        new_calls: Sequence[NewCall],
+        *,
+        epoch: str,
+        check: Callable[[NewCall, ToolCallRecord], None] | None = None,
+    ) -> list[tuple[ToolCallRecord, bool]]:
+        """Record new calls in one transaction; a key already recorded returns its record (S2.3).
+
+        Returns (record, created) per request, in order. `check(new, recorded)` is called for
+        each request whose key is recorded already; what it raises rolls the whole batch back.
+        """
+        now = self.clock()
+        keys = [new.key.key for new in new_calls]
+        with self.engine.begin() as conn:
+            known = self._calls_by_key(conn, keys)
+            defaults: dict[str, EffectClass | None] = {}
+            rows: list[dict[str, Any]] = []
+            batched: set[str] = set()
+            for new in new_calls:
+                if new.key.key in known or new.key.key in batched:
+                    continue
+                batched.add(new.key.key)
+                sid = new.key.session_id
+                if sid not in defaults:
+                    defaults[sid] = session_default(conn, sid, now)
+                admission = new.resolve(defaults[sid], now)
+                snapshot = admission.policy
+                rows.append(
+                    dict(
+                        key=new.key.key,
+                        session_id=sid,
+                        turn_id=new.key.turn_id,
+                        tool_call_id=new.key.tool_call_id,
+                        tool_name=new.tool_name,
+                        arguments=new.arguments,
+                        sealed_arguments=new.sealed,
+                        effect=snapshot.effect.value,
+                        requires_approval=int(snapshot.requires_approval),
+                        policy=snapshot.to_json(),
+                        status=admission.status.value,
+                        attempts=0,
+                        ledger_epoch=epoch,
+                        requested_at=now,
+                        approval_deadline=admission.approval_deadline,
+                    )
+                )
+            created = insert_many_ignore(conn, tool_calls, rows)
+            lost = [r["key"] for r in rows if r["key"] not in created]
+            if lost:  # concurrent requests of the same calls won (S2.3)
+                known.update(self._calls_by_key(conn, lost))
+            if check is not None:
+                for new in new_calls:
+                    if new.key.key in known:
+                        check(new, known[new.key.key])
+        fresh = {r["key"]: call_record(r) for r in rows if r["key"] in created}
+        out: list[tuple[ToolCallRecord, bool]] = []
+        for key in keys:
+            # The first mention creates the call; a repeat in the same batch is the same call.
+            out.append((fresh[key], True) if key in fresh else (known[key], False))
+            fresh.pop(key, None)
+            known.setdefault(key, out[-1][0])
+        return out
+
+    def _calls_by_key(self, conn: Connection, keys: Sequence[str]) -> dict[str, ToolCallRecord]:
+        found: dict[str, ToolCallRecord] = {}
+        for start in range(0, len(keys), IN_CHUNK):
+            chunk = keys[start : start + IN_CHUNK]
+            query = select(tool_calls).where(tool_calls.c.key.in_(chunk))
+            found.update((r["key"], call_record(r)) for r in conn.execute(query).mappings())
+        return found
+
+    # --- outcomes ------------------------------------------------------------------------------
+
+    def record_outcome(
+        self,
+        key: str,
+        outcome: Outcome,
+        *,
+        from_statuses: Iterable[CallStatus] = (CallStatus.PENDING,),
+        decision: ApprovalDecision | None = None,
+        deadline_after: float | None = None,
+    ) -> bool:
+        """End a call and append its TOOL message, once. False if it had already ended.
+
+        `deadline_after` (a person's rejection) also requires the approval deadline to be later
+        than that time, so a rejection and the deadline's expiry cannot both claim the call.
+        """
+        now = self.clock()
+        values = _outcome_values(outcome, decision, now)
+        query = (
+            update(tool_calls)
+            .where(tool_calls.c.key == key)
+            .where(tool_calls.c.status.in_([s.value for s in from_statuses]))
+        )
+        if deadline_after is not None:
+            query = query.where(tool_calls.c.approval_deadline > deadline_after)
+        if outcome.did_not_run:
+            query = query.where(tool_calls.c.claim_fence.is_(None))
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                query.values(**values).returning(tool_calls.c.tool_name, tool_calls.c.arguments)
+            ).first()
+            if row is None:
+                return False
+            message = tool_message_row(
+                CallKey.parse(key), row.tool_name, row.arguments, outcome, now
+            )
+            conn.execute(insert(messages).values(**message))
+        return True
+
+    def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
+        """End many calls in one transaction: the batched write of the worker's hot path.
+
+        Each call's status moves only from `pending` (a conditional UPDATE), and its TOOL
+        message is inserted only where that update happened, so a row that lost a race to
+        another writer changes nothing. One commit for the whole batch.
+        """
+        for row in rows:
+            if row.outcome.did_not_run:  # rare; conditional on the write fence, one by one
+                self.record_outcome(row.key.key, row.outcome)
+        rows = [row for row in rows if not row.outcome.did_not_run]
+        if not rows:
+            return
+        now = self.clock()
+        update_stmt = (
+            update(tool_calls)
+            .where(tool_calls.c.key == bindparam("b_key"))
+            .where(tool_calls.c.status == CallStatus.PENDING.value)
+            .values(
+                status=bindparam("b_status"),
+                error=bindparam("b_error"),
+                result=bindparam("b_result"),
+                finished_at=bindparam("b_finished_at"),
+                attempts=bindparam("b_attempts"),
+                attempt_log=bindparam("b_attempt_log"),
+            )
+            .returning(tool_calls.c.key)
+        )
+        updates = [
+            {
+                "b_key": r.key.key,
+                "b_status": r.outcome.status.value,
+                "b_error": r.outcome.error or None,
+                "b_result": r.outcome.result,
+                "b_finished_at": now,
+                "b_attempts": r.outcome.attempts,
+                "b_attempt_log": r.outcome.attempt_log,
+            }
+            for r in rows
+        ]
+        new_messages = [
+            tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now) for r in rows
+        ]
+        with self.engine.begin() as conn:
+            ended = {key for u in updates for key in conn.execute(update_stmt, u).scalars()}
+            mine = [m for m in new_messages if m["call_key"] in ended]
+            if mine:
+                conn.execute(insert(messages), mine)
+
+    def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
+        """The write fence: commit this attempt's claim before any tool code runs.
+
+        One conditional update: only while the call is pending and no other attempt holds the
+        claim (the same fence again succeeds, for a retried command). Redis's claim says the
+        attempt reached a worker; this row says whether a write may run, and it survives Redis
+        going back in time (docs/ledger.md, "The write fence").
+        """
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(tool_calls)
+                .where(tool_calls.c.key == key)
+                .where(tool_calls.c.status == CallStatus.PENDING.value)
+                .where(or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence))
+                .values(
+                    claim_fence=fence, claimed_attempt=attempt, claimed_at=now, claimed_by=owner
+                )
+            )
+            return bool(result.rowcount == 1)
+
+    def record_late_result(self, key: str, late: str) -> None:
+        """Evidence from a fenced attempt (S5.2); never touches status, error or result."""
+        with self.engine.begin() as conn:
+            conn.execute(update(tool_calls).where(tool_calls.c.key == key).values(late_result=late))
+
+    def decide(
+        self, key: str, decision: ApprovalDecision, *, now: float, epoch: str | None = None
+    ) -> bool:
+        """Approve: awaiting_approval -> pending, only before the deadline. One winner.
+
+        `epoch` is the ledger life the approved call is about to be opened in; recording it lets
+        the orphan check tell "approved, never opened" from "Redis lost it" even when the ledger
+        changed while the call waited.
+        """
+        values: dict[str, Any] = dict(
+            status=CallStatus.PENDING.value,
+            decision=decision.decision,
+            decided_by=decision.decided_by,
+            decided_at=decision.decided_at,
+            decision_note=decision.note,
+        )
+        if epoch is not None:
+            values["ledger_epoch"] = epoch
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(tool_calls)
+                .where(tool_calls.c.key == key)
+                .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+                .where(tool_calls.c.approval_deadline > now)
+                .values(**values)
+            )
+            return bool(result.rowcount == 1)
+
+    def pending_approvals(
+        self, now: float, *, session_id: str | None = None, limit: int = 100
+    ) -> list[ToolCallRecord]:
+        """Calls waiting for a decision whose deadline has not passed, oldest request first."""
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+            .where(tool_calls.c.approval_deadline > now)
+            .order_by(tool_calls.c.requested_at, tool_calls.c.key)
+            .limit(limit)
+        )
+        if session_id is not None:
+            query = query.where(tool_calls.c.session_id == session_id)
+        with self.engine.connect() as conn:
+            return [call_record(r) for r in conn.execute(query).mappings()]
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_call(self, key: str) -> ToolCallRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tool_calls).where(tool_calls.c.key == key)).mappings().first()
+        return call_record(row) if row is not None else None
+
+    def list_calls(
+        self,
+        *,
+        status: CallStatus | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ToolCallRecord]:
+        query = (
+            select(tool_calls).order_by(tool_calls.c.requested_at, tool_calls.c.key).limit(limit)
+        )
+        if status is not None:
+            query = query.where(tool_calls.c.status == status.value)
+        if session_id is not None:
+            query = query.where(tool_calls.c.session_id == session_id)
+        with self.engine.connect() as conn:
+            return [call_record(r) for r in conn.execute(query).mappings()]
+
+    def recent_calls(
+        self,
+        *,
+        status: CallStatus | None = None,
+        session_id: str | None = None,
+        since: float | None = None,
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[ToolCallRecord]:
+        """Newest first; `before` is the (requested_at, key) of the last row of the previous
+        page, so pages neither skip nor repeat calls while new ones arrive."""
+        query = (
+            select(tool_calls)
+            .order_by(tool_calls.c.requested_at.desc(), tool_calls.c.key.desc())
+            .limit(limit)
+        )
+        if status is not None:
+            query = query.where(tool_calls.c.status == status.value)
+        if session_id is not None:
+            query = query.where(tool_calls.c.session_id == session_id)
+        if since is not None:
+            query = query.where(tool_calls.c.requested_at >= since)
+        if before is not None:
+            at, key = before
+            query = query.where(
+                or_(
+                    tool_calls.c.requested_at < at,
+                    and_(tool_calls.c.requested_at == at, tool_calls.c.key < key),
+                )
+            )
+        with self.engine.connect() as conn:
+            return [call_record(r) for r in conn.execute(query).mappings()]
+
+    def in_flight_before(
+        self, before: float, *, limit: int, after: tuple[float, str] | None = None
+    ) -> list[ToolCallRecord]:
+        """Calls recorded as pending since before `before`: the orphan check's candidates.
+
+        Ordered by (requested_at, key); `after` continues from the last row of a previous page,
+        so a sweeper pages through a long backlog instead of rereading its oldest rows.
+        """
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.status == CallStatus.PENDING.value)
+            .where(tool_calls.c.requested_at < before)
+            .order_by(tool_calls.c.requested_at, tool_calls.c.key)
+            .limit(limit)
+        )
+        if after is not None:
+            at, key = after
+            query = query.where(
+                or_(
+                    tool_calls.c.requested_at > at,
+                    and_(tool_calls.c.requested_at == at, tool_calls.c.key > key),
+                )
+            )
+        with self.engine.connect() as conn:
+            return [call_record(r) for r in conn.execute(query).mappings()]
+
+    def finished_since(self, since: float, *, limit: int) -> list[ToolCallRecord]:
+        """Calls that ended after `since`, oldest first: the finished events a rollback of the
+        ledger may have taken with it (rare; a scan of recent history)."""
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.finished_at > since)
+            .order_by(tool_calls.c.finished_at, tool_calls.c.key)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [call_record(r) for r in conn.execute(query).mappings()]
+
+    def approvals_due(self, now: float, *, limit: int) -> list[ToolCallRecord]:
+        query = (
+            select(tool_calls)
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+            .where(tool_calls.c.approval_deadline <= now)
+            .order_by(tool_calls.c.approval_deadline)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [call_record(r) for r in conn.execute(query).mappings()]
+
+
+def _outcome_values(
+    outcome: Outcome, decision: ApprovalDecision | None, now: float
+) -> dict[str, Any]:
+    """The columns a single outcome write sets (with a person's decision, if any)."""
+    values: dict[str, Any] = dict(
+        status=outcome.status.value,
+        error=outcome.error or None,
+        result=outcome.result,
+        finished_at=now,
+    )
+    if outcome.attempts:
+        values["attempts"] = outcome.attempts
+    if outcome.attempt_log is not None:
+        values["attempt_log"] = outcome.attempt_log
+    if decision is not None:
+        values.update(
+            decision=decision.decision,
+            decided_by=decision.decided_by,
+            decided_at=decision.decided_at,
+            decision_note=decision.note,
+        )
+    return values

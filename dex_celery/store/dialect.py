@@ -1,0 +1,47 @@
+"""What differs between SQL dialects, in one place: INSERT ... ON CONFLICT DO NOTHING."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Table, insert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+
+
+def insert_ignore(conn: Connection, table: Table, **values: Any) -> bool:
+    """INSERT that does nothing on a primary-key conflict; True if the row was inserted.
+
+    A plain INSERT caught on IntegrityError would abort a PostgreSQL transaction.
+    """
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        stmt: Any = pg_insert(table).values(**values).on_conflict_do_nothing()
+    elif dialect == "sqlite":
+        stmt = sqlite_insert(table).values(**values).on_conflict_do_nothing()
+    else:
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(table).values(**values))
+            return True
+        except IntegrityError:
+            return False
+    # SQLAlchemy reports an INSERT's rowcount only when asked to (psycopg gives -1 otherwise).
+    return bool(conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount == 1)
+
+
+#: Keys per `IN (...)` list, well under SQLite's limit of bound parameters.
+IN_CHUNK = 500
+
+
+def insert_many_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> set[str]:
+    """Multi-row INSERT that skips rows whose key exists; returns the keys it inserted."""
+    if not rows:
+        return set()
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        make = pg_insert if dialect == "postgresql" else sqlite_insert
+        stmt = make(table).on_conflict_do_nothing().returning(table.c.key)
+        return {str(k) for k in conn.execute(stmt, rows).scalars()}
+    return {r["key"] for r in rows if insert_ignore(conn, table, **r)}

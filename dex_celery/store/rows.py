@@ -1,0 +1,97 @@
+"""SQL rows to the frozen records the rest of dex-celery reads (`dex_celery.records`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from dex_celery.ids import CallKey
+from dex_celery.outcomes import CallStatus, tool_output
+from dex_celery.policy import EffectClass, PolicySnapshot
+from dex_celery.records import (
+    ApprovalDecision,
+    Message,
+    MessageRole,
+    SessionRecord,
+    ToolCallRecord,
+)
+from dex_celery.store.values import Outcome
+
+
+def session_record(row: RowMapping) -> SessionRecord:
+    effect = row["default_effect"]
+    return SessionRecord(
+        id=row["id"],
+        default_effect=EffectClass.parse(effect) if effect else None,
+        created_at=row["created_at"],
+    )
+
+
+def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
+    decision = None
+    if row.get("decision"):
+        decision = ApprovalDecision(
+            decision=row["decision"],
+            decided_by=row["decided_by"] or "",
+            decided_at=row["decided_at"] or 0.0,
+            note=row.get("decision_note"),
+        )
+    return ToolCallRecord(
+        key=row["key"],
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
+        arguments=row["arguments"],
+        policy=PolicySnapshot.from_json(row["policy"]),
+        status=CallStatus(row["status"]),
+        error=row.get("error"),
+        result=row.get("result"),
+        attempts=row.get("attempts") or 0,
+        requested_at=row["requested_at"],
+        finished_at=row.get("finished_at"),
+        approval_deadline=row.get("approval_deadline"),
+        approval=decision,
+        late_result=row.get("late_result"),
+        attempt_log=row.get("attempt_log"),
+        ledger_epoch=row.get("ledger_epoch"),
+        sealed_arguments=row.get("sealed_arguments"),
+        claimed_by=row.get("claimed_by"),
+        claimed_at=row.get("claimed_at"),
+    )
+
+
+def message_record(row: RowMapping) -> Message:
+    return Message(
+        role=MessageRole(row["role"]),
+        text=row["text"],
+        tool_output=row["tool_output"],
+        turn_id=row["turn_id"],
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
+        tool_arguments=row["tool_arguments"],
+        id=row["id"],
+        created_at=row["created_at"],
+    )
+
+
+def tool_message_row(
+    key: CallKey, tool_name: str, arguments: str, outcome: Outcome, now: float
+) -> dict[str, Any]:
+    """The TOOL message of an ended call: what the model reads of its outcome (S7.1).
+
+    Built here only, for the single and the batched outcome writes alike.
+    """
+    return {
+        "session_id": key.session_id,
+        "role": MessageRole.TOOL.value,
+        "text": None,
+        "tool_output": tool_output(outcome.status, outcome.result, outcome.error),
+        "turn_id": key.turn_id,
+        "tool_call_id": key.tool_call_id,
+        "tool_name": tool_name,
+        "tool_arguments": arguments,
+        "call_key": key.key,
+        "created_at": now,
+    }

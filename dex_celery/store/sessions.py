@@ -1,0 +1,114 @@
+"""Persistence of sessions and their message history."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Connection,
+    insert,
+    select,
+)
+
+from dex_celery.errors import UnknownSession
+from dex_celery.policy import EffectClass
+from dex_celery.records import (
+    Message,
+    MessageRole,
+    SessionRecord,
+    ToolCallRecord,
+)
+from dex_celery.store.base import StoreBase
+from dex_celery.store.dialect import insert_ignore
+from dex_celery.store.rows import (
+    call_record,
+    message_record,
+    session_record,
+)
+from dex_celery.store.schema import messages, sessions, tool_calls
+
+
+class SessionsAndMessages(StoreBase):
+    """The session aggregate of `Store`: sessions, their default effect class, messages."""
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def open_session(
+        self, session_id: str, default_effect: EffectClass | None = None
+    ) -> SessionRecord:
+        with self.engine.begin() as conn:
+            insert_ignore(
+                conn,
+                sessions,
+                id=session_id,
+                default_effect=default_effect.value if default_effect else None,
+                created_at=self.clock(),
+            )
+            row = conn.execute(select(sessions).where(sessions.c.id == session_id)).mappings().one()
+        return session_record(row)
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        with self.engine.connect() as conn:
+            row = (
+                conn.execute(select(sessions).where(sessions.c.id == session_id)).mappings().first()
+            )
+        if row is None:
+            raise UnknownSession(f"no session {session_id!r}")
+        return session_record(row)
+
+    def snapshot(self, session_id: str) -> tuple[list[ToolCallRecord], list[Message]]:
+        with self.engine.connect() as conn:
+            if (
+                conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+                is None
+            ):
+                raise UnknownSession(f"no session {session_id!r}")
+            calls = [
+                call_record(r)
+                for r in conn.execute(
+                    select(tool_calls)
+                    .where(tool_calls.c.session_id == session_id)
+                    .order_by(tool_calls.c.requested_at, tool_calls.c.key)
+                ).mappings()
+            ]
+            history = [
+                message_record(r)
+                for r in conn.execute(
+                    select(messages)
+                    .where(messages.c.session_id == session_id)
+                    .order_by(messages.c.id)
+                ).mappings()
+            ]
+        return calls, history
+
+    def append_message(self, session_id: str, role: MessageRole, text: str) -> Message:
+        now = self.clock()
+        with self.engine.begin() as conn:
+            if (
+                conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first()
+                is None
+            ):
+                raise UnknownSession(f"no session {session_id!r}")
+            result = conn.execute(
+                insert(messages).values(
+                    session_id=session_id, role=role.value, text=text, created_at=now
+                )
+            )
+            new_id = result.inserted_primary_key[0] if result.inserted_primary_key else 0
+        return Message(role=role, text=text, id=int(new_id), created_at=now)
+
+
+def session_default(conn: Connection, session_id: str, now: float) -> EffectClass | None:
+    """The session's default effect class, creating the session if it is new (in the
+    transaction of a request that names it)."""
+    default = conn.execute(
+        select(sessions.c.default_effect).where(sessions.c.id == session_id)
+    ).first()
+    if default is None:
+        # Insert-or-ignore: two first requests of a new session may race here (S2.3).
+        if insert_ignore(conn, sessions, id=session_id, default_effect=None, created_at=now):
+            return None
+        default = conn.execute(
+            select(sessions.c.default_effect).where(sessions.c.id == session_id)
+        ).first()
+        if default is None:
+            return None
+    return EffectClass.parse(default[0]) if default[0] else None

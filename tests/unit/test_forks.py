@@ -1,0 +1,70 @@
+"""The one after-fork hook (`dex_celery.forks`): a forked child starts without its parent's
+per-process state, and the parent keeps its own."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+from celery import Celery
+
+from dex_celery import Dex, Settings, forks
+from dex_celery.forks import after_fork
+from dex_celery.store.engine import EngineHandle
+
+
+class Holder:
+    def __init__(self) -> None:
+        self.state: object | None = object()
+        after_fork(self.reset)
+
+    def reset(self) -> None:
+        self.state = None
+
+
+def in_child(check: object) -> int:
+    """Fork; the child exits 0 if `check()` is true, 1 otherwise. Returns the exit code."""
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once, running nothing of the parent's
+        try:
+            os._exit(0 if check() else 1)  # type: ignore[operator]
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_a_registered_reset_runs_in_the_child_only() -> None:
+    holder = Holder()
+    assert in_child(lambda: holder.state is None) == 0
+    assert holder.state is not None
+
+
+def test_a_dropped_holder_is_not_kept_alive_by_its_reset() -> None:
+    holder = Holder()
+    before = len(forks._resets)
+    del holder
+    gc.collect()
+    assert in_child(lambda: True) == 0
+    assert len(forks._resets) <= before
+
+
+def test_the_engine_and_the_runtime_are_made_anew_in_a_child(tmp_path: Path) -> None:
+    handle = EngineHandle(f"sqlite:///{tmp_path / 'a.db'}")
+    parent_engine = handle.get()
+    dex = Dex(Celery("forks"), Settings(database_url=f"sqlite:///{tmp_path / 'b.db'}"))
+    runtime = dex.runtime
+    assert dex.runtime is runtime  # built once in this process
+    assert dex.dispatcher is dex.dispatcher
+
+    def child_has_fresh_state() -> bool:
+        return (
+            handle._engine is None
+            and handle.get() is not parent_engine
+            and dex._runtime is None
+            and dex.runtime is not runtime
+        )
+
+    assert in_child(child_has_fresh_state) == 0
+    assert handle.get() is parent_engine and dex.runtime is runtime

@@ -21,7 +21,7 @@ from dex_celery.ids import CallKey
 from dex_celery.integrations.mcp_client import McpServer, McpToolFunction
 from dex_celery.tools import ToolContext
 
-#: `tests.support.mcp_tools_server.LOG_ENV` (not imported: that module builds its server, and
+#: `devtools.mcp_tools_server.LOG_ENV` (not imported: that module builds its server, and
 #: with it the MCP SDK's logging set-up, on import).
 LOG_ENV = "DEX_TEST_MCP_LOG"
 
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10)
     calls = parser.parse_args().calls
     env = {"PYTHONPATH": str(ROOT), LOG_ENV: tempfile.mkdtemp(prefix="dex-bench-mcp-")}
-    command = (sys.executable, "-m", "tests.support.mcp_tools_server")
+    command = (sys.executable, "-m", "devtools.mcp_tools_server")
     _measure(
         "stdio", McpToolFunction(McpServer("stdio", command=command, env=env), "lookup"), calls
     )

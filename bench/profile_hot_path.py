@@ -54,7 +54,7 @@ def print_stats(title: str, path_or_prof: Any, limit: int) -> None:
 
 #: Functions of the per-call path whose cumulative time is reported.
 HOT_PATH = (
-    r"(worker.py.*\((run_attempt|_call_tool)\)|ledger.py.*\((open|claim|finish|recorded)\)"
+    r"(worker.py.*\((run|_execute)\)|invoke.py.*\((invoke_attempt)\)|ledger.py.*\((open|claim|finish|recorded)\)"
     r"|repository.py.*\((insert_calls|record_outcome)\)|dispatch.py.*\((request|start|publish"
     r"|apply|record)\)|base.py.*\(send_task\)|trace.py.*\(trace_task\)"
     r"|repository.py.*\(engine\)|base.py.*\(begin\))"

@@ -1,0 +1,153 @@
+"""A real MCP server for the tests, built with the `mcp` SDK's own `MCPServer` class.
+
+One tool per kind of annotation (read-only, idempotent, additive, destructive, none at all, a
+title only), plus two that hold until released so a test can kill the server mid-call. Every
+tool appends `<tool> <pid> <idempotency key>` to `$DEX_TEST_MCP_LOG/calls.log` before it answers:
+the server's own witness of what ran and which key it received in the request's `_meta`.
+
+    python -m devtools.mcp_tools_server                 # stdio
+    python -m devtools.mcp_tools_server --http PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+
+LOG_ENV = "DEX_TEST_MCP_LOG"
+
+server = MCPServer("dex-test-tools")
+
+
+def log_dir() -> Path:
+    path = Path(os.environ.get(LOG_ENV, "/tmp/dex-test-mcp-log"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def calls() -> list[tuple[str, int, str]]:
+    """`(tool, server pid, idempotency key)` of every call any server process answered."""
+    path = log_dir() / "calls.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(t, int(p), k) for t, p, k in (line.split(" ", 2) for line in lines)]
+
+
+def _note(tool: str, ctx: Context) -> None:
+    meta: dict[str, Any] = dict(ctx.request_context.meta or {})
+    with (log_dir() / "calls.log").open("a") as f:
+        f.write(f"{tool} {os.getpid()} {meta.get(IDEMPOTENCY_META_KEY, '-')}\n")
+
+
+#: The request header the HTTP tests send through `add_mcp_server(headers=...)`.
+HEADER = "x-dex-test"
+
+
+def headers_seen() -> list[str]:
+    """Values of `HEADER` the `lookup` tool saw, one line per call that had one."""
+    path = log_dir() / "headers.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _hold(tool: str) -> None:
+    """Wait for `<log>/release`; the test kills this server process meanwhile."""
+    (log_dir() / f"holding-{tool}-{os.getpid()}").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log_dir() / "release").exists():
+        time.sleep(0.05)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def lookup(order_id: str, ctx: Context) -> dict[str, Any]:
+    """Read an order."""
+    _note("lookup", ctx)
+    request = ctx.request_context.request
+    value = request.headers.get(HEADER) if request is not None else None
+    if value:
+        with (log_dir() / "headers.log").open("a") as f:
+            f.write(value + "\n")
+    return {"order_id": order_id, "status": "open"}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
+def set_status(order_id: str, status: str, ctx: Context) -> dict[str, Any]:
+    """Set an order's status (repeating it changes nothing more)."""
+    _note("set_status", ctx)
+    return {"order_id": order_id, "status": status}
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=False))
+def add_note(order_id: str, text: str, ctx: Context) -> str:
+    """Append a note (additive, not idempotent: missing hints take MCP's defaults)."""
+    _note("add_note", ctx)
+    return f"note added to {order_id}"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
+def cancel(order_id: str, ctx: Context) -> str:
+    """Cancel an order."""
+    _note("cancel", ctx)
+    return f"cancelled {order_id}"
+
+
+@server.tool()
+def bare(value: int, ctx: Context) -> int:
+    """No annotations at all: MCP's defaults make it a destructive, non-idempotent write."""
+    _note("bare", ctx)
+    return value
+
+
+@server.tool(annotations=ToolAnnotations(title="Titled only"))
+def titled(ctx: Context) -> str:
+    """Annotations without a single hint."""
+    _note("titled", ctx)
+    return "ok"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def slow_lookup(ctx: Context) -> str:
+    """A read that holds until released (killed mid-call by the test)."""
+    _note("slow_lookup", ctx)
+    _hold("slow_lookup")
+    return "looked up"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def slow_cancel(ctx: Context) -> str:
+    """A destructive write that holds until released (killed mid-call by the test)."""
+    _note("slow_cancel", ctx)
+    _hold("slow_cancel")
+    return "cancelled"
+
+
+#: Set to `1` in the server's environment: the server lists one more tool, `added_later`.
+EXTRA_TOOL_ENV = "DEX_TEST_MCP_EXTRA_TOOL"
+
+if os.environ.get(EXTRA_TOOL_ENV) == "1":
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def added_later(ctx: Context) -> str:
+        """A tool the server gained after the first workers started."""
+        _note("added_later", ctx)
+        return "new"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
+    args = parser.parse_args()
+    if args.http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http, stateless_http=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,9 +10,8 @@ writes must end `outcome_unknown` and never run again; reads and idempotent writ
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import pytest
 
@@ -40,27 +39,8 @@ def _ended_once(key: str) -> bool:
     return len(lines(key, "end")) == 1
 
 
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis-lost", appendonly=False).start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def lost_dex(dex: Dex, env: dict[str, str], own_redis: RedisServer) -> Iterator[Dex]:
-    """A Dex on the test's own Redis (schema made by `dex`), with a sweeper loop running."""
-    _app, lost = make_app(Settings.from_env({**env, "DEX_REDIS_URL": own_redis.url}))
-    stop = threading.Event()
-    thread = threading.Thread(target=run_forever, args=(lost,), kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    yield lost
-    stop.set()
-    thread.join(timeout=15)
-
-
 def test_redis_restarted_empty_ends_writes_unknown_and_reruns_reads(
-    lost_dex: Dex,
+    own_dex: Dex,
     env: dict[str, str],
     own_redis: RedisServer,
     start_worker: Callable[..., Worker],
@@ -69,7 +49,7 @@ def test_redis_restarted_empty_ends_writes_unknown_and_reruns_reads(
     `outcome_unknown` (S4.3, S4.5) and never run again (S3.2); a read and an idempotent write are
     run again with the same idempotency key (S2.1, S3.1) and succeed; no call stays pending; what
     the old attempts return afterwards is kept as evidence only (S5.2)."""
-    dex = lost_dex
+    dex = own_dex
     start_worker(concurrency=4, extra_env={"DEX_REDIS_URL": own_redis.url})
     client = dex.client()
     records = {

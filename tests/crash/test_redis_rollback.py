@@ -11,16 +11,13 @@ record agrees with the tool's own log.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import redis
 
-from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
+from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.records import ToolCallRecord
-from dex_celery.sweep import run_forever
 from tests.support.crash import (
     events,
     lines,
@@ -31,31 +28,12 @@ from tests.support.crash import (
     wait_started,
 )
 from tests.support.processes import RedisServer, Worker, wait_for
-from tests.support.toolapp import STALL_WRITER_ENV, VISIBILITY_TIMEOUT_ENV, make_app
+from tests.support.toolapp import STALL_WRITER_ENV, VISIBILITY_TIMEOUT_ENV
 
 pytestmark = pytest.mark.crash
 
 WRITES = ("slow_non_idempotent_write", "slow_unclassified")
 RERUNNABLE = ("slow_read", "slow_idempotent_write")
-
-
-@pytest.fixture
-def rdb_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis-rdb", appendonly=False).start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def rolled(dex: Dex, env: dict[str, str], rdb_redis: RedisServer) -> Iterator[Dex]:
-    """A Dex on the test's own Redis (schema made by `dex`), with a sweeper loop running."""
-    _app, own = make_app(Settings.from_env({**env, "DEX_REDIS_URL": rdb_redis.url}))
-    stop = threading.Event()
-    thread = threading.Thread(target=run_forever, args=(own,), kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    yield own
-    stop.set()
-    thread.join(timeout=15)
 
 
 def _snapshot(server: RedisServer) -> None:
@@ -99,24 +77,24 @@ def _request(dex: Dex) -> dict[str, ToolCallRecord]:
 
 
 def test_snapshot_with_the_messages_still_queued(
-    rolled: Dex,
+    own_dex: Dex,
     env: dict[str, str],
-    rdb_redis: RedisServer,
+    own_redis: RedisServer,
     start_worker: Callable[..., Worker],
 ) -> None:
     """The snapshot holds every call enqueued; by the rollback every tool is running. The
     rolled-back broker hands the messages out again and the hashes say "enqueued"."""
-    records = _request(rolled)
-    _snapshot(rdb_redis)
-    worker_env = {"DEX_REDIS_URL": rdb_redis.url}
+    records = _request(own_dex)
+    _snapshot(own_redis)
+    worker_env = {"DEX_REDIS_URL": own_redis.url}
     first = start_worker(concurrency=4, extra_env=worker_env)
     for record in records.values():
         wait_started(record.key)
-    _roll_back(rdb_redis)
+    _roll_back(own_redis)
     first.stop()  # Kombu's consumer does not survive the broker vanishing; a supervisor restarts
     start_worker(concurrency=4, extra_env=worker_env)
     release_tools(env)
-    done = _check_invariants(rolled, records)
+    done = _check_invariants(own_dex, records)
     for tool in WRITES:  # claimed in the database before the rollback: may have run
         assert done[tool].status is CallStatus.OUTCOME_UNKNOWN, done[tool]
         assert len(lines(done[tool].key, "start")) == 1
@@ -125,60 +103,60 @@ def test_snapshot_with_the_messages_still_queued(
 
 
 def test_snapshot_with_the_attempts_running(
-    rolled: Dex,
+    own_dex: Dex,
     env: dict[str, str],
-    rdb_redis: RedisServer,
+    own_redis: RedisServer,
     start_worker: Callable[..., Worker],
 ) -> None:
     """The snapshot holds every attempt running; afterwards every call succeeded and was
     recorded. The rolled-back Redis says "running" and gives back the late-acked messages: the
     records stand and nothing runs again."""
-    worker_env = {"DEX_REDIS_URL": rdb_redis.url, VISIBILITY_TIMEOUT_ENV: "2"}
+    worker_env = {"DEX_REDIS_URL": own_redis.url, VISIBILITY_TIMEOUT_ENV: "2"}
     first = start_worker(concurrency=4, extra_env=worker_env)
-    records = _request(rolled)
+    records = _request(own_dex)
     for record in records.values():
         wait_started(record.key)
-    _snapshot(rdb_redis)
+    _snapshot(own_redis)
     release_tools(env)
     for record in records.values():
-        assert wait_finished(rolled, record.key).status is CallStatus.SUCCEEDED
-    _roll_back(rdb_redis)
+        assert wait_finished(own_dex, record.key).status is CallStatus.SUCCEEDED
+    _roll_back(own_redis)
     first.stop()
     start_worker(concurrency=4, extra_env=worker_env)
     # The read's late-acked message comes back from the snapshot and is turned away.
     read_key = records["slow_read"].key
-    wait_for(lambda: refused(rolled, read_key) >= 1, timeout=30, what="the stale redelivery")
-    done = _check_invariants(rolled, records)
+    wait_for(lambda: refused(own_dex, read_key) >= 1, timeout=30, what="the stale redelivery")
+    done = _check_invariants(own_dex, records)
     for tool, record in done.items():
         assert record.status is CallStatus.SUCCEEDED, record
         assert len(lines(record.key, "start")) == 1, tool
 
 
 def test_snapshot_with_the_outcomes_decided_but_not_recorded(
-    rolled: Dex,
+    own_dex: Dex,
     env: dict[str, str],
-    rdb_redis: RedisServer,
+    own_redis: RedisServer,
     start_worker: Callable[..., Worker],
 ) -> None:
     """The snapshot holds outcomes the ledger decided that the worker never wrote to SQL (its
     writer stalled, then the worker died): they happened, and they are recorded once."""
     worker = start_worker(
-        concurrency=4, extra_env={"DEX_REDIS_URL": rdb_redis.url, STALL_WRITER_ENV: "1"}
+        concurrency=4, extra_env={"DEX_REDIS_URL": own_redis.url, STALL_WRITER_ENV: "1"}
     )
-    records = _request(rolled)
+    records = _request(own_dex)
     for record in records.values():
         wait_started(record.key)
     release_tools(env)
     for record in records.values():
         wait_for(
-            lambda key=record.key: getattr(rolled.ledger.read(key), "status", "") == "succeeded",
+            lambda key=record.key: getattr(own_dex.ledger.read(key), "status", "") == "succeeded",
             timeout=30,
             what=f"the ledger to decide {record.key}",
         )
     worker.kill_all()
-    _snapshot(rdb_redis)
-    _roll_back(rdb_redis)
-    done = _check_invariants(rolled, records)
+    _snapshot(own_redis)
+    _roll_back(own_redis)
+    done = _check_invariants(own_dex, records)
     for tool, record in done.items():
         assert record.status is CallStatus.SUCCEEDED, record
         assert len(lines(record.key, "start")) == 1, tool

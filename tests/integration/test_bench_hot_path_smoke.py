@@ -8,24 +8,10 @@ inside each script, the CPU per call of each part, and the driver pinned to one 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.processes import ROOT
-
-
-def run(module: str, *args: str, timeout: float = 120) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", f"bench.{module}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+from tests.support.bench import run
 
 
 def test_ledger_cost_reports_commands_cpu_and_time_inside_each_script() -> None:

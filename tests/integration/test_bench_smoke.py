@@ -8,24 +8,9 @@ assert its invariants (S3.2, S4.1-S4.3, S10.2): the script exits non-zero on any
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.support.processes import ROOT
-
-
-def run(module: str, *args: str, timeout: float = 120) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", f"bench.{module}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+from tests.support.bench import run
 
 
 def test_throughput_smoke() -> None:

@@ -2,7 +2,8 @@
 calls keep being served, and every outcome is honest against the tools' own logs.
 
 Real processes: a primary and two replicas (`appendonly yes`, `appendfsync always`), one
-`redis-sentinel`, a prefork worker (restarted if it dies, as a supervisor would), the sweeper
+`redis-sentinel` (told to fail over once the primary is dead, so that a loaded machine's slow
+answers never trigger a second failover), a prefork worker (restarted if it dies, as a supervisor would), the sweeper
 and the requester, all connected through Sentinel (`DEX_REDIS_URL=sentinel://...`; the broker
 through Kombu's `sentinel://`).
 
@@ -125,19 +126,44 @@ class Failover:
         redis.Redis(port=self.primary.port).client_kill_filter(_type="replica")
 
     def kill_primary(self) -> None:
+        """Kill the primary; return once a replica is promoted and the ledger has noticed.
+
+        "After the failover" is after the sweeper started the ledger's new life (its epoch
+        changed, docs/ledger.md "Rollback detection"): a read requested and run in the moments
+        before that may be run once more when the old life's entry is judged from SQL, which
+        the rules allow for reads; the calls of `serve_after` must each run exactly once.
+        """
         old, sentinel = self.primary.port, self.group.sentinel
         assert sentinel is not None
+        epoch_before = self._epoch()
         self.primary.kill()
         for follower in self.group.followers:
             self.group.resume(follower)
+
+        def promoted() -> bool:
+            now = sentinel.master_port_now()
+            if now == old:
+                sentinel.fail_over()  # refused while one is under way: never a second one
+            return now not in (None, old) and self._answers()
+
         wait_for(
-            lambda: sentinel.master_port_now() not in (None, old) and self._answers(),
+            promoted, timeout=60, what="Sentinel to promote a replica and the ledger to reach it"
+        )
+        wait_for(
+            lambda: self._epoch() not in (None, epoch_before),
             timeout=30,
-            what="Sentinel to promote a replica and the ledger to reach it",
+            what="the sweeper to start a new ledger epoch on the promoted replica",
         )
         # Sentinel points the other replica at the promoted one: claims can count again.
         promoted = self.group.server_on(sentinel.master_port_now() or 0)
         ReplicatedRedis.wait_replicated(promoted, len(self.group.followers) - 1)
+
+    def _epoch(self) -> str | None:
+        try:
+            value = self.dex.ledger.client.get(self.dex.ledger.keys.epoch)
+        except redis.RedisError:
+            return None
+        return None if value is None else str(value)
 
     def _answers(self) -> bool:
         try:

@@ -21,7 +21,7 @@ from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
 from dex_celery.tools import TASK_PREFIX
 from tests.support.processes import wait_for
-from tests.support.toolapp import LOG_ENV, executions
+from tests.support.toolapp import LOG_ENV, executions, log_dir
 
 #: Celery's default queue: the Redis list every attempt message is pushed to.
 BROKER_QUEUE = "celery"
@@ -58,8 +58,30 @@ def wait_finished(dex: Dex, key: str, *, timeout: float = 60) -> ToolCallRecord:
             return True
         return False
 
-    wait_for(done, timeout=timeout, what=f"a terminal record of {key}")
+    try:
+        wait_for(done, timeout=timeout, what=f"a terminal record of {key}")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}; {_where_is(dex, key)}") from None
     return box[-1]
+
+
+def _where_is(dex: Dex, key: str) -> str:
+    """What the record, the ledger and the tool's log say of a call that did not finish."""
+    try:
+        entry: object = dex.ledger.client.hgetall(dex.ledger.keys.call(key))
+        epoch: object = dex.ledger.client.get(dex.ledger.keys.epoch)
+    except redis.RedisError as error:
+        entry = epoch = f"unreadable ({error})"
+    worker_lines = [
+        line
+        for path in sorted(log_dir().glob("worker-*.log"))
+        for line in path.read_text(errors="replace").splitlines()
+        if key in line
+    ]
+    return (
+        f"record: {dex.store.get_call(key)!r}; ledger epoch {epoch!r}, entry {entry!r}; "
+        f"tool log: {executions(key)!r}; workers' log lines: {worker_lines[-12:]!r}"
+    )
 
 
 def wait_late_result(dex: Dex, key: str, *, timeout: float = 30) -> ToolCallRecord:

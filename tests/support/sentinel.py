@@ -21,8 +21,11 @@ from tests.support.processes import RedisServer, free_port, wait_for
 MASTER_NAME = "dexmaster"
 #: Start a full resynchronisation at once (Redis waits 5 s by default for more replicas).
 FAST_SYNC = ("--repl-diskless-sync-delay", "0")
-#: Sentinel declares the primary down after this long without an answer.
-DOWN_AFTER_MS = 1000
+#: Sentinel declares a server down after this long without an answer. Long on purpose: the tests
+#: start the failover themselves (`SentinelServer.fail_over`) once they have killed the primary,
+#: so a loaded machine's slow answers never set off a second, unasked failover of the replica
+#: just promoted.
+DOWN_AFTER_MS = 30000
 
 
 def sentinel_binary() -> list[str]:
@@ -68,6 +71,12 @@ class SentinelServer:
     @property
     def url(self) -> str:
         return f"sentinel://127.0.0.1:{self.port}"
+
+    def fail_over(self) -> None:
+        """`SENTINEL FAILOVER`: promote a replica now, as Sentinel does once it finds the primary
+        down. Refused while a failover is under way or no replica qualifies yet; ask again."""
+        with contextlib.suppress(redis.RedisError):
+            redis.Redis(port=self.port).execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
 
     def master_port_now(self) -> int | None:
         return _master(redis.Redis(port=self.port, decode_responses=True))
@@ -127,16 +136,21 @@ class ReplicatedRedis:
 
     @staticmethod
     def wait_replicated(server: RedisServer, count: int, *, timeout: float = 30) -> None:
-        client = redis.Redis(port=server.port, decode_responses=True)
+        """Wait until `count` replicas hold every write `server` acknowledged so far.
+
+        A probe `PUBLISH` (replicated like a write, touching no key) then `WAIT` on the same
+        connection: replicas that acknowledge the probe hold everything written before it. A
+        comparison of offsets in `INFO` would need a quiet second (replicas report their offset
+        once a second) that a busy ledger never gives.
+        """
+        client = redis.Redis(port=server.port)
 
         def in_sync() -> bool:
-            info = client.info("replication")
-            online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
-            return len(online) == count and all(
-                r.get("state") == "online"
-                and int(r.get("offset", -1)) == info["master_repl_offset"]
-                for r in online
-            )
+            pipe = client.pipeline(transaction=False)
+            pipe.publish("test-replication-probe", "sync")
+            pipe.execute_command("WAIT", count, 1000)
+            _, acked = pipe.execute()
+            return int(acked) >= count
 
         wait_for(in_sync, timeout=timeout, what=f"{count} replica(s) in sync with {server.port}")
 

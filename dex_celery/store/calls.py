@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     and_,
-    bindparam,
     insert,
     or_,
     select,
@@ -29,6 +28,7 @@ from dex_celery.records import (
 )
 from dex_celery.store.base import StoreBase
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
+from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import (
     call_record,
     tool_message_row,
@@ -168,40 +168,28 @@ class CallRecords(StoreBase):
         if not rows:
             return
         now = self.clock()
-        update_stmt = (
-            update(tool_calls)
-            .where(tool_calls.c.key == bindparam("b_key"))
-            .where(tool_calls.c.status == CallStatus.PENDING.value)
-            .values(
-                status=bindparam("b_status"),
-                error=bindparam("b_error"),
-                result=bindparam("b_result"),
-                finished_at=bindparam("b_finished_at"),
-                attempts=bindparam("b_attempts"),
-                attempt_log=bindparam("b_attempt_log"),
-            )
-            .returning(tool_calls.c.key)
-        )
-        updates = [
-            {
-                "b_key": r.key.key,
-                "b_status": r.outcome.status.value,
-                "b_error": r.outcome.error or None,
-                "b_result": r.outcome.result,
-                "b_finished_at": now,
-                "b_attempts": r.outcome.attempts,
-                "b_attempt_log": r.outcome.attempt_log,
-            }
-            for r in rows
-        ]
-        new_messages = [
-            tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now) for r in rows
-        ]
+        hot = hot_statements(self.engine)
         with self.engine.begin() as conn:
-            ended = {key for u in updates for key in conn.execute(update_stmt, u).scalars()}
-            mine = [m for m in new_messages if m["call_key"] in ended]
+            mine = [
+                tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now)
+                for r in rows
+                if hot.end_pending.execute(
+                    conn,
+                    {
+                        "b_key": r.key.key,
+                        "b_from": CallStatus.PENDING.value,
+                        "b_status": r.outcome.status.value,
+                        "b_error": r.outcome.error or None,
+                        "b_result": r.outcome.result,
+                        "b_finished_at": now,
+                        "b_attempts": r.outcome.attempts,
+                        "b_attempt_log": r.outcome.attempt_log,
+                    },
+                )
+                == 1
+            ]
             if mine:
-                conn.execute(insert(messages), mine)
+                hot.insert_message.execute_many(conn, mine)
 
     def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
         """The write fence: commit this attempt's claim before any tool code runs.

@@ -58,12 +58,14 @@ class CallRecords(StoreBase):
         now = self.clock()
         keys = [new.key.key for new in new_calls]
         with self.engine.begin() as conn:
-            known = self._calls_by_key(conn, keys)
+            # Insert first, read back only what the insert skipped: a request is new almost
+            # always, so the common path is one INSERT, not a SELECT before it. (A known call's
+            # session exists already, so reading its default below writes nothing.)
             defaults: dict[str, EffectClass | None] = {}
             rows: list[dict[str, Any]] = []
             batched: set[str] = set()
             for new in new_calls:
-                if new.key.key in known or new.key.key in batched:
+                if new.key.key in batched:
                     continue
                 batched.add(new.key.key)
                 sid = new.key.session_id
@@ -91,9 +93,8 @@ class CallRecords(StoreBase):
                     )
                 )
             created = insert_many_ignore(conn, tool_calls, rows)
-            lost = [r["key"] for r in rows if r["key"] not in created]
-            if lost:  # concurrent requests of the same calls won (S2.3)
-                known.update(self._calls_by_key(conn, lost))
+            # Recorded before, or by a concurrent request of the same calls that won (S2.3).
+            known = self._calls_by_key(conn, [r["key"] for r in rows if r["key"] not in created])
             if check is not None:
                 for new in new_calls:
                     if new.key.key in known:
@@ -109,6 +110,8 @@ class CallRecords(StoreBase):
 
     def _calls_by_key(self, conn: Connection, keys: Sequence[str]) -> dict[str, ToolCallRecord]:
         found: dict[str, ToolCallRecord] = {}
+        if not keys:
+            return found
         for start in range(0, len(keys), IN_CHUNK):
             chunk = keys[start : start + IN_CHUNK]
             query = select(tool_calls).where(tool_calls.c.key.in_(chunk))

@@ -202,17 +202,16 @@ class CallRecords(StoreBase):
         attempt reached a worker; this row says whether a write may run, and it survives Redis
         going back in time (docs/ledger.md, "The write fence").
         """
+        values = {
+            "b_key": key,
+            "b_from": CallStatus.PENDING.value,
+            "b_fence": fence,
+            "b_attempt": attempt,
+            "b_now": now,
+            "b_owner": owner,
+        }
         with self.engine.begin() as conn:
-            result = conn.execute(
-                update(tool_calls)
-                .where(tool_calls.c.key == key)
-                .where(tool_calls.c.status == CallStatus.PENDING.value)
-                .where(or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence))
-                .values(
-                    claim_fence=fence, claimed_attempt=attempt, claimed_at=now, claimed_by=owner
-                )
-            )
-            return bool(result.rowcount == 1)
+            return hot_statements(self.engine).claim_write.execute(conn, values) == 1
 
     def record_late_result(self, key: str, late: str) -> None:
         """Evidence from a fenced attempt (S5.2); never touches status, error or result."""

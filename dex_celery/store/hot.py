@@ -1,7 +1,7 @@
 """The hot path's SQL, compiled once per engine and run as driver SQL.
 
 The outcome writer ends a call with one conditional UPDATE and one INSERT of its TOOL message,
-on every call. Built and compiled through SQLAlchemy Core each time, the statements cost more
+on every call; a write's attempt first commits its claim (the write fence), one more UPDATE. Built and compiled through SQLAlchemy Core each time, the statements cost more
 Python CPU than the database spends on them (docs/benchmarks.md, section 6). Here each is
 compiled once for the engine's dialect (and its PostgreSQL schema, `schema_translate_map`) and
 then run with `Connection.exec_driver_sql`: the same SQL text, the same transaction, the same
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Engine, MetaData, bindparam, insert, update
+from sqlalchemy import Connection, Dialect, Engine, MetaData, bindparam, insert, or_, update
 from sqlalchemy.sql.compiler import Compiled
 
 from dex_celery.store.schema import messages, tool_calls
@@ -68,6 +68,8 @@ class HotStatements:
     end_pending: DriverStatement
     #: Its TOOL message (the columns of `rows.tool_message_row`).
     insert_message: DriverStatement
+    #: The write fence (`CallRecords.claim_write`): claim a pending call no other attempt holds.
+    claim_write: DriverStatement
 
 
 #: The columns of a TOOL message (`rows.tool_message_row`).
@@ -105,11 +107,24 @@ def _build(engine: Engine) -> HotStatements:
             attempt_log=bindparam("b_attempt_log"),
         )
     )
+    claim_write = (
+        update(calls)
+        .where(calls.c.key == bindparam("b_key"))
+        .where(calls.c.status == bindparam("b_from"))
+        .where(or_(calls.c.claim_fence.is_(None), calls.c.claim_fence == bindparam("b_fence")))
+        .values(
+            claim_fence=bindparam("b_fence"),
+            claimed_attempt=bindparam("b_attempt"),
+            claimed_at=bindparam("b_now"),
+            claimed_by=bindparam("b_owner"),
+        )
+    )
     # `inline()`: no RETURNING of the new id (PostgreSQL would add one); nothing reads it.
     insert_message = insert(msgs).inline().values({c: bindparam(c) for c in _MESSAGE_COLUMNS})
     return HotStatements(
         end_pending=DriverStatement.compile(end_pending, engine.dialect),
         insert_message=DriverStatement.compile(insert_message, engine.dialect),
+        claim_write=DriverStatement.compile(claim_write, engine.dialect),
     )
 
 

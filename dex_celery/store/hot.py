@@ -1,17 +1,17 @@
 """The hot path's SQL, compiled once per engine and run as driver SQL.
 
 The outcome writer ends a call with one conditional UPDATE and one INSERT of its TOOL message,
-on every call; a write's attempt first commits its claim (the write fence), one more UPDATE. Built and compiled through SQLAlchemy Core each time, the statements cost more
-Python CPU than the database spends on them (docs/benchmarks.md, section 6). Here each is
-compiled once for the engine's dialect (and its PostgreSQL schema, `schema_translate_map`) and
-then run with `Connection.exec_driver_sql`: the same SQL text, the same transaction, the same
-events, without building, caching or compiling a statement per call. The statements are still
-written in Core, so SQLite and PostgreSQL get their own correct text.
+on every call; a write's attempt first commits its claim (the write fence), one more UPDATE.
+Built and compiled through SQLAlchemy Core each time, the statements cost more Python CPU than
+the database spends on them (docs/benchmarks.md, section 6). Here each is compiled once for the
+engine's dialect (and its PostgreSQL schema, `schema_translate_map`) and then run with
+`Connection.exec_driver_sql`: the same SQL text, the same transaction, the same events, without
+building, caching or compiling a statement per call. The statements are still written in Core,
+so SQLite and PostgreSQL get their own correct text.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -129,16 +129,15 @@ def _build(engine: Engine) -> HotStatements:
 
 
 _compiled: weakref.WeakKeyDictionary[Engine, HotStatements] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
 
 
 def hot_statements(engine: Engine) -> HotStatements:
-    """The statements compiled for `engine` (once; a new engine after a fork compiles anew)."""
+    """The statements compiled for `engine` (once; a new engine after a fork compiles anew).
+
+    No lock: two threads racing on a new engine both compile the same statements, and one
+    result is kept (a lock held across a fork would stay held in the child).
+    """
     found = _compiled.get(engine)
     if found is None:
-        with _lock:
-            found = _compiled.get(engine)
-            if found is None:
-                found = _build(engine)
-                _compiled[engine] = found
+        found = _compiled.setdefault(engine, _build(engine))
     return found

@@ -35,7 +35,9 @@ def validate_id(kind: str, value: object) -> str:
         raise InvalidId(
             f"{kind} {value!r} contains {' '.join(bad)!r}, which would make the key ambiguous"
         )
-    if any(
+    # An ASCII value is printable exactly when it has no control character and no space other
+    # than " " (the common case, checked in C); others are checked character by character.
+    if not (value.isascii() and value.isprintable()) and any(
         unicodedata.category(ch).startswith("C") or (ch.isspace() and ch != " ") for ch in value
     ):
         raise InvalidId(f"{kind} {value!r} contains control characters")

@@ -142,13 +142,17 @@ class Watchdog:
         while True:
             with self._cond:
                 while True:
-                    # Drop removed entries at the top so the heap does not grow with them.
-                    while self._heap and self._heap[0][1] in self._cancelled:
-                        self._cancelled.discard(heapq.heappop(self._heap)[1])
+                    # Entries are popped when due; a removed one is dropped then (or by the
+                    # rebuild in `remove`). Dropping removed entries as soon as the thread wakes
+                    # would empty the heap between attempts, so that every `add` found it empty
+                    # and woke the thread again: a thread switch on most calls.
                     if self._heap and self._heap[0][0] <= time.monotonic():
+                        _, ident, action = heapq.heappop(self._heap)
+                        if ident in self._cancelled:
+                            self._cancelled.discard(ident)
+                            continue
                         break
                     self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
-                _, _, action = heapq.heappop(self._heap)
             try:
                 action()
             except Exception:  # the sweeper times the attempt out later; keep watching others

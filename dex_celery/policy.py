@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from dex_celery.errors import PolicyError, UnknownEffectClass
@@ -159,15 +160,32 @@ class PolicySnapshot:
     secret_arguments: tuple[str, ...]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        # The field types are part of the key: 1 == 1.0 == True, but their JSON differs.
+        return _snapshot_json(self, tuple(type(getattr(self, f)) for f in _FIELDS))
 
     @classmethod
     def from_json(cls, text: str) -> PolicySnapshot:
-        raw = json.loads(text)
-        raw["effect"] = EffectClass.parse(raw["effect"])
-        raw["effect_source"] = EffectSource(raw["effect_source"])
-        raw["secret_arguments"] = tuple(raw["secret_arguments"])
-        return cls(**raw)
+        return _snapshot_of(text)
+
+
+# A deployment has a handful of distinct snapshots (one per tool and session default), and every
+# request writes one and reads it back: both directions are cached. Snapshots are frozen, so the
+# one object a text maps to can be shared.
+_FIELDS = tuple(f.name for f in fields(PolicySnapshot))
+
+
+@lru_cache(maxsize=1024)
+def _snapshot_json(snapshot: PolicySnapshot, _types: tuple[type, ...]) -> str:
+    return json.dumps(asdict(snapshot), sort_keys=True)
+
+
+@lru_cache(maxsize=1024)
+def _snapshot_of(text: str) -> PolicySnapshot:
+    raw = json.loads(text)
+    raw["effect"] = EffectClass.parse(raw["effect"])
+    raw["effect_source"] = EffectSource(raw["effect_source"])
+    raw["secret_arguments"] = tuple(raw["secret_arguments"])
+    return PolicySnapshot(**raw)
 
 
 def resolve_policy(

@@ -213,14 +213,14 @@ class Worker:
         Celery's `Retry`) otherwise, so the task's state in Flower is the record's
         (`dex_celery.task_events`)."""
         with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
-            CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
+            call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
             fence = uuid.uuid4().hex
             claim, refused = self._claim(key, attempt, fence, traced)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
             else:
-                cause, payload = self._execute(tool, key, attempt, claim, (arguments, sealed), fence)
-            return self._finish(tool, key, attempt, arguments, fence, cause, payload, traced)
+                cause, payload = self._execute(tool, call, attempt, claim, (arguments, sealed), fence)
+            return self._finish(tool, call, attempt, arguments, fence, cause, payload, traced)
 
     def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
         """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
@@ -253,7 +253,7 @@ class Worker:
     def _execute(
         self,
         tool: Tool,
-        key: str,
+        call: CallKey,
         attempt: int,
         claim: Claim,
         given: tuple[str | dict[str, Any], str | None],
@@ -263,7 +263,8 @@ class Worker:
         `given`: the message's arguments and sealed secrets."""
         pump = self.pump
         arguments, sealed = given
-        ctx = ToolContext(CallKey.parse(key), attempt, beat=lambda: pump.beat(key))
+        key = call.key
+        ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
         pump.add(key, fence, ctx, claim.heartbeat_timeout)
         try:
             with span(tracing.RUN, key=key, attempt=attempt) as running:
@@ -286,7 +287,7 @@ class Worker:
     def _finish(
         self,
         tool: Tool,
-        key: str,
+        call: CallKey,
         attempt: int,
         arguments: str | dict[str, Any],
         fence: str,
@@ -295,6 +296,7 @@ class Worker:
         traced: Span,
     ) -> str | None:
         """Finish in the ledger and act on the step: record, retry or keep a late result."""
+        key = call.key
         with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
             step = self.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
             finishing.set("step", step.kind)
@@ -311,7 +313,7 @@ class Worker:
             # The ledger holds the outcome now; SQL gets it in the next batch of this process.
             outcome = outcome_of(step, result)
             shown = arguments_json(stored_arguments(arguments))
-            row = OutcomeRow(CallKey.parse(key), tool.name, shown, outcome)
+            row = OutcomeRow(call, tool.name, shown, outcome)
             self.writer.submit(row)
             return task_result(outcome)
         if step.kind is StepKind.RETRY:

@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     and_,
-    bindparam,
     insert,
     or_,
     select,
@@ -29,6 +28,7 @@ from dex_celery.records import (
 )
 from dex_celery.store.base import StoreBase
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
+from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import (
     call_record,
     tool_message_row,
@@ -58,12 +58,14 @@ class CallRecords(StoreBase):
         now = self.clock()
         keys = [new.key.key for new in new_calls]
         with self.engine.begin() as conn:
-            known = self._calls_by_key(conn, keys)
+            # Insert first, read back only what the insert skipped: a request is new almost
+            # always, so the common path is one INSERT, not a SELECT before it. (A known call's
+            # session exists already, so reading its default below writes nothing.)
             defaults: dict[str, EffectClass | None] = {}
             rows: list[dict[str, Any]] = []
             batched: set[str] = set()
             for new in new_calls:
-                if new.key.key in known or new.key.key in batched:
+                if new.key.key in batched:
                     continue
                 batched.add(new.key.key)
                 sid = new.key.session_id
@@ -91,9 +93,8 @@ class CallRecords(StoreBase):
                     )
                 )
             created = insert_many_ignore(conn, tool_calls, rows)
-            lost = [r["key"] for r in rows if r["key"] not in created]
-            if lost:  # concurrent requests of the same calls won (S2.3)
-                known.update(self._calls_by_key(conn, lost))
+            # Recorded before, or by a concurrent request of the same calls that won (S2.3).
+            known = self._calls_by_key(conn, [r["key"] for r in rows if r["key"] not in created])
             if check is not None:
                 for new in new_calls:
                     if new.key.key in known:
@@ -109,6 +110,8 @@ class CallRecords(StoreBase):
 
     def _calls_by_key(self, conn: Connection, keys: Sequence[str]) -> dict[str, ToolCallRecord]:
         found: dict[str, ToolCallRecord] = {}
+        if not keys:
+            return found
         for start in range(0, len(keys), IN_CHUNK):
             chunk = keys[start : start + IN_CHUNK]
             query = select(tool_calls).where(tool_calls.c.key.in_(chunk))
@@ -168,40 +171,28 @@ class CallRecords(StoreBase):
         if not rows:
             return
         now = self.clock()
-        update_stmt = (
-            update(tool_calls)
-            .where(tool_calls.c.key == bindparam("b_key"))
-            .where(tool_calls.c.status == CallStatus.PENDING.value)
-            .values(
-                status=bindparam("b_status"),
-                error=bindparam("b_error"),
-                result=bindparam("b_result"),
-                finished_at=bindparam("b_finished_at"),
-                attempts=bindparam("b_attempts"),
-                attempt_log=bindparam("b_attempt_log"),
-            )
-            .returning(tool_calls.c.key)
-        )
-        updates = [
-            {
-                "b_key": r.key.key,
-                "b_status": r.outcome.status.value,
-                "b_error": r.outcome.error or None,
-                "b_result": r.outcome.result,
-                "b_finished_at": now,
-                "b_attempts": r.outcome.attempts,
-                "b_attempt_log": r.outcome.attempt_log,
-            }
-            for r in rows
-        ]
-        new_messages = [
-            tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now) for r in rows
-        ]
+        hot = hot_statements(self.engine)
         with self.engine.begin() as conn:
-            ended = {key for u in updates for key in conn.execute(update_stmt, u).scalars()}
-            mine = [m for m in new_messages if m["call_key"] in ended]
+            mine = [
+                tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now)
+                for r in rows
+                if hot.end_pending.execute(
+                    conn,
+                    {
+                        "b_key": r.key.key,
+                        "b_from": CallStatus.PENDING.value,
+                        "b_status": r.outcome.status.value,
+                        "b_error": r.outcome.error or None,
+                        "b_result": r.outcome.result,
+                        "b_finished_at": now,
+                        "b_attempts": r.outcome.attempts,
+                        "b_attempt_log": r.outcome.attempt_log,
+                    },
+                )
+                == 1
+            ]
             if mine:
-                conn.execute(insert(messages), mine)
+                hot.insert_message.execute_many(conn, mine)
 
     def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
         """The write fence: commit this attempt's claim before any tool code runs.
@@ -211,17 +202,16 @@ class CallRecords(StoreBase):
         attempt reached a worker; this row says whether a write may run, and it survives Redis
         going back in time (docs/ledger.md, "The write fence").
         """
+        values = {
+            "b_key": key,
+            "b_from": CallStatus.PENDING.value,
+            "b_fence": fence,
+            "b_attempt": attempt,
+            "b_now": now,
+            "b_owner": owner,
+        }
         with self.engine.begin() as conn:
-            result = conn.execute(
-                update(tool_calls)
-                .where(tool_calls.c.key == key)
-                .where(tool_calls.c.status == CallStatus.PENDING.value)
-                .where(or_(tool_calls.c.claim_fence.is_(None), tool_calls.c.claim_fence == fence))
-                .values(
-                    claim_fence=fence, claimed_attempt=attempt, claimed_at=now, claimed_by=owner
-                )
-            )
-            return bool(result.rowcount == 1)
+            return hot_statements(self.engine).claim_write.execute(conn, values) == 1
 
     def record_late_result(self, key: str, late: str) -> None:
         """Evidence from a fenced attempt (S5.2); never touches status, error or result."""

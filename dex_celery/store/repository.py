@@ -2,8 +2,9 @@
 
 `CallRecords` (`store/calls.py`) holds the tool-call records, `SessionsAndMessages`
 (`store/sessions.py`) the sessions and their history; value types are in `store/values.py`, row
-mapping in `store/rows.py`, dialect differences in `store/dialect.py`. The store only persists:
-what a call's status or deadline should be is decided by the dispatcher and the approvals.
+mapping in `store/rows.py`, dialect differences in `store/dialect.py`, the hot path's statements
+compiled once in `store/hot.py`. The store only persists: what a call's status or deadline
+should be is decided by the dispatcher and the approvals.
 """
 
 from __future__ import annotations

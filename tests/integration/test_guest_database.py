@@ -18,11 +18,14 @@ from alembic.config import Config
 from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
 
-from dex_celery import Settings
+from dex_celery import CallStatus, MessageRole, Settings
 from dex_celery.cli import main
+from dex_celery.ids import CallKey
 from dex_celery.store import migrate
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
+from dex_celery.store.values import Outcome, OutcomeRow
+from tests.integration.test_store import new_call
 from tests.support.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
@@ -148,6 +151,14 @@ def test_dex_migrations_live_beside_the_hosts(
     store = Store(settings.database_url, schema=settings.database_schema)
     store.open_session("s1")
     assert store.get_session("s1").id == "s1"
+    # The worker's outcome write (driver SQL compiled once, `store/hot.py`) too.
+    store.insert_calls([new_call("s1/t/a")], epoch="e")
+    row = OutcomeRow(CallKey.parse("s1/t/a"), "echo", "{}", Outcome(CallStatus.SUCCEEDED, "", "1"))
+    store.record_outcomes([row, row])
+    call = store.get_call("s1/t/a")
+    assert call is not None and (call.status, call.result) == (CallStatus.SUCCEEDED, "1")
+    _calls, history = store.snapshot("s1")
+    assert [m.tool_output for m in history if m.role is MessageRole.TOOL] == ["1"]
     store.engine.dispose()
 
     assert "base (no tables)" in dex_cli(database, schema, "downgrade", "base")

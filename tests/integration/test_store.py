@@ -507,3 +507,23 @@ def test_unknown_session(store: Store) -> None:
     with pytest.raises(UnknownSession):
         store.get_session("nobody")
     assert rows(store) == {"dex_sessions": 0, "dex_messages": 0, "dex_tool_calls": 0}
+
+
+def test_claim_write_is_one_compare_and_set(store: Store) -> None:
+    """The write fence (docs/ledger.md): the first fence claims a pending call, the same fence
+    again succeeds (a retried command), another fence or an ended call is refused."""
+    store.insert_calls(
+        [
+            new_call(key, effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False)
+            for key in ("s/t/w", "s/t/x")
+        ],
+        epoch="e",
+    )
+    assert store.claim_write("s/t/w", 1, fence="f1", owner="w:1", now=5.0)
+    assert store.claim_write("s/t/w", 1, fence="f1", owner="w:1", now=6.0)
+    assert not store.claim_write("s/t/w", 2, fence="f2", owner="w:2", now=7.0)
+    record = store.get_call("s/t/w")
+    assert record is not None and (record.claimed_by, record.claimed_at) == ("w:1", 6.0)
+    assert store.record_outcome("s/t/x", Outcome(CallStatus.FAILED, "ended"))
+    assert not store.claim_write("s/t/x", 1, fence="f3", owner="w:3", now=8.0)
+    assert not store.claim_write("s/t/ghost", 1, fence="f4", owner="w:4", now=9.0)

@@ -302,3 +302,15 @@ def test_celery_options_follow_the_effect_class(
     assert task.acks_late is late_ack
     assert task.reject_on_worker_lost is False
     assert task.ignore_result is True
+
+
+def test_cached_snapshot_json_keeps_each_snapshots_own_text() -> None:
+    """The JSON of snapshots is cached (`policy._snapshot_json`); equal snapshots whose values
+    differ in type (1 and 1.0) still get their own text, so what SQL stores is unchanged."""
+    whole = resolve(ToolPolicy(effect=EffectClass.READ, backoff_initial=1))
+    fractional = resolve(ToolPolicy(effect=EffectClass.READ, backoff_initial=1.0))
+    assert whole == fractional
+    assert '"backoff_initial": 1,' in whole.to_json()
+    assert '"backoff_initial": 1.0,' in fractional.to_json()
+    assert whole.to_json() == whole.to_json()
+    assert PolicySnapshot.from_json(whole.to_json()) is PolicySnapshot.from_json(whole.to_json())

@@ -1,0 +1,143 @@
+"""The hot path's SQL, compiled once per engine and run as driver SQL.
+
+The outcome writer ends a call with one conditional UPDATE and one INSERT of its TOOL message,
+on every call; a write's attempt first commits its claim (the write fence), one more UPDATE.
+Built and compiled through SQLAlchemy Core each time, the statements cost more Python CPU than
+the database spends on them (docs/benchmarks.md, section 6). Here each is compiled once for the
+engine's dialect (and its PostgreSQL schema, `schema_translate_map`) and then run with
+`Connection.exec_driver_sql`: the same SQL text, the same transaction, the same events, without
+building, caching or compiling a statement per call. The statements are still written in Core,
+so SQLite and PostgreSQL get their own correct text.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Dialect, Engine, MetaData, bindparam, insert, or_, update
+from sqlalchemy.sql.compiler import Compiled
+
+from dex_celery.store.schema import messages, tool_calls
+
+
+@dataclass(frozen=True, slots=True)
+class DriverStatement:
+    """One statement's SQL text for one dialect, and how to hand it its parameters."""
+
+    sql: str
+    #: Parameter names in the order of the placeholders (positional paramstyles: SQLite's `?`);
+    #: None when the driver takes them by name (psycopg's `%(name)s`).
+    order: tuple[str, ...] | None
+    #: The dialect's conversions of bound values, by parameter (SQLite's `Float`: `float()`).
+    convert: tuple[tuple[str, Callable[[Any], Any]], ...] = ()
+
+    @classmethod
+    def compile(cls, statement: Any, dialect: Dialect) -> DriverStatement:
+        compiled: Compiled = statement.compile(dialect=dialect)
+        # Driver SQL skips SQLAlchemy's bind processors: apply the compiled statement's own.
+        processors = getattr(compiled, "_bind_processors", {})
+        positions = getattr(compiled, "positiontup", None)
+        return cls(
+            compiled.string,
+            tuple(positions) if positions is not None else None,
+            tuple(processors.items()),
+        )
+
+    def params(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
+        if self.convert:
+            values = dict(values)
+            for name, convert in self.convert:
+                if values[name] is not None:
+                    values[name] = convert(values[name])
+        return values if self.order is None else tuple(values[name] for name in self.order)
+
+    def execute(self, conn: Connection, values: Mapping[str, Any]) -> int:
+        """Run once; the rowcount."""
+        return int(conn.exec_driver_sql(self.sql, self.params(values)).rowcount)
+
+    def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        conn.exec_driver_sql(self.sql, [self.params(r) for r in rows])
+
+
+@dataclass(frozen=True, slots=True)
+class HotStatements:
+    #: End a pending call (`CallRecords.record_outcomes`): the compare-and-set on `pending`.
+    end_pending: DriverStatement
+    #: Its TOOL message (the columns of `rows.tool_message_row`).
+    insert_message: DriverStatement
+    #: The write fence (`CallRecords.claim_write`): claim a pending call no other attempt holds.
+    claim_write: DriverStatement
+
+
+#: The columns of a TOOL message (`rows.tool_message_row`).
+_MESSAGE_COLUMNS = (
+    "session_id",
+    "role",
+    "text",
+    "tool_output",
+    "turn_id",
+    "tool_call_id",
+    "tool_name",
+    "tool_arguments",
+    "call_key",
+    "created_at",
+)
+
+
+def _build(engine: Engine) -> HotStatements:
+    calls, msgs = tool_calls, messages
+    translate = engine.get_execution_options().get("schema_translate_map") or {}
+    schema = translate.get(None)
+    if schema is not None:  # the tables as the engine's schema_translate_map names them
+        copies = MetaData()
+        calls, msgs = (t.to_metadata(copies, schema=schema) for t in (tool_calls, messages))
+    end_pending = (
+        update(calls)
+        .where(calls.c.key == bindparam("b_key"))
+        .where(calls.c.status == bindparam("b_from"))
+        .values(
+            status=bindparam("b_status"),
+            error=bindparam("b_error"),
+            result=bindparam("b_result"),
+            finished_at=bindparam("b_finished_at"),
+            attempts=bindparam("b_attempts"),
+            attempt_log=bindparam("b_attempt_log"),
+        )
+    )
+    claim_write = (
+        update(calls)
+        .where(calls.c.key == bindparam("b_key"))
+        .where(calls.c.status == bindparam("b_from"))
+        .where(or_(calls.c.claim_fence.is_(None), calls.c.claim_fence == bindparam("b_fence")))
+        .values(
+            claim_fence=bindparam("b_fence"),
+            claimed_attempt=bindparam("b_attempt"),
+            claimed_at=bindparam("b_now"),
+            claimed_by=bindparam("b_owner"),
+        )
+    )
+    # `inline()`: no RETURNING of the new id (PostgreSQL would add one); nothing reads it.
+    insert_message = insert(msgs).inline().values({c: bindparam(c) for c in _MESSAGE_COLUMNS})
+    return HotStatements(
+        end_pending=DriverStatement.compile(end_pending, engine.dialect),
+        insert_message=DriverStatement.compile(insert_message, engine.dialect),
+        claim_write=DriverStatement.compile(claim_write, engine.dialect),
+    )
+
+
+_compiled: weakref.WeakKeyDictionary[Engine, HotStatements] = weakref.WeakKeyDictionary()
+
+
+def hot_statements(engine: Engine) -> HotStatements:
+    """The statements compiled for `engine` (once; a new engine after a fork compiles anew).
+
+    No lock: two threads racing on a new engine both compile the same statements, and one
+    result is kept (a lock held across a fork would stay held in the child).
+    """
+    found = _compiled.get(engine)
+    if found is None:
+        found = _compiled.setdefault(engine, _build(engine))
+    return found

@@ -34,21 +34,11 @@ from bench.common import (
 )
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Cause, Ledger
-from dex_celery.policy import EffectClass, EffectSource, PolicySnapshot
+from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.settings import Settings
 
-SNAPSHOT = PolicySnapshot(
-    effect=EffectClass.READ,
-    effect_source=EffectSource.POLICY,
-    requires_approval=False,
-    max_attempts=3,
-    backoff_initial=1.0,
-    backoff_max=30.0,
-    schedule_to_start=300.0,
-    start_to_close=60.0,
-    heartbeat_timeout=30.0,
-    approval_timeout=0.0,
-    secret_arguments=(),
-)
+#: A read with the default policy, resolved as a tool registration resolves it.
+SNAPSHOT = resolve_policy(ToolPolicy(effect=EffectClass.READ), None, None, Settings())
 
 
 def one_call(ledger: Ledger, key: str, epoch: str) -> None:

@@ -72,19 +72,8 @@ class HotStatements:
     claim_write: DriverStatement
 
 
-#: The columns of a TOOL message (`rows.tool_message_row`).
-_MESSAGE_COLUMNS = (
-    "session_id",
-    "role",
-    "text",
-    "tool_output",
-    "turn_id",
-    "tool_call_id",
-    "tool_name",
-    "tool_arguments",
-    "call_key",
-    "created_at",
-)
+#: Every column of a message but its generated id: what `rows.tool_message_row` fills in.
+_MESSAGE_COLUMNS = tuple(c.name for c in messages.columns if not c.primary_key)
 
 
 def _build(engine: Engine) -> HotStatements:

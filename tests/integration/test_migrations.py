@@ -7,22 +7,19 @@ round trip, and the migrated schema equal to `dex_celery.store.schema.metadata`.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import inspect
 
 from dex_celery.cli import main
 from dex_celery.store import migrate
 from dex_celery.store.engine import make_engine
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
+from tests.support.pg_database import fresh_database
 
 DEX_TABLES = set(metadata.tables)
 
@@ -53,23 +50,8 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database on the server at DEX_TEST_POSTGRES_URL, dropped after."""
-    base = make_url(os.environ["DEX_TEST_POSTGRES_URL"])
-    name = f"dex_migrations_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text("select 1"))
-    except OperationalError as e:  # a fresh machine may have no PostgreSQL: SQLite still runs
-        admin.dispose()
-        pytest.skip(f"PostgreSQL at {base.render_as_string()} is unreachable: {e.orig}")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database("dex_migrations") as url:
+        yield url
 
 
 @pytest.mark.parametrize(

@@ -53,10 +53,10 @@ from sqlalchemy import func, select
 
 from bench.common import BenchWorker, CeleryWorker, RedisServer, header, wait_for, workdir
 from dex_celery import EffectClass, Settings
-from dex_celery.dispatch import CallRequest
-from dex_celery.outcomes import DID_NOT_RUN
+from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.sweep import run_forever
+from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.store.schema import messages, tool_calls
-from dex_celery.sweep import run_forever
 
 TIMINGS = {
     "DEX_HEARTBEAT_TIMEOUT": "2",

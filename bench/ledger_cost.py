@@ -34,7 +34,7 @@ from bench.common import (
 )
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Cause, Ledger
-from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.settings import Settings
 
 #: A read with the default policy, resolved as a tool registration resolves it.

@@ -17,9 +17,9 @@ import tempfile
 import time
 
 from devtools.processes import ROOT, free_port, wait_for
-from dex_celery.ids import CallKey
 from dex_celery.integrations.mcp_client import McpServer, McpToolFunction
-from dex_celery.tools import ToolContext
+from dex_celery.model.ids import CallKey
+from dex_celery.tools.tool import ToolContext
 
 #: `devtools.mcp_tools_server.LOG_ENV` (not imported: that module builds its server, and
 #: with it the MCP SDK's logging set-up, on import).

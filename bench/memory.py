@@ -22,7 +22,7 @@ import redis
 from bench.common import RedisServer, header, wait_for, workdir
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Cause, Ledger
-from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.settings import Settings
 
 

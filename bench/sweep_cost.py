@@ -22,9 +22,9 @@ from sqlalchemy import insert
 
 from bench.common import RedisServer, header, median, workdir
 from dex_celery import Settings
-from dex_celery.dispatch import CallRequest
+from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.sweep import Sweeper
 from dex_celery.store.schema import tool_calls
-from dex_celery.sweep import Sweeper
 
 CHUNK = 20_000
 

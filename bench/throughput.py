@@ -212,7 +212,7 @@ def _dex(setup: Setup) -> Any:
 
 
 def _dex_batch(dx: Any, n: int, batch: int) -> None:
-    from dex_celery.dispatch import CallRequest
+    from dex_celery.engine.dispatch import CallRequest
     from dex_celery.store.schema import tool_calls
 
     session = f"s{uuid.uuid4().hex[:12]}"

@@ -16,7 +16,7 @@ from typing import Self
 
 import redis
 
-from dex_celery.localstack import free_port, redis_server_args
+from dex_celery.processes.localstack import free_port, redis_server_args
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -387,7 +387,7 @@ def _stall_outcome_writer(**_: Any) -> None:
     """Test hook: inactive unless the env says so."""
     if os.environ.get(STALL_WRITER_ENV) != "1":
         return
-    from dex_celery.recorder import OutcomeWriter
+    from dex_celery.engine.outcome_writer import OutcomeWriter
 
     def never_write(self: OutcomeWriter, batch: list[Any]) -> None:
         threading.Event().wait()

@@ -4,11 +4,21 @@ Reads and idempotent writes are retried; non-idempotent writes run at most once;
 in exactly one record (`succeeded`, `failed`, `rejected`, `outcome_unknown`).
 """
 
-from dex_celery.agent_loop import ModelToolCall, run_tool_calls, run_tool_calls_async
 from dex_celery.app import Dex, configure_celery
-from dex_celery.approvals import Approvals, PendingApproval
-from dex_celery.client import AsyncDexClient, DexClient
-from dex_celery.dispatch import CallRequest
+from dex_celery.client.agent_loop import ModelToolCall, run_tool_calls, run_tool_calls_async
+from dex_celery.client.dex_client import AsyncDexClient, DexClient
+from dex_celery.engine.approvals import Approvals, PendingApproval
+from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.events import AgentEvent, AgentEvents, EventType
+from dex_celery.engine.reconcile import (
+    CannotTellYet,
+    OutcomeCheck,
+    OutcomeChecks,
+    ReconcileReport,
+    SessionMessenger,
+    reconcile_once,
+    report_unknown_outcomes,
+)
 from dex_celery.errors import (
     AlreadyDecided,
     AppNotFound,
@@ -49,22 +59,12 @@ from dex_celery.errors import (
     UnknownSession,
     UnknownTool,
 )
-from dex_celery.events import AgentEvent, AgentEvents, EventType
-from dex_celery.ids import CallKey
-from dex_celery.outcomes import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
-from dex_celery.policy import EffectClass, PolicySnapshot, ToolPolicy
-from dex_celery.reconcile import (
-    CannotTellYet,
-    OutcomeCheck,
-    OutcomeChecks,
-    ReconcileReport,
-    SessionMessenger,
-    reconcile_once,
-    report_unknown_outcomes,
-)
-from dex_celery.records import AgentSnapshot, Message, MessageRole, ToolCallRecord
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
+from dex_celery.model.policy import EffectClass, PolicySnapshot, ToolPolicy
+from dex_celery.model.records import AgentSnapshot, Message, MessageRole, ToolCallRecord
 from dex_celery.settings import Settings
-from dex_celery.tools import ToolContext
+from dex_celery.tools.tool import ToolContext
 
 __all__ = [
     "DID_NOT_RUN",

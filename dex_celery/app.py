@@ -2,7 +2,7 @@
 
 One object per deployment, created where the Celery app is (see `config/celery_app.py`): the
 façade users see (tool registration, clients, outcome checks, beat schedule). The components
-doing the work are built once per process in a `Runtime` (`dex_celery.runtime`), each handed
+doing the work are built once per process in a `Runtime` (`dex_celery.engine.runtime`), each handed
 only its collaborators, and dropped in a forked child by the one after-fork hook.
 """
 
@@ -19,41 +19,41 @@ import redis
 from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
-from dex_celery import hooks
-from dex_celery.arguments import prepare_tool
-from dex_celery.beat_jobs import install_beat_jobs
-from dex_celery.client import DexClient
-from dex_celery.definitions import tool_definitions
-from dex_celery.dispatch import Dispatcher
-from dex_celery.errors import ConfigurationError, DuplicateTool
-from dex_celery.events import AgentEvents
-from dex_celery.forks import after_fork
-from dex_celery.health import install_worker_checks
-from dex_celery.ledger.connection import broker_transport_options
-from dex_celery.ledger.keys import KeySpace
-from dex_celery.ledger.ledger import Ledger
-from dex_celery.policy import ToolPolicy, check_registration, effect_from_annotations
-from dex_celery.reconcile import (
+from dex_celery.client.dex_client import DexClient
+from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.events import AgentEvents
+from dex_celery.engine.reconcile import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
     OutcomeChecks,
     reconcile_once,
 )
-from dex_celery.runtime import Runtime
+from dex_celery.engine.runtime import Runtime
+from dex_celery.engine.sweep import Sweeper
+from dex_celery.engine.task_events import AttemptFailed
+from dex_celery.errors import ConfigurationError, DuplicateTool
+from dex_celery.forks import after_fork
+from dex_celery.ledger.connection import broker_transport_options
+from dex_celery.ledger.keys import KeySpace
+from dex_celery.ledger.ledger import Ledger
+from dex_celery.model.policy import ToolPolicy, check_registration, effect_from_annotations
+from dex_celery.ops.status import install_worker_checks
+from dex_celery.processes import hooks
+from dex_celery.processes.beat_jobs import install_beat_jobs
+from dex_celery.processes.startup import install as install_startup_hooks
 from dex_celery.settings import Settings
-from dex_celery.startup import install as install_startup_hooks
 from dex_celery.store.repository import Store
-from dex_celery.sweep import Sweeper
-from dex_celery.task_events import AttemptFailed
-from dex_celery.tools import TASK_PREFIX, Tool, ToolFunction, find_tool
+from dex_celery.tools.arguments import prepare_tool
+from dex_celery.tools.definitions import tool_definitions
+from dex_celery.tools.tool import TASK_PREFIX, Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.reconcile import _F
+    from dex_celery.engine.reconcile import _F
 
 log = logging.getLogger("dex_celery")
 
 #: Celery task name of one sweep. Beat no longer schedules it (it runs the sweeper in a thread,
-#: `dex_celery.startup`); kept registered so schedules written for earlier versions still work.
+#: `dex_celery.processes.startup`); kept registered so schedules written for earlier versions still work.
 SWEEP_TASK = "dex.sweep"
 
 
@@ -116,7 +116,7 @@ class Dex:
         configure_celery(celery, self.settings)
         _DEX_OF_APP[celery] = self
         self._register_sweep_task()
-        #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.reconcile`).
+        #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.engine.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
         # Startup checks of Redis (worker, beat) and the sweeper thread of beat.
@@ -162,7 +162,7 @@ class Dex:
     def add_tool(self, tool: Tool) -> None:
         """Register a `Tool` built by hand (what `tool()` does for a decorated function)."""
         check_registration(tool.name, tool.policy, tool.annotations)
-        tool = prepare_tool(tool)  # arguments schema, secret names (dex_celery/arguments.py)
+        tool = prepare_tool(tool)  # arguments schema, secret names (dex_celery/tools/arguments.py)
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
@@ -252,7 +252,7 @@ class Dex:
         return self.runtime.events
 
     def epoch(self, *, refresh: bool = False) -> str:
-        """This ledger's life id (see `KeySpace.epoch`; `dex_celery.epoch.LedgerEpoch`)."""
+        """This ledger's life id (see `KeySpace.epoch`; `dex_celery.engine.epoch.LedgerEpoch`)."""
         return self.runtime.epoch.current(refresh=refresh)
 
     @property
@@ -277,9 +277,9 @@ class Dex:
         """What to put in `app.conf.beat_schedule`: nothing any more, and that is the point.
 
         Both of dex-celery's periodic jobs run inside the beat process, each in a thread of its
-        own: the sweeper every `sweep_interval` (`dex_celery.startup`), so detection never waits
+        own: the sweeper every `sweep_interval` (`dex_celery.processes.startup`), so detection never waits
         in the tools' queue for a free slot, and the reconcile job (S8.4) every
-        `reconcile_interval` (`dex_celery.beat_jobs`), so it never fills Flower's task list.
+        `reconcile_interval` (`dex_celery.processes.beat_jobs`), so it never fills Flower's task list.
         Kept so deployments that assign it keep working; `reconcile_interval` given here
         overrides the setting.
         """
@@ -287,7 +287,7 @@ class Dex:
             self._reconcile_interval = reconcile_interval
         return {}
 
-    # --- outcome checks (S8; dex_celery/reconcile.py) -------------------------------------------
+    # --- outcome checks (S8; dex_celery/engine/reconcile.py) -------------------------------------------
 
     def outcome_check(self, tool_name: str) -> Callable[[_F], _F]:
         """Decorator: `check(key, arguments_json) -> report text | CannotTellYet`, sync or async."""

@@ -156,7 +156,7 @@ class LedgerError(DexError):
 class BackendUnavailable(DexError):
     """Redis or the database could not be reached or used; nothing was changed by this call.
 
-    Raised in place of redis-py and SQLAlchemy errors (`dex_celery.backends`), so callers
+    Raised in place of redis-py and SQLAlchemy errors (`dex_celery.backend_errors`), so callers
     catch one tree; the original error is the `__cause__`.
     """
 

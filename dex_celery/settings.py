@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from dex_celery.backends import check_database_url, check_redis_url
+from dex_celery.backend_errors import check_database_url, check_redis_url
 from dex_celery.errors import ConfigurationError
 
 #: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from dex_celery import Dex, Settings
-from dex_celery.sweep import run_forever
+from dex_celery.engine.sweep import run_forever
 from tests.support.processes import RedisServer, Worker
 from tests.support.toolapp import LOG_ENV, make_app
 

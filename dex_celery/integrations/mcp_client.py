@@ -47,10 +47,10 @@ from dex_celery.errors import (
     ToolError,
     ToolLost,
 )
-from dex_celery.input_schema import check_schema
-from dex_celery.outcomes import DID_NOT_RUN
-from dex_celery.policy import ToolPolicy, check_registration
-from dex_celery.tools import Tool, ToolContext
+from dex_celery.model.outcomes import DID_NOT_RUN
+from dex_celery.model.policy import ToolPolicy, check_registration
+from dex_celery.tools.schema import check_schema
+from dex_celery.tools.tool import Tool, ToolContext
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex

@@ -33,15 +33,15 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from dex_celery.client import AsyncDexClient
+from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId
-from dex_celery.ids import CallKey, validate_id
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.signature_schema import arguments_schema
-from dex_celery.outcomes import CallStatus, tool_output
-from dex_celery.policy import EffectClass, effect_from_annotations
-from dex_celery.records import ToolCallRecord
-from dex_celery.tools import Tool
+from dex_celery.model.ids import CallKey, validate_id
+from dex_celery.model.outcomes import CallStatus, tool_output
+from dex_celery.model.policy import EffectClass, effect_from_annotations
+from dex_celery.model.records import ToolCallRecord
+from dex_celery.tools.tool import Tool
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex

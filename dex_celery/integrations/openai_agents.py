@@ -42,7 +42,7 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
 
 from dex_celery.app import Dex
-from dex_celery.client import AsyncDexClient, DexClient
+from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.errors import (
     ApprovalError,
     CallTimeout,
@@ -51,10 +51,10 @@ from dex_celery.errors import (
     UnknownSession,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
-from dex_celery.outcomes import CallStatus, tool_output
-from dex_celery.policy import EffectClass, resolve_policy
-from dex_celery.records import ToolCallRecord
-from dex_celery.tools import Tool
+from dex_celery.model.outcomes import CallStatus, tool_output
+from dex_celery.model.policy import EffectClass, resolve_policy
+from dex_celery.model.records import ToolCallRecord
+from dex_celery.tools.tool import Tool
 
 #: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).
 DEFAULT_APPROVER = "openai-agents-sdk"

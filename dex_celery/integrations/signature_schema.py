@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from dex_celery.tools import Tool
+from dex_celery.tools.tool import Tool
 
 _JSON_TYPES: Mapping[Any, str] = {
     str: "string",

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from dex_celery.outcomes import DID_NOT_RUN
+from dex_celery.model.outcomes import DID_NOT_RUN
 
 if TYPE_CHECKING:
     from dex_celery.settings import Settings

@@ -40,7 +40,7 @@ import redis
 
 from dex_celery.errors import ConfigurationError
 
-log = logging.getLogger("dex_celery.health")
+log = logging.getLogger("dex_celery.ops.status")
 
 #: The Redis settings read, as `CONFIG GET` names them.
 CHECKED = ("appendonly", "appendfsync", "maxmemory", "maxmemory-policy")

@@ -25,7 +25,7 @@ from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.protocol import decode
-from dex_celery.policy import PolicySnapshot
+from dex_celery.model.policy import PolicySnapshot
 
 
 class OpenResult(StrEnum):

@@ -19,10 +19,10 @@ from sqlalchemy import (
     update,
 )
 
-from dex_celery.ids import CallKey
-from dex_celery.outcomes import CallStatus
-from dex_celery.policy import EffectClass
-from dex_celery.records import (
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.policy import EffectClass
+from dex_celery.model.records import (
     ApprovalDecision,
     ToolCallRecord,
 )

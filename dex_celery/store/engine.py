@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy.exc
 from sqlalchemy import Engine, create_engine, event
 
-from dex_celery.backends import safe_url
+from dex_celery.backend_errors import safe_url
 from dex_celery.errors import ConfigurationError
 from dex_celery.forks import after_fork
 

@@ -1,4 +1,4 @@
-"""SQL rows to the frozen records the rest of dex-celery reads (`dex_celery.records`)."""
+"""SQL rows to the frozen records the rest of dex-celery reads (`dex_celery.model.records`)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from dex_celery.ids import CallKey
-from dex_celery.outcomes import CallStatus, tool_output
-from dex_celery.policy import EffectClass, PolicySnapshot
-from dex_celery.records import (
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import CallStatus, tool_output
+from dex_celery.model.policy import EffectClass, PolicySnapshot
+from dex_celery.model.records import (
     ApprovalDecision,
     Message,
     MessageRole,

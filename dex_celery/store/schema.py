@@ -65,7 +65,7 @@ tool_calls = Table(
     Column("tool_call_id", String(200), nullable=False),
     Column("tool_name", String(200), nullable=False),
     Column("arguments", Text, nullable=False),
-    # The values of secret arguments, sealed (dex_celery/sealing.py); `arguments` has `***`.
+    # The values of secret arguments, sealed (dex_celery/tools/sealing.py); `arguments` has `***`.
     Column("sealed_arguments", Text, nullable=True),
     Column("effect", String(32), nullable=False),
     Column("requires_approval", Integer, nullable=False),

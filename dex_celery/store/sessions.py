@@ -9,8 +9,8 @@ from sqlalchemy import (
 )
 
 from dex_celery.errors import UnknownSession
-from dex_celery.policy import EffectClass
-from dex_celery.records import (
+from dex_celery.model.policy import EffectClass
+from dex_celery.model.records import (
     Message,
     MessageRole,
     SessionRecord,

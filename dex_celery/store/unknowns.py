@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
-from dex_celery.outcomes import CallStatus
-from dex_celery.records import MessageRole, ToolCallRecord
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.store.dialect import insert_ignore
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, tool_calls, unknown_outcomes

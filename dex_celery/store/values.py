@@ -10,9 +10,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dex_celery.ids import CallKey
-from dex_celery.outcomes import CallStatus
-from dex_celery.policy import EffectClass, PolicySnapshot
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.policy import EffectClass, PolicySnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class NewCall:
     tool_name: str
     arguments: str
     resolve: Resolver
-    #: The secret arguments, sealed (`dex_celery.sealing`); None when the tool has none.
+    #: The secret arguments, sealed (`dex_celery.tools.sealing`); None when the tool has none.
     sealed: str | None = None
 
 

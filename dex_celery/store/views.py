@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import and_, case, func, select
 
-from dex_celery.outcomes import CallStatus
-from dex_celery.records import ToolCallRecord
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.repository import Store
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import tool_calls, unknown_outcomes

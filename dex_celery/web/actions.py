@@ -12,13 +12,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dex_celery.events import EventType
-from dex_celery.ids import validate_id
-from dex_celery.message_text import check_text
-from dex_celery.outcomes import CallStatus
-from dex_celery.reconcile import CannotTellYet, run_check
-from dex_celery.records import MessageRole
-from dex_celery.report_text import already_reported, format_report
+from dex_celery.engine.events import EventType
+from dex_celery.engine.reconcile import CannotTellYet, run_check
+from dex_celery.model.ids import validate_id
+from dex_celery.model.message_text import check_text
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.records import MessageRole
+from dex_celery.model.report_text import already_reported, format_report
 from dex_celery.store.unknowns import UnknownOutcomes
 
 if TYPE_CHECKING:

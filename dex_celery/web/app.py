@@ -24,16 +24,16 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-import dex_celery.cli  # noqa: F401  (first: `cli` attaches `cli_calls`, which imports `cli`)
-from dex_celery.approvals import Approvals, utc
-from dex_celery.cli_calls import call_details
+import dex_celery.cli.main  # noqa: F401  (first: `cli` attaches `cli_calls`, which imports `cli`)
+from dex_celery.cli.calls import call_details
+from dex_celery.engine.approvals import Approvals, utc
 from dex_celery.errors import DexError, UnknownCall
-from dex_celery.ids import CallKey
-from dex_celery.metrics import registry_for
-from dex_celery.outcomes import CallStatus
-from dex_celery.redact import redact
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.ops.metrics import registry_for
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.views import CallSearch, OperatorViews
+from dex_celery.tools.redact import redact
 from dex_celery.web.actions import reconcile_session
 from dex_celery.web.auth import (
     COOKIE,

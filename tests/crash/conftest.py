@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dex_celery import Dex, Settings
-from dex_celery.sweep import run_forever
+from dex_celery.engine.sweep import run_forever
 from tests.support.processes import RedisServer
 from tests.support.toolapp import make_app
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
-from dex_celery.ids import CallKey
+from dex_celery.model.ids import CallKey
 from tests.support.crash import (
     events,
     lines,

@@ -28,8 +28,8 @@ import pytest
 
 from dex_celery import Dex
 from dex_celery.ledger.attempt_log import parse_attempt_log
-from dex_celery.outcomes import DID_NOT_RUN
-from dex_celery.records import ToolCallRecord
+from dex_celery.model.outcomes import DID_NOT_RUN
+from dex_celery.model.records import ToolCallRecord
 from tests.support.processes import ROOT, Worker, wait_for
 from tests.support.skew import SweeperProcess, request_in_child, skewed
 from tests.support.toolapp import executions

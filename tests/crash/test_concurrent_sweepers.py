@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
-from dex_celery.dispatch import CallRequest
-from dex_celery.ids import parse_task_id
-from dex_celery.sweep import Sweeper, SweepReport
+from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.sweep import Sweeper, SweepReport
+from dex_celery.model.ids import parse_task_id
 from tests.support.crash import broker_task_ids, events, tool_messages
 from tests.support.pg_schema import postgres_schema
 from tests.support.processes import wait_for

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from dex_celery import CallStatus, Dex
-from dex_celery.records import ToolCallRecord
+from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
     events,
     lines,

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
-from dex_celery.ids import CallKey
-from dex_celery.sweep import run_forever
+from dex_celery.engine.sweep import run_forever
+from dex_celery.model.ids import CallKey
 from tests.support.crash import events, lines, release_tools, wait_finished, wait_started
 from tests.support.processes import Worker, wait_for
 from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker

@@ -16,7 +16,7 @@ from functools import partial
 import pytest
 
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, Settings
-from dex_celery.sweep import run_forever
+from dex_celery.engine.sweep import run_forever
 from tests.support.crash import (
     BROKER_QUEUE,
     events,

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
-from dex_celery.records import ToolCallRecord
+from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
     events,
     lines,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
-from dex_celery.sweep import run_forever
+from dex_celery.engine.sweep import run_forever
 from tests.support.crash import lines, tool_messages, wait_finished
 from tests.support.processes import ROOT, Worker, free_port, wait_for
 from tests.support.toolapp import LOG_ENV, make_app
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.crash
 REQUESTER = textwrap.dedent(
     """
     import pathlib, sys, threading
-    from dex_celery.dispatch import Dispatcher
+    from dex_celery.engine.dispatch import Dispatcher
     from tests.support.toolapp import dex
 
     def stuck(self, records, *arguments):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from dex_celery import CallStatus, Dex, Settings
+from dex_celery.engine.sweep import run_forever
 from dex_celery.errors import LedgerMismatch
-from dex_celery.sweep import run_forever
 from tests.support.crash import lines, release_tools, wait_finished, wait_started
 from tests.support.processes import ROOT, RedisServer, Worker
 from tests.support.toolapp import make_app

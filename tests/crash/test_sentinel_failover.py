@@ -39,7 +39,7 @@ import pytest
 import redis
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, ToolCallRecord
-from dex_celery.ids import CallKey
+from dex_celery.model.ids import CallKey
 from tests.support.crash import lines, release_tools, wait_finished, wait_started
 from tests.support.processes import RedisServer, Worker, wait_for
 from tests.support.sentinel import MASTER_NAME, ReplicatedRedis

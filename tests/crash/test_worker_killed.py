@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
-from dex_celery.ids import CallKey
+from dex_celery.model.ids import CallKey
 from tests.support.crash import (
     events,
     lines,

@@ -31,8 +31,8 @@ from dex_celery import (
     ToolPolicy,
     UnknownCall,
 )
-from dex_celery.approvals import APPROVAL_EXPIRED_BY
-from dex_celery.dispatch import Dispatcher
+from dex_celery.engine.approvals import APPROVAL_EXPIRED_BY
+from dex_celery.engine.dispatch import Dispatcher
 from tests.support.crash import count_calls
 from tests.support.pg_schema import postgres_schema
 from tests.support.processes import Worker, wait_for

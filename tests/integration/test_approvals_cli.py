@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from dex_celery import CallStatus, Dex, EffectClass, ToolContext, ToolPolicy
-from dex_celery.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
+from dex_celery.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
 from tests.support import cliapp
 from tests.support.pg_schema import postgres_schema
 from tests.support.processes import wait_for

@@ -34,7 +34,7 @@ from dex_celery import (
     UnknownSession,
     UnknownTool,
 )
-from dex_celery.ids import MAX_ID_LENGTH
+from dex_celery.model.ids import MAX_ID_LENGTH
 from dex_celery.store.schema import messages, sessions, tool_calls
 from tests.support.toolapp import make_app
 

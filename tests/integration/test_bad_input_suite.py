@@ -36,8 +36,8 @@ from dex_celery import (
     Settings,
     UnknownCall,
 )
-from dex_celery.cli import main
-from dex_celery.dispatch import Dispatcher
+from dex_celery.cli.main import main
+from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.errors import (
     AlreadyDecided,
     ConfigurationError,

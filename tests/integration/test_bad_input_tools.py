@@ -28,9 +28,9 @@ from dex_celery import (
     ToolContext,
     ToolPolicy,
 )
-from dex_celery.arguments import check_arguments
 from dex_celery.errors import UnknownDefinitionFormat
-from dex_celery.tools import Tool
+from dex_celery.tools.arguments import check_arguments
+from dex_celery.tools.tool import Tool
 from tests.integration.test_bad_input import BROKER_QUEUE, assert_nothing_written, sql_rows
 from tests.support.toolapp import make_app
 

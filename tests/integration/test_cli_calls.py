@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from dex_celery import CallStatus, Dex
-from dex_celery.cli import main
-from dex_celery.redact import REDACTED
+from dex_celery.cli.main import main
+from dex_celery.tools.redact import REDACTED
 from tests.support.processes import ROOT, Worker
 
 APP = "tests.support.toolapp:dex"
@@ -191,7 +191,7 @@ def test_sweep_loop_sweeps_until_ctrl_c(env: dict[str, str], dex: Dex, tmp_path:
     import signal
     import time
 
-    from dex_celery.outcomes import DID_NOT_RUN
+    from dex_celery.model.outcomes import DID_NOT_RUN
 
     client = dex.client()
     # No worker runs: the one attempt of this write expires in the queue (schedule-to-start is

@@ -19,7 +19,7 @@ import pytest
 from celery import Celery
 
 from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
-from dex_celery.appfinder import find_dex
+from dex_celery.cli.appfinder import find_dex
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
 from tests.support import cliapp
 from tests.support.crash import count_calls

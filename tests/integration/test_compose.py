@@ -18,8 +18,8 @@ import yaml
 from celery import Celery
 
 from dex_celery import Dex
-from dex_celery.appfinder import find_dex
-from dex_celery.cli import main
+from dex_celery.cli.appfinder import find_dex
+from dex_celery.cli.main import main
 from dex_celery.settings import Settings, env_name
 from tests.support.crash import env_names
 from tests.support.processes import ROOT

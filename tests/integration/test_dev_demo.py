@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from dex_celery import CallStatus, Settings
-from dex_celery.outcomes import DID_NOT_RUN
+from dex_celery.model.outcomes import DID_NOT_RUN
 from tests.support.processes import ROOT, wait_for
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
-from dex_celery.redact import REDACTED
 from dex_celery.store.unknowns import UnknownOutcomes
+from dex_celery.tools.redact import REDACTED
 from tests.support.processes import ROOT, Worker, free_port, wait_for
 from tests.support.toolapp import LOG_ENV
 

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
 
 from dex_celery import CallStatus, MessageRole, Settings
-from dex_celery.cli import main
-from dex_celery.ids import CallKey
+from dex_celery.cli.main import main
+from dex_celery.model.ids import CallKey
 from dex_celery.store import migrate
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata

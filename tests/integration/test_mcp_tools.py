@@ -31,9 +31,9 @@ from dex_celery import (
     ToolError,
     ToolLost,
 )
-from dex_celery.ids import CallKey
 from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
-from dex_celery.policy import EffectSource, resolve_policy
+from dex_celery.model.ids import CallKey
+from dex_celery.model.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
 from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, HEADER, LOG_ENV, calls, headers_seen
 from tests.support.mcpapp import READY_ENV, URL_ENV, make_app

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dex_celery import CallStatus, Dex
-from dex_celery.dispatch import AttemptMessage
+from dex_celery.engine.dispatch import AttemptMessage
 from tests.support.processes import Worker, free_port, wait_for
 from tests.support.toolapp import executions
 from tests.support.web import WebServer

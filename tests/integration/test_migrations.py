@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from dex_celery.cli import main
+from dex_celery.cli.main import main
 from dex_celery.store import migrate
 from dex_celery.store.engine import make_engine
 from dex_celery.store.repository import Store

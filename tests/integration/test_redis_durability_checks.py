@@ -111,9 +111,9 @@ def test_one_warning_line_and_a_refusal_when_required(
 ) -> None:
     server = redis_factory()  # no AOF
     client = redis.Redis.from_url(server.url, decode_responses=True)
-    with caplog.at_level(logging.INFO, logger="dex_celery.health"):
+    with caplog.at_level(logging.INFO, logger="dex_celery.ops.status"):
         check_at_start(client, where=server.url, require=False, claim_replicas=0, component="w")
-    (line,) = [r for r in caplog.records if r.name == "dex_celery.health"]
+    (line,) = [r for r in caplog.records if r.name == "dex_celery.ops.status"]
     assert line.levelno == logging.WARNING
     assert "can lose acknowledged claims" in line.getMessage()
     assert "DEX_REQUIRE_DURABLE_REDIS=1" in line.getMessage()
@@ -126,12 +126,12 @@ def test_a_redis_that_forbids_config_gets_one_line_never_a_crash(
 ) -> None:
     server = redis_factory(True, "always", NO_CONFIG)
     client = redis.Redis.from_url(server.url, decode_responses=True)
-    with caplog.at_level(logging.INFO, logger="dex_celery.health"):
+    with caplog.at_level(logging.INFO, logger="dex_celery.ops.status"):
         report = check_at_start(
             client, where=server.url, require=False, claim_replicas=0, component="w"
         )
     assert report.verdict is Verdict.UNCHECKED
-    (line,) = [r for r in caplog.records if r.name == "dex_celery.health"]
+    (line,) = [r for r in caplog.records if r.name == "dex_celery.ops.status"]
     assert "could not check" in line.getMessage() and "CONFIG GET was refused" in line.getMessage()
     with pytest.raises(UnsafeRedis):
         check_at_start(client, where=server.url, require=True, claim_replicas=0, component="w")

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 import tests.support.toolapp as toolapp
 from dex_celery import CallStatus, Dex
-from dex_celery.cli import main
+from dex_celery.cli.main import main
 from dex_celery.store.schema import metadata
 from tests.integration.test_flower import Flower, _wait_until_flower_receives_events, flower
 from tests.support.crash import wait_finished

@@ -19,11 +19,11 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.exc import OperationalError
 
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, MessageRole, Settings
-from dex_celery.dispatch import admit
+from dex_celery.engine.dispatch import admit
 from dex_celery.errors import UnknownSession
-from dex_celery.ids import CallKey
-from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
-from dex_celery.records import ApprovalDecision
+from dex_celery.model.ids import CallKey
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.records import ApprovalDecision
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, sessions, tool_calls
 from dex_celery.store.values import Admission, NewCall, Outcome, OutcomeRow

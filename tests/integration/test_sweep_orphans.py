@@ -7,8 +7,8 @@ the sweeper must find it even behind a backlog larger than one sweep's batch.
 from __future__ import annotations
 
 from dex_celery import CallKey, Settings
-from dex_celery.dispatch import admit
-from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.engine.dispatch import admit
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.store.values import Admission, NewCall
 from tests.support.toolapp import make_app
 

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.health import State, webhooks_section
-from dex_celery.notify import (
+from dex_celery.engine.reconcile import reconcile_once
+from dex_celery.ops.status import State, webhooks_section
+from dex_celery.ops.webhooks import (
     DELIVERY_HEADER,
     EVENT_HEADER,
     SIGNATURE_HEADER,
@@ -33,7 +34,6 @@ from dex_celery.notify import (
     delivery_status,
     render_status,
 )
-from dex_celery.reconcile import reconcile_once
 from tests.support.processes import ROOT, Worker, free_port, wait_for
 from tests.support.toolapp import executions, make_app
 

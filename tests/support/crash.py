@@ -15,11 +15,11 @@ import redis
 from sqlalchemy import func, select
 
 from dex_celery import Dex, Settings
-from dex_celery.ids import CallKey
-from dex_celery.records import MessageRole, ToolCallRecord
+from dex_celery.model.ids import CallKey
+from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
-from dex_celery.tools import TASK_PREFIX
+from dex_celery.tools.tool import TASK_PREFIX
 from tests.support.processes import wait_for
 from tests.support.toolapp import LOG_ENV, executions, log_dir
 

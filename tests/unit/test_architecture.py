@@ -119,8 +119,8 @@ def test_find_cycle_finds_one() -> None:
 
 def test_import_graph_sees_real_edges() -> None:
     graph = import_graph()
-    assert "dex_celery.runtime" in graph["dex_celery.app"]
-    assert "dex_celery.dispatch" in graph["dex_celery.runtime"]
+    assert "dex_celery.engine.runtime" in graph["dex_celery.app"]
+    assert "dex_celery.engine.dispatch" in graph["dex_celery.engine.runtime"]
 
 
 def test_no_import_cycle_inside_dex_celery() -> None:

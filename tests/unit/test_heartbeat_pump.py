@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
-from dex_celery.ids import CallKey
+from dex_celery.engine.worker import HeartbeatPump
 from dex_celery.ledger.ledger import Ledger
-from dex_celery.tools import ToolContext
-from dex_celery.worker import HeartbeatPump
+from dex_celery.model.ids import CallKey
+from dex_celery.tools.tool import ToolContext
 from tests.support.processes import wait_for
 
 

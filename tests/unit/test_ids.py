@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dex_celery import CallKey, InvalidId, InvalidRequest
-from dex_celery.ids import MAX_ID_LENGTH, parse_task_id, validate_id
+from dex_celery.model.ids import MAX_ID_LENGTH, parse_task_id, validate_id
 
 
 def test_the_key_is_the_three_ids_joined_by_slashes() -> None:

@@ -11,7 +11,6 @@ from mcp.types import ToolAnnotations
 
 from dex_celery import EffectClass, InvalidArguments, InvalidId, ToolPolicy
 from dex_celery.errors import ConfigurationError
-from dex_celery.input_schema import check_arguments, check_schema
 from dex_celery.integrations.mcp_client import (
     IDEMPOTENCY_META_KEY,
     MCP_DEFAULT_HINTS,
@@ -28,8 +27,9 @@ from dex_celery.integrations.mcp_server import (
     call_ids,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
-from dex_celery.policy import effect_from_annotations
-from dex_celery.tools import Tool
+from dex_celery.model.policy import effect_from_annotations
+from dex_celery.tools.schema import check_arguments, check_schema
+from dex_celery.tools.tool import Tool
 from tests.support.processes import ROOT
 
 SCHEMA = {
@@ -130,7 +130,7 @@ sys.meta_path.insert(0, Block())
 def test_the_core_works_without_the_extras() -> None:
     """`import dex_celery`, the CLI and `add_mcp_server`'s error, with mcp and agents missing."""
     script = BLOCK_EXTRAS + (
-        "import dex_celery, dex_celery.cli\n"
+        "import dex_celery, dex_celery.cli.main\n"
         "from celery import Celery\n"
         "from dex_celery import Dex, Settings, ConfigurationError\n"
         "dex = Dex(Celery('x'), Settings.from_env({}))\n"
@@ -146,7 +146,7 @@ def test_the_core_works_without_the_extras() -> None:
     assert out.returncode == 0, out.stderr
     assert "refused: add_mcp_server needs the mcp extra" in out.stdout
 
-    cli = BLOCK_EXTRAS + "from dex_celery.cli import main\nmain(['mcp'])\n"
+    cli = BLOCK_EXTRAS + "from dex_celery.cli.main import main\nmain(['mcp'])\n"
     out = subprocess.run(
         [sys.executable, "-c", cli], cwd=ROOT, capture_output=True, text=True, timeout=60
     )

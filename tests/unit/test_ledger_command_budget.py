@@ -16,7 +16,7 @@ import redis
 
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Cause, Ledger
-from dex_celery.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.settings import Settings
 from tests.support.processes import RedisServer
 

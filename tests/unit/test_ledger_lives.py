@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 
 from dex_celery.ledger.ledger import Cause, ClaimKind, LoseMode, OpenResult, StepKind
-from dex_celery.policy import EffectClass
+from dex_celery.model.policy import EffectClass
 from tests.unit.test_ledger_scripts import (
     EPOCH,
     HB,

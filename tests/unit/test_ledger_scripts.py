@@ -29,7 +29,7 @@ from dex_celery.ledger.ledger import (
     Step,
     StepKind,
 )
-from dex_celery.policy import EffectClass, EffectSource, PolicySnapshot
+from dex_celery.model.policy import EffectClass, EffectSource, PolicySnapshot
 from tests.support.processes import RedisServer
 
 EPOCH = "epoch-1"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dex_celery.ledger.ledger import Cause, StepKind
-from dex_celery.policy import EffectClass
+from dex_celery.model.policy import EffectClass
 from tests.unit.test_ledger_scripts import Rig, claimed, finished
 from tests.unit.test_ledger_scripts import rig as rig  # the fixture, shared
 

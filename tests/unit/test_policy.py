@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 
 from dex_celery import Dex, PolicyError, Settings, ToolContext, UnknownEffectClass
-from dex_celery.policy import (
+from dex_celery.model.policy import (
     EffectClass,
     EffectSource,
     PolicySnapshot,

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from dex_celery import Settings
-from dex_celery.cli import EXIT_REFUSED, main
+from dex_celery.cli.main import EXIT_REFUSED, main
 from dex_celery.errors import ConfigurationError
 from dex_celery.web.auth import (
     Credentials,

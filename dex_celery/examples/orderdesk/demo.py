@@ -32,19 +32,19 @@ import click
 from celery import Celery
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
+from dex_celery.engine.reconcile import reconcile_once
+from dex_celery.engine.worker import parse_owner
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.examples.orderdesk.factory import create_app
-from dex_celery.localstack import (
+from dex_celery.ops.tables import render_table, shorten
+from dex_celery.processes.localstack import (
     LocalStack,
     PrerequisiteMissing,
     expanded_node_name,
     prepare_database,
     worker_answers,
 )
-from dex_celery.reconcile import reconcile_once
 from dex_celery.settings import Settings
-from dex_celery.textfmt import render_table, shorten
-from dex_celery.worker import parse_owner
 
 #: The module the demo's worker imports (`celery -A`): the order desk shipped in the package.
 APP_MODULE = "dex_celery.examples.orderdesk.app"

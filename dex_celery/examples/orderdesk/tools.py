@@ -30,7 +30,7 @@ from dex_celery import (
     ToolPolicy,
 )
 from dex_celery.examples.orderdesk.desk import OrderAlreadyCancelled, OrderDesk, OrderNotFound
-from dex_celery.tools import TASK_PREFIX
+from dex_celery.tools.tool import TASK_PREFIX
 
 #: The queue of the label printers (see the module docstring).
 LABELS_QUEUE = "labels"

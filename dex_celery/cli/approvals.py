@@ -1,0 +1,89 @@
+"""`dex-celery approvals`: list, approve and reject the calls that wait for a person (S6).
+
+    dex-celery approvals list [--session ID] [--limit N] [--json]
+    dex-celery approvals approve KEY --by NAME [--note TEXT]
+    dex-celery approvals reject KEY --by NAME [--reason TEXT]
+
+Exit codes (see `cli.py`): 0 done, 1 refused (unknown or malformed key, decided already, not
+waiting, deadline passed; one line `error: ...` on stderr, nothing changed), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from dex_celery.backend_errors import require_existing_database
+from dex_celery.cli.context import DexContext, pass_context
+from dex_celery.engine.approvals import DEFAULT_LIST_LIMIT, Approvals, PendingApproval, utc
+from dex_celery.model.records import ToolCallRecord
+
+
+@click.group()
+def approvals() -> None:
+    """Calls waiting for a person's decision."""
+
+
+@approvals.command("list")
+@click.option("--session", "session_id", default=None, help="Only this session's calls.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=DEFAULT_LIST_LIMIT,
+    show_default=True,
+    help="Show at most this many.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array instead of a table.")
+@pass_context
+def list_approvals(ctx: DexContext, session_id: str | None, limit: int, as_json: bool) -> None:
+    """Calls waiting for approval, oldest first (secret arguments shown as ***)."""
+    require_existing_database(ctx.dex.settings.database_url)
+    pending = Approvals(ctx.dex).pending(session_id, limit=limit)
+    if as_json:
+        click.echo(json.dumps([p.as_dict() for p in pending], indent=2, sort_keys=True))
+        return
+    if not pending:
+        click.echo("no calls are waiting for approval")
+        return
+    for p in pending:
+        click.echo(_line(p))
+
+
+@approvals.command("approve")
+@click.argument("key")
+@click.option("--by", "approver", required=True, help="Who approves (recorded).")
+@click.option("--note", default=None, help="Why, recorded with the decision.")
+@pass_context
+def approve(ctx: DexContext, key: str, approver: str, note: str | None) -> None:
+    """Approve KEY (session/turn/call); it is dispatched under its recorded policy."""
+    record = Approvals(ctx.dex).approve(key, approver, note)
+    click.echo(f"approved {record.key} by {approver}; dispatched ({_state(record)})")
+
+
+@approvals.command("reject")
+@click.argument("key")
+@click.option("--by", "approver", required=True, help="Who rejects (recorded).")
+@click.option("--reason", default=None, help="Why; the model reads it in the tool result.")
+@pass_context
+def reject(ctx: DexContext, key: str, approver: str, reason: str | None) -> None:
+    """Reject KEY (session/turn/call); it ends rejected and never runs."""
+    record = Approvals(ctx.dex).reject(key, approver, reason)
+    click.echo(f"rejected {record.key} by {approver}; it will not run")
+
+
+def _line(p: PendingApproval) -> str:
+    arguments = json.dumps(p.arguments, sort_keys=True, ensure_ascii=False)
+    if len(arguments) > 120:
+        arguments = arguments[:117] + "..."
+    return (
+        f"{p.key}  {p.tool_name}  {p.effect.value}  requested {utc(p.requested_at)}  "
+        f"deadline {utc(p.deadline)}  {arguments}"
+    )
+
+
+def _state(record: ToolCallRecord) -> str:
+    return f"status {record.status.value}"
+
+
+commands: list[click.Command] = [approvals]

@@ -1,0 +1,181 @@
+"""`dex-celery dev`, `dex-celery demo`, `dex-celery db upgrade|downgrade|current`.
+
+`dev` is the whole local stack in one command; `demo` runs a scripted agent session against it
+and prints one call of each outcome; `db` runs the Alembic migrations with the database URL
+from the settings (production never uses `create_all`).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from types import FrameType
+
+import click
+
+from dex_celery.backend_errors import require_existing_database, safe_url
+from dex_celery.cli.appfinder import NO_APP_HINT
+from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
+from dex_celery.errors import AppNotFound
+from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
+from dex_celery.processes.localstack import (
+    LocalStack,
+    PrerequisiteMissing,
+    expanded_node_name,
+    ping_app,
+    prepare_database,
+    worker_answers,
+)
+from dex_celery.settings import Settings
+
+#: Exit code of `dex-celery demo` for each way the demo ends.
+DEMO_EXIT_CODES = {
+    DemoResult.OK: EXIT_OK,
+    DemoResult.PREREQUISITE_MISSING: EXIT_USAGE,
+    DemoResult.FAILED: EXIT_REFUSED,
+}
+
+
+def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+# --- dev -----------------------------------------------------------------------------------------
+
+
+@click.command("dev")
+@click.option("--flower", is_flag=True, help="Start Flower too.")
+@click.option("--flower-port", type=int, default=5555, show_default=True)
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=2, show_default=True)
+@pass_context
+def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> None:
+    """The whole local stack: Redis (the configured one, or a private redis-server), a prefork
+    worker and beat, and with --flower, Flower. Ctrl-C stops everything it started."""
+    echo = click.echo
+    if not ctx.app_path:
+        raise AppNotFound(NO_APP_HINT)
+    stack = LocalStack(
+        # The module only: `celery -A` finds its Celery app, as it would `-A proj`; the stack's
+        # processes get DEX_REDIS_URL naming its Redis in their environment.
+        ctx.app_path.partition(":")[0],
+        concurrency=concurrency,
+        flower_port=flower_port if flower else None,
+        echo=echo,
+    )
+    line_buffered()
+    # Explicit handlers: a shell may start us with SIGINT ignored (`dex-celery dev &`).
+    previous = {
+        sig: signal.signal(sig, _raise_keyboard_interrupt)
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        try:
+            stack.start_redis()
+            settings = stack.settings(Settings.from_env())
+            prepare_database(settings, echo)
+            stack.start_celery()
+            node = expanded_node_name(stack.worker_name)
+            pinger = ping_app(settings)
+            stack.wait_for_worker(lambda: worker_answers(pinger, node))
+        except PrerequisiteMissing as e:
+            stack.stop()
+            click.echo(f"error: {e}", err=True)
+            ctx_exit(EXIT_USAGE)
+        echo(f"worker {node} is ready; tools: {', '.join(sorted(ctx.dex.tools))}")
+        echo(f"try:    DEX_REDIS_URL={stack.redis_url} dex-celery calls list")
+        echo("Press Ctrl-C to stop.")
+        while True:
+            dead = stack.dead()
+            if dead:
+                click.echo(
+                    f"error: {dead[0].name} exited with code {dead[0].process.returncode}; "
+                    "stopping the stack",
+                    err=True,
+                )
+                stack.stop()
+                ctx_exit(EXIT_REFUSED)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        echo("\nstopping...")
+        stack.stop()
+        echo("stopped; nothing left running")
+    finally:
+        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def line_buffered() -> None:
+    """Print each line as it is written, also into a pipe (a test, `tee`, a CI log)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
+def ctx_exit(code: int) -> None:
+    raise click.exceptions.Exit(code)
+
+
+# --- demo ----------------------------------------------------------------------------------------
+
+
+@click.command("demo")
+@click.option("--timeout", type=float, default=45.0, show_default=True, help="Seconds to wait.")
+@pass_context
+def demo(ctx: DexContext, timeout: float) -> None:
+    """A scripted agent session on the bundled order desk example (it ignores -A): one call ends succeeded, one failed (did not
+    run), one rejected and one outcome_unknown (its worker is SIGKILLed mid-call); then the
+    reconciliation report. Starts the local stack itself, like `dev`, and stops it after."""
+    line_buffered()
+    result = run_demo(Settings.from_env(), timeout=timeout)
+    ctx_exit(DEMO_EXIT_CODES[result])
+
+
+# --- db ------------------------------------------------------------------------------------------
+
+
+@click.group("db")
+def db() -> None:
+    """Schema migrations (Alembic) of the database at DEX_DATABASE_URL."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Migrate up to REVISION (default: head)."""
+    from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
+
+    settings = Settings.from_env()
+    at = upgrade(settings.database_url, revision, schema=settings.database_schema)
+    click.echo(f"{_where(settings)}: at revision {at}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
+    from dex_celery.store.migrate import downgrade  # deferred: Alembic is slow to import
+
+    settings = Settings.from_env()
+    at = downgrade(settings.database_url, revision, schema=settings.database_schema)
+    click.echo(f"{_where(settings)}: at revision {at or 'base (no tables)'}")
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the revision the database is at, and the newest one."""
+    from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
+
+    settings = Settings.from_env()
+    require_existing_database(settings.database_url)
+    at = current(settings.database_url, settings.database_schema)
+    click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")
+
+
+def _where(settings: Settings) -> str:
+    url = safe_url(settings.database_url)
+    return f"{url} schema {settings.database_schema}" if settings.database_schema else url
+
+
+commands: list[click.Command] = [dev, demo, db]

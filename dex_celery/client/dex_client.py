@@ -1,0 +1,226 @@
+"""The client: what an agent loop, a support tool or a script talks to.
+
+`DexClient` is synchronous, for Celery tasks and scripts; `AsyncDexClient` offers the same calls
+as coroutines (the shape the seed's `report_unknown_outcomes` expects, S8.3) by running them in a
+thread, since SQLAlchemy and redis-py calls here are short and blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dex_celery.backend_errors import translating_backend_errors
+from dex_celery.engine.approvals import Approvals, PendingApproval
+from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.events import START, AgentEvent
+from dex_celery.errors import CallTimeout, UnknownCall
+from dex_celery.model.ids import CallKey, validate_id
+from dex_celery.model.message_text import check_text
+from dex_celery.model.policy import EffectClass
+from dex_celery.model.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+
+@translating_backend_errors
+class DexClient:
+    """What an agent loop uses: sessions, call requests, records, approvals and events.
+
+    Get one with `Dex.client()`. Every method raises only dex-celery errors: bad input as
+    `InvalidRequest` (nothing recorded), unknown names as `UnknownTool` / `UnknownCall` /
+    `UnknownSession`, and Redis or database failures as `RedisUnavailable`,
+    `DatabaseUnavailable` or `SchemaMissing`.
+    """
+
+    def __init__(self, dex: Dex) -> None:
+        self.dex = dex
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def open_session(
+        self, session_id: str, *, default_effect: EffectClass | str | None = None
+    ) -> SessionRecord:
+        """Create a session (or return it); its default effect applies to unclassified tools."""
+        validate_id("session id", session_id)
+        effect = EffectClass.parse(default_effect) if default_effect is not None else None
+        return self.dex.store.open_session(session_id, effect)
+
+    def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        """Every call of the session (status, error) and every message, oldest first."""
+        calls, messages = self.dex.store.snapshot(session_id)
+        return AgentSnapshot(
+            session_id=session_id, tool_calls=tuple(calls), messages=tuple(messages)
+        )
+
+    def send_user_message(self, session_id: str, text: str) -> bool:
+        """Append a user message to the history (S7.4); True once it is recorded."""
+        check_text(text, limit=self.dex.settings.max_text_bytes)
+        self.dex.store.append_message(session_id, MessageRole.USER, text)
+        return True
+
+    def add_message(self, session_id: str, role: MessageRole, text: str) -> None:
+        """Append a message of any role to the session's history (the model's own turns)."""
+        check_text(text, limit=self.dex.settings.max_text_bytes)
+        self.dex.store.append_message(session_id, MessageRole(role), text)
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def request_call(
+        self,
+        session_id: str,
+        turn_id: str,
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+    ) -> ToolCallRecord:
+        """Record and dispatch one call; the same ids twice are one call (S2.3)."""
+        return self.request_calls(
+            [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments)]
+        )[0]
+
+    def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """Several calls of one turn in one transaction; all are refused if one is bad."""
+        return self.dex.dispatcher.request(requests)
+
+    def get_call(self, key: str) -> ToolCallRecord:
+        """The record of the call with idempotency key `session/turn/call`."""
+        CallKey.parse(key)
+        record = self.dex.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r}")
+        return record
+
+    def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
+        """Block until every call in `keys` has ended; `CallTimeout` after `timeout` seconds.
+
+        Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
+        """
+        deadline = time.monotonic() + timeout
+        events = self.dex.events
+        # Taken before the first look at SQL, so no finished event can slip in between.
+        position = events.latest_position()
+        while True:
+            records = [self.get_call(k) for k in keys]
+            if all(r.finished for r in records):
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                waiting = [r.key for r in records if not r.finished]
+                raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
+            # Any event is a reason to look again; at most a second passes between looks.
+            for event in events.read(position, count=100, block=min(remaining, 1.0)):
+                position = event.position
+
+    # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
+
+    def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
+        """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
+        return Approvals(self.dex).approve(key, approver, note)
+
+    def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
+        """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
+        return Approvals(self.dex).reject(key, approver, reason)
+
+    def pending_approvals(
+        self, session_id: str | None = None, *, limit: int = 100
+    ) -> list[PendingApproval]:
+        """Calls waiting for a decision, oldest first, secret arguments redacted."""
+        return Approvals(self.dex).pending(session_id, limit=limit)
+
+
+    # --- events (S7.3; dex_celery/engine/events.py) ---------------------------------------------------
+
+    def events(
+        self,
+        after: str = START,
+        *,
+        session_id: str | None = None,
+        types: Collection[str] | None = None,
+        follow: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[AgentEvent]:
+        """AgentEvents after position `after` (`"0"` from the start, `"$"` from now).
+
+        Keep the `position` of the last event handled and pass it as `after` to resume. Stops
+        once caught up, unless `follow` (then waits for new events up to `timeout` seconds).
+        """
+        return self.dex.events.iterate(
+            after, session_id=session_id, types=types, follow=follow, timeout=timeout
+        )
+
+
+
+class AsyncDexClient:
+    """Coroutine versions of `DexClient`'s calls (S8.3)."""
+
+    def __init__(self, dex: Dex) -> None:
+        self.sync = DexClient(dex)
+
+    async def open_session(
+        self, session_id: str, *, default_effect: EffectClass | str | None = None
+    ) -> SessionRecord:
+        return await asyncio.to_thread(
+            self.sync.open_session, session_id, default_effect=default_effect
+        )
+
+    async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
+        return await asyncio.to_thread(self.sync.get_agent_snapshot, session_id)
+
+    async def send_user_message(self, session_id: str, text: str) -> bool:
+        return await asyncio.to_thread(self.sync.send_user_message, session_id, text)
+
+    async def request_call(
+        self,
+        session_id: str,
+        turn_id: str,
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | str,
+    ) -> ToolCallRecord:
+        return await asyncio.to_thread(
+            self.sync.request_call, session_id, turn_id, tool_call_id, tool_name, arguments
+        )
+
+    async def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        return await asyncio.to_thread(self.sync.request_calls, requests)
+
+    async def get_call(self, key: str) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.get_call, key)
+
+    async def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
+        return await asyncio.to_thread(self.sync.wait, keys, timeout=timeout)
+
+    # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
+
+    async def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.approve, key, approver, note)
+
+    async def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.reject, key, approver, reason)
+
+    async def pending_approvals(
+        self, session_id: str | None = None, *, limit: int = 100
+    ) -> list[PendingApproval]:
+        return await asyncio.to_thread(self.sync.pending_approvals, session_id, limit=limit)
+
+
+    # --- events (S7.3; dex_celery/engine/events.py) ---------------------------------------------------
+
+    def events(
+        self,
+        after: str = START,
+        *,
+        session_id: str | None = None,
+        types: Collection[str] | None = None,
+        follow: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
+        return self.sync.dex.events.aiterate(
+            after, session_id=session_id, types=types, follow=follow, timeout=timeout
+        )
+

@@ -1,0 +1,330 @@
+"""Approvals (S6): people decide the calls that wait for them.
+
+A call whose policy snapshot requires approval is recorded `awaiting_approval` with a deadline
+and holds no worker, no Celery message and no ledger entry while it waits (S6.1). A decision is
+one conditional update on that status (`WHERE status = 'awaiting_approval' AND deadline > now`),
+so when two people decide at once exactly one update matches and the other gets a typed error
+(S6.3). Only after its approval is recorded is the call opened in the ledger and published, under
+the snapshot taken at request time (S1.5, S6.2). A crash between the two leaves a `pending` call
+with no ledger entry, which the sweeper's orphan check opens (same ledger epoch, nothing ran).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import unicodedata
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from dex_celery.engine import tracing
+from dex_celery.engine.tracing import span
+from dex_celery.errors import (
+    AlreadyDecided,
+    ApprovalDeadlinePassed,
+    ApprovalError,
+    InvalidDecision,
+    NotAwaitingApproval,
+    UnknownCall,
+)
+from dex_celery.model.event_types import EventType
+from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.policy import EffectClass
+from dex_celery.model.records import ApprovalDecision, ToolCallRecord
+from dex_celery.store.values import Outcome
+from dex_celery.tools.redact import redact
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+    from dex_celery.ledger.ledger import Ledger
+    from dex_celery.store.repository import Store
+
+log = logging.getLogger("dex_celery.engine.approvals")
+
+#: Event type on the AgentEvents stream when a person (or the deadline) decides a call.
+#: Most approvals one listing returns unless asked for another limit.
+DEFAULT_LIST_LIMIT = 100
+
+
+class Decision(StrEnum):
+    """What was decided; the values are stored in `dex_tool_calls.decision`."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    #: The deadline passed first (written by the sweeper or by a late decision).
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """One call waiting for a person, as a listing shows it. Secret arguments are redacted."""
+
+    key: str
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    effect: EffectClass
+    requested_at: float
+    deadline: float
+
+    @classmethod
+    def of(cls, record: ToolCallRecord) -> PendingApproval:
+        try:
+            arguments = json.loads(record.arguments)
+        except ValueError:  # stored arguments are canonical JSON; never expected
+            arguments = {}
+        return cls(
+            key=record.key,
+            session_id=record.session_id,
+            turn_id=record.turn_id,
+            tool_call_id=record.tool_call_id,
+            tool_name=record.tool_name,
+            arguments=redact(arguments, record.policy.secret_arguments),
+            effect=record.effect,
+            requested_at=record.requested_at,
+            deadline=record.approval_deadline or 0.0,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "effect": self.effect.value,
+            "requested_at": self.requested_at,
+            "deadline": self.deadline,
+        }
+
+
+def utc(ts: float) -> str:
+    """A timestamp as people read it in errors and tool messages."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def rejection_error(approver: str, reason: str | None) -> str:
+    """The `error` of a call a person rejected; the TOOL message says it was a person."""
+    text = f"rejected by {approver}"
+    return f"{text}: {reason}" if reason else text
+
+
+#: Who decided a call whose approval deadline passed.
+APPROVAL_EXPIRED_BY = "system: approval deadline"
+
+
+def expire_approval(store: Store, ledger: Ledger, record: ToolCallRecord, now: float) -> bool:
+    """The approval deadline rule (S6.2): a call still awaiting approval at its deadline ends
+    `rejected`, decided by the system. One conditional update, so a person's decision and the
+    expiry cannot both win; True if this call ended here.
+    """
+    error = (
+        "the approval deadline passed before anyone approved the call "
+        f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(record.approval_deadline or now))} UTC)"
+    )
+    decision = ApprovalDecision("expired", APPROVAL_EXPIRED_BY, now, None)
+    done = store.record_outcome(
+        record.key,
+        Outcome(CallStatus.REJECTED, error),
+        from_statuses=(CallStatus.AWAITING_APPROVAL,),
+        decision=decision,
+    )
+    if done:
+        ledger.announce(
+            {
+                "type": EventType.TOOL_CALL_DECIDED,
+                "key": record.key,
+                "decision": "expired",
+                "by": APPROVAL_EXPIRED_BY,
+            }
+        )
+        ledger.announce_finished(
+            record.key, status=CallStatus.REJECTED.value, error=error
+        )
+    return done
+
+
+class Approvals:
+    """Approve, reject and list the calls of one deployment that wait for a decision."""
+
+    def __init__(self, dex: Dex) -> None:
+        self.dex = dex
+
+    # --- decisions -----------------------------------------------------------------------------
+
+    def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
+        """Approve a waiting call and dispatch it under its recorded policy snapshot (S6.2).
+
+        Returns the call as recorded after the approval (`pending`, or already further along
+        if a worker was quick). Raises `UnknownCall`, `InvalidId`, `InvalidDecision`,
+        `AlreadyDecided`, `NotAwaitingApproval` or `ApprovalDeadlinePassed`; then nothing
+        changed, except that a call found past its deadline is ended `rejected` at once.
+        """
+        key, approver, note = self._check(key, approver, note, "note")
+        now = self.dex.store.clock()
+        decision = ApprovalDecision(Decision.APPROVED.value, approver, now, note)
+        epoch = self.dex.epoch(refresh=True)
+        if not self.dex.store.decide(key, decision, now=now, epoch=epoch):
+            raise self._refusal(key, now)
+        self._announce(key, Decision.APPROVED, approver, note)
+        record = self._get(key)
+        try:
+            self.dex.dispatcher.start(record)
+        except Exception:
+            # The approval is recorded; the call is pending with no ledger entry, which the
+            # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
+            log.exception("approved %s but could not dispatch it; the sweeper will", key)
+        return self._get(key)
+
+    def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
+        """Reject a waiting call: it ends `rejected`, never runs, and the model reads why."""
+        key, approver, reason = self._check(key, approver, reason, "reason")
+        now = self.dex.store.clock()
+        error = rejection_error(approver, reason)
+        decision = ApprovalDecision(Decision.REJECTED.value, approver, now, reason)
+        with span(tracing.RECORD, key=key, outcome=CallStatus.REJECTED):
+            done = self.dex.store.record_outcome(
+                key,
+                Outcome(CallStatus.REJECTED, error),
+                from_statuses=(CallStatus.AWAITING_APPROVAL,),
+                decision=decision,
+                deadline_after=now,
+            )
+        if not done:
+            raise self._refusal(key, now)
+        self._announce(key, Decision.REJECTED, approver, reason, finished_error=error)
+        return self._get(key)
+
+    # --- listing -------------------------------------------------------------------------------
+
+    def pending(
+        self, session_id: str | None = None, *, limit: int = DEFAULT_LIST_LIMIT
+    ) -> list[PendingApproval]:
+        """Calls still waiting for a decision (deadline not passed), oldest request first."""
+        if session_id is not None:
+            validate_id("session id", session_id)
+        if limit < 1:
+            raise InvalidDecision(f"limit must be at least 1, got {limit}")
+        records = self.dex.store.pending_approvals(
+            self.dex.store.clock(), session_id=session_id, limit=limit
+        )
+        return [PendingApproval.of(r) for r in records]
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _check(
+        self, key: str, approver: str, text: str | None, what: str
+    ) -> tuple[str, str, str | None]:
+        """Validate before touching anything: a refused decision writes nothing (S9.3)."""
+        key = CallKey.parse(key).key
+        if not isinstance(approver, str) or not approver.strip():
+            raise InvalidDecision("a decision needs the name of the person who made it")
+        approver = approver.strip()
+        if len(approver) > MAX_ID_LENGTH:
+            raise InvalidDecision(
+                f"approver name is {len(approver)} characters long; the limit is {MAX_ID_LENGTH}"
+            )
+        if any(unicodedata.category(ch).startswith("C") for ch in approver):
+            raise InvalidDecision(f"approver name {approver!r} contains control characters")
+        if text is not None:
+            if not isinstance(text, str):
+                raise InvalidDecision(f"the {what} must be text, got {type(text).__name__}")
+            text = text.strip() or None
+        if text is not None and len(text.encode()) > self.dex.settings.max_text_bytes:
+            raise InvalidDecision(
+                f"the {what} is {len(text.encode())} bytes; "
+                f"the limit is {self.dex.settings.max_text_bytes}"
+            )
+        return key, approver, text
+
+    def _get(self, key: str) -> ToolCallRecord:
+        record = self.dex.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r}")
+        return record
+
+    def _refusal(self, key: str, now: float) -> ApprovalError | UnknownCall:
+        """The conditional update matched nothing: say exactly why (S6.3)."""
+        record = self.dex.store.get_call(key)
+        if record is None:
+            return UnknownCall(f"no tool call {key!r}")
+        status = record.status.value
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            deadline = record.approval_deadline or now
+            if deadline <= now:
+                # Past its deadline and not swept yet: end it now, as the sweeper would.
+                expire_approval(self.dex.store, self.dex.ledger, record, now)
+                return ApprovalDeadlinePassed(
+                    f"the approval deadline of {key} passed at {utc(deadline)}; "
+                    "the call is rejected and will not run",
+                    key=key,
+                    status=CallStatus.REJECTED.value,
+                )
+            # Only a clock far behind the database's writers gets here.
+            return ApprovalError(
+                f"could not record the decision on {key}; it is still waiting, try again",
+                key=key,
+                status=status,
+            )
+        approval = record.approval
+        if approval is None:
+            return NotAwaitingApproval(
+                f"{key} ({record.tool_name}, {record.effect.value}) never needed approval; "
+                f"it is {status}",
+                key=key,
+                status=status,
+            )
+        if approval.decision == Decision.EXPIRED.value:
+            deadline = record.approval_deadline or approval.decided_at
+            return ApprovalDeadlinePassed(
+                f"the approval deadline of {key} passed at {utc(deadline)}; "
+                "the call was rejected and will not run",
+                key=key,
+                status=status,
+            )
+        return AlreadyDecided(
+            f"{key} was already {approval.decision} by {approval.decided_by} at "
+            f"{utc(approval.decided_at)}; that decision stands (the call is {status})",
+            key=key,
+            status=status,
+            decision=approval.decision,
+            decided_by=approval.decided_by,
+            decided_at=approval.decided_at,
+        )
+
+    def _announce(
+        self,
+        key: str,
+        decision: Decision,
+        by: str,
+        note: str | None,
+        *,
+        finished_error: str | None = None,
+    ) -> None:
+        """`tool_call_decided` (and `tool_call_finished` for a rejection) on the events stream.
+
+        The decision is already in SQL; an events stream that cannot be reached loses only the
+        announcement, never the decision.
+        """
+        try:
+            self.dex.ledger.announce(
+                {
+                    "type": EventType.TOOL_CALL_DECIDED,
+                    "key": key,
+                    "decision": decision.value,
+                    "by": by,
+                    "note": note or "",
+                }
+            )
+            if finished_error is not None:
+                self.dex.ledger.announce_finished(
+                    key, status=CallStatus.REJECTED.value, error=finished_error
+                )
+        except Exception:
+            log.exception("could not announce the decision on %s", key)

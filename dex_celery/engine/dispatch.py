@@ -1,0 +1,475 @@
+"""Requests become records, records become attempts, ledger steps become actions.
+
+`Dispatcher.request` is the client's side of flow (validate, record, open, publish; docs/ledger.md).
+`Dispatcher.apply` is shared by the worker, the fast path and the sweeper: whoever wins a ledger
+transition acts on its step (publish the next attempt, record the outcome, keep a late result).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dex_celery.engine import tracing
+from dex_celery.engine.task_events import announce_decided
+from dex_celery.engine.tracing import span
+from dex_celery.errors import (
+    ArgumentsTooLarge,
+    CallConflict,
+    InvalidArguments,
+    PublishError,
+    UnknownCall,
+)
+from dex_celery.ledger.ledger import OpenResult, Step, StepKind
+from dex_celery.model.event_types import EventType
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import CallStatus, EndReason, error_text
+from dex_celery.model.policy import EffectClass, PolicySnapshot, resolve_policy
+from dex_celery.model.records import ToolCallRecord
+from dex_celery.settings import Settings
+from dex_celery.store.repository import Store
+from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
+from dex_celery.tools.arguments import check_arguments
+from dex_celery.tools.redact import redacted_kwargs_repr
+from dex_celery.tools.sealing import seal
+from dex_celery.tools.sealing import split as split_secrets
+from dex_celery.tools.tool import TASK_PREFIX, Tool, find_tool
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from dex_celery.engine.epoch import LedgerEpoch
+    from dex_celery.ledger.ledger import Ledger
+
+log = logging.getLogger("dex_celery.engine.dispatch")
+
+_PUBLISH_RETRY = {
+    "max_retries": 3,
+    "interval_start": 0.0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """One tool call the model asked for."""
+
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: Mapping[str, Any] | str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptMessage:
+    """What a Celery message of one attempt carries; enough to publish a retry."""
+
+    tool_name: str
+    key: str
+    arguments: Mapping[str, Any]  # as stored: secret values are `***`
+    policy: PolicySnapshot
+    sealed: str | None = None  # the secret values, sealed (dex_celery/tools/sealing.py)
+
+
+def parse_arguments(
+    arguments: Mapping[str, Any] | str, *, limit: int
+) -> tuple[dict[str, Any], str]:
+    """Arguments must be a JSON object within the size limit (S9.3). Returns (dict, JSON text)."""
+    if isinstance(arguments, str | bytes):
+        try:
+            value = json.loads(arguments)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidArguments(f"tool arguments are not valid JSON: {e}") from e
+    else:
+        value = arguments
+    if not isinstance(value, Mapping):
+        raise InvalidArguments(f"tool arguments must be a JSON object, got {type(value).__name__}")
+    bad_names = [k for k in value if not isinstance(k, str)]
+    if bad_names:
+        # They become keyword arguments of the tool; JSON would silently turn 1 into "1".
+        raise InvalidArguments(f"tool argument names must be strings, got {bad_names[0]!r}")
+    try:
+        text = arguments_json(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidArguments(f"tool arguments cannot be encoded as JSON: {e}") from e
+    size = len(text.encode())
+    if size > limit:
+        raise ArgumentsTooLarge(f"tool arguments are {size} bytes; the limit is {limit} bytes")
+    return dict(value), text
+
+
+class Dispatcher:
+    """Starts calls and acts on ledger steps; one per process, built by `Dex` (`runtime`)."""
+
+    def __init__(
+        self,
+        celery: Celery,
+        ledger: Ledger,
+        store: Store,
+        epoch: LedgerEpoch,
+        tools: Mapping[str, Tool],
+        settings: Settings,
+    ) -> None:
+        self.celery = celery
+        self.ledger = ledger
+        self.store = store
+        self.epoch = epoch
+        self.tools = tools
+        self.settings = settings
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """`_request` inside a `dex.request` span (key, effect and status of a single call)."""
+        with span(tracing.REQUEST, calls=len(requests)) as traced:
+            records = self._request(requests)
+            if traced.live and len(records) == 1:
+                traced.set("key", records[0].key)
+                traced.set("effect", records[0].effect)
+                traced.set("status", records[0].status)
+            return records
+
+    def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
+        """Record and dispatch calls of one turn in one transaction; duplicates return as is.
+
+        Everything is validated before anything is written, so a bad request in the batch
+        leaves no record of any of them (S9.3).
+        """
+        prepared: list[tuple[NewCall, dict[str, Any]]] = []
+        seen: dict[str, NewCall] = {}
+        for req in requests:
+            new, arguments = self.check(req)
+            if new.key.key in seen:
+                same_call(seen[new.key.key], new.tool_name, new.arguments)
+                continue
+            seen[new.key.key] = new
+            prepared.append((new, arguments))
+        if not prepared:
+            return []
+        epoch = self.epoch.current()
+        results = self.store.insert_calls(
+            [n for n, _ in prepared],
+            epoch=epoch,
+            check=lambda new, known: same_call(new, known.tool_name, known.arguments),
+        )
+        by_key = {n.key.key: args for n, args in prepared}
+        sealed = {n.key.key: n.sealed for n, _ in prepared}
+        to_start: list[ToolCallRecord] = []
+        for record, created in results:
+            if created:
+                self._announce_request(record)
+                if record.status is CallStatus.PENDING:
+                    to_start.append(record)
+        self._start_many(to_start, by_key, sealed)
+        return [record for record, _ in results]
+
+    def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
+        """Everything about one request that can be refused without writing (S9.3): ids, tool,
+        JSON, size, the tool's signature (`check_arguments`); secrets are sealed here.
+
+        Returns the call to record and its arguments as stored (secret values `***`).
+        """
+        settings = self.settings
+        key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
+        tool = find_tool(self.tools, req.tool_name)
+        arguments, _ = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
+        check_arguments(tool, arguments)
+        shown, secrets = split_secrets(arguments, tool.policy.secret_arguments)
+        token = seal(secrets, settings.secret_key)
+
+        def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
+            return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
+
+        return NewCall(key, tool.name, arguments_json(shown), resolve, sealed=token), shown
+
+    def _start_many(
+        self,
+        records: Sequence[ToolCallRecord],
+        arguments: Mapping[str, Mapping[str, Any]],
+        sealed: Mapping[str, str | None],
+    ) -> None:
+        """Open the new calls of one request in one round trip, then publish each.
+
+        A requester that stalled after its insert for a good part of the orphan grace may find
+        that the sweeper started (and even finished) these calls meanwhile: those go through
+        `start`, which opens only what the database still has in flight.
+        """
+        now = self.ledger.now()
+        late = {r.key for r in records if now - r.requested_at > self.settings.orphan_grace / 2}
+        for record in records:
+            if record.key in late:
+                self.start(record, arguments[record.key])
+        records = [r for r in records if r.key not in late]
+        if not records:
+            return
+        opened = self.ledger.open_many(
+            [(r.key, r.policy) for r in records], epoch=self.epoch.current()
+        )
+        with self.celery.producer_or_acquire() as producer:  # one producer for the batch
+            for record, result in zip(records, opened, strict=True):
+                if result is not OpenResult.OPENED:
+                    continue
+                message = AttemptMessage(
+                    record.tool_name,
+                    record.key,
+                    arguments[record.key],
+                    record.policy,
+                    sealed[record.key],
+                )
+                self.publish(message, attempt=1, producer=producer)
+        for record, result in zip(records, opened, strict=True):
+            if result is OpenResult.EPOCH_CHANGED:
+                self.start(record)  # refreshes the epoch and reopens
+            elif result is OpenResult.EXISTS:
+                log.info("call %s already has a ledger entry; not publishing", record.key)
+
+    def _announce_request(self, record: ToolCallRecord) -> None:
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            self.ledger.announce(
+                {"type": EventType.TOOL_CALL_REQUESTED, "key": record.key, "effect": record.effect.value}
+            )
+            self.ledger.announce(
+                {
+                    "type": EventType.TOOL_CALL_AWAITING_APPROVAL,
+                    "key": record.key,
+                    "deadline": str(record.approval_deadline or ""),
+                }
+            )
+
+    def start(
+        self,
+        record: ToolCallRecord,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        may_have_run: bool = False,
+    ) -> None:
+        """Open attempt 1 and publish it. Safe to call twice: only one open succeeds.
+
+        `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
+        """
+        ledger = self.ledger
+        if not self._may_open(record):
+            return
+        # A call that waited for approval announced its request already.
+        announce = record.approval is None
+        result = ledger.open(
+            record.key,
+            record.policy,
+            epoch=self.epoch.current(),
+            announce=announce,
+            may_have_run=may_have_run,
+        )
+        if result is OpenResult.EPOCH_CHANGED:
+            # The ledger started a new life since this process last looked (the one place an
+            # epoch change is handled when opening): open the call under the epoch in force.
+            # A write still runs only after its claim in SQL, so this cannot run it twice.
+            result = ledger.open(
+                record.key,
+                record.policy,
+                epoch=self.epoch.current(refresh=True),
+                announce=announce,
+                may_have_run=may_have_run,
+            )
+        if result is not OpenResult.OPENED:
+            log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)
+            return
+        if arguments is None:
+            arguments = json.loads(record.arguments)
+        message = AttemptMessage(
+            record.tool_name, record.key, arguments, record.policy, record.sealed_arguments
+        )
+        self.publish(message, attempt=1)
+
+    def _may_open(self, record: ToolCallRecord) -> bool:
+        """Open only what the system of record still has in flight (and, for a write, not yet
+        claimed): a requester or sweeper acting on an old read of the record must not start a
+        call that has ended or whose write was claimed meanwhile (docs/ledger.md)."""
+        current = self.store.get_call(record.key)
+        if current is None or current.status is not CallStatus.PENDING:
+            log.info("call %s is no longer pending in the database; not opening it", record.key)
+            return False
+        if not current.effect.retryable and current.claimed_by is not None:
+            log.warning("write %s was claimed already; not opening it again", record.key)
+            return False
+        return True
+
+    # --- attempts ------------------------------------------------------------------------------
+
+    def publish(self, message: AttemptMessage, *, attempt: int, producer: Any = None) -> None:
+        """Send attempt `attempt` now; if the broker refuses it, it ends as never reached.
+
+        A refused attempt is expired in the ledger, whose step may be a retry: the loop then
+        sends the next attempt (no recursion through `apply`), until one is sent or the call
+        has ended. A retry's backoff is not a Celery countdown: an ETA is computed on the
+        publisher's clock and waited out on the worker's, so skewed hosts would run it early or
+        let it expire. The ledger holds the retry's `not_before` on Redis's clock and its claim
+        waits it out.
+        """
+        while True:
+            refused = self._send(message, attempt, producer)
+            if refused is None:
+                return
+            step = self.ledger.expire(
+                message.key,
+                attempt,
+                unpublished=True,
+                detail=f"the broker refused the message: {refused}",
+            )
+            if step.kind is not StepKind.RETRY:
+                self.apply(message.key, step, message=message)
+                return
+            log.info("retrying %s: attempt %d after %.2fs", message.key, step.attempt, step.delay)
+            announce_decided(self.celery, self.settings, message.key, attempt, None)
+            attempt = step.attempt
+
+    def _send(self, message: AttemptMessage, attempt: int, producer: Any) -> Exception | None:
+        """Publish one attempt's task message; the broker's error if it refused it."""
+        key = CallKey.parse(message.key)
+        shown = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
+        # Arguments travel as JSON text: see `invoke.stored_arguments` (Kombu's type markers).
+        kwargs = {
+            "key": message.key,
+            "attempt": attempt,
+            "arguments": arguments_json(message.arguments),
+            "sealed": message.sealed,
+        }
+        try:
+            self.celery.send_task(
+                TASK_PREFIX + message.tool_name,
+                kwargs=kwargs,
+                task_id=key.task_id(attempt),
+                soft_time_limit=message.policy.start_to_close,
+                argsrepr="()",
+                kwargsrepr=redacted_kwargs_repr(shown, message.policy.secret_arguments),
+                add_to_parent=False,
+                producer=producer,
+                retry=True,
+                retry_policy=_PUBLISH_RETRY,
+            )
+        except Exception as e:  # kombu raises several unrelated types for a broker that is down
+            log.warning("%s", PublishError(f"could not publish attempt {attempt} of {message.key}: {e}"))
+            return e
+        return None
+
+    def apply(
+        self,
+        key: str,
+        step: Step,
+        *,
+        message: AttemptMessage | None = None,
+        result: str | None = None,
+        announce: bool = True,
+    ) -> Outcome | None:
+        """Act on the step a ledger transition returned. Only the transition's winner calls this.
+
+        `announce`: send the ended attempt's task event for Flower (`task_events`); the worker
+        running the attempt passes False, its own task state says it. Returns the recorded
+        outcome of a FINISHED step.
+        """
+        if step.kind is StepKind.RETRY:
+            if message is None:
+                message = self._message_from_record(key)
+            log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
+            if announce:
+                announce_decided(self.celery, self.settings, key, step.attempt - 1, None)
+            self.publish(message, attempt=step.attempt)
+        elif step.kind is StepKind.FINISHED:
+            outcome = self.record(key, step, result=result)
+            if announce:
+                announce_decided(self.celery, self.settings, key, step.attempt, outcome)
+            return outcome
+        return None
+
+    def record(self, key: str, step: Step, *, result: str | None = None) -> Outcome:
+        """Write a decided outcome to SQL, then release the ledger entry and announce it."""
+        if CallStatus(step.status) is CallStatus.SUCCEEDED and result is None:
+            entry = self.ledger.read(key)
+            result = entry.result if entry is not None else None
+        outcome = outcome_of(step, result)
+        status, error = outcome.status.value, outcome.error
+        with span(tracing.RECORD, key=key, outcome=outcome.status):
+            if not self.store.record_outcome(key, outcome):
+                record = self.store.get_call(key)
+                if (
+                    outcome.did_not_run
+                    and record is not None
+                    and record.status is CallStatus.PENDING
+                ):
+                    # Refused by the write fence: an attempt of this write was claimed in SQL.
+                    outcome = claimed_write_outcome(record, step.attempt, step.log)
+                    self.store.record_outcome(key, outcome)
+                    record = self.store.get_call(key)
+                if record is not None and record.finished:
+                    # The event tells what the database holds, whoever wrote it.
+                    status, error = record.status.value, record.error or ""
+            self.ledger.recorded(key, status=status, error=error)
+        return outcome
+
+    def _message_from_record(self, key: str) -> AttemptMessage:
+        record = self.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r} in the store")
+        return AttemptMessage(
+            record.tool_name,
+            key,
+            json.loads(record.arguments),
+            record.policy,
+            record.sealed_arguments,
+        )
+
+
+def same_call(new: NewCall, tool_name: str, arguments: str) -> None:
+    """Same ids are the same call only with the same tool and arguments (S2.3); otherwise a
+    `CallConflict`. Arguments compare in their stored canonical form (secret values `***`)."""
+    if tool_name != new.tool_name:
+        raise CallConflict(
+            f"tool call {new.key.key} was requested before for tool {tool_name!r}, not "
+            f"{new.tool_name!r}; use a new tool-call id for a new call"
+        )
+    if arguments != new.arguments:
+        raise CallConflict(
+            f"tool call {new.key.key} was requested before with other arguments; use a new "
+            "tool-call id for a new call"
+        )
+
+
+def admit(policy: PolicySnapshot, now: float) -> Admission:
+    """The approval rule (S6.1): a call whose policy requires approval waits for a person until
+    `now + approval_timeout`; any other is pending at once."""
+    if policy.requires_approval:
+        return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
+    return Admission(policy, CallStatus.PENDING)
+
+
+def outcome_of(step: Step, result: str | None) -> Outcome:
+    """The SQL outcome of a FINISHED step: status, the error the model reads, attempts."""
+    status = CallStatus(step.status)
+    reason = EndReason(step.reason)
+    return Outcome(
+        status=status,
+        error=error_text(status, reason, step.detail, step.attempt),
+        result=result if status is CallStatus.SUCCEEDED else None,
+        attempts=step.attempt,
+        attempt_log=step.log,
+        did_not_run=reason is EndReason.DID_NOT_RUN,
+    )
+
+
+def claimed_write_outcome(record: ToolCallRecord, attempts: int, log_json: str | None) -> Outcome:
+    """The ledger said "did not run", but the system of record holds a claim of this write:
+    the ledger went back in time after the claim, so the tool may have run (S10.2)."""
+    detail = (
+        f"the ledger lost the claim of this write, which the database shows was claimed by "
+        f"{record.claimed_by or 'a worker'}"
+    )
+    return Outcome(
+        CallStatus.OUTCOME_UNKNOWN,
+        error_text(CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(attempts, 1)),
+        attempts=attempts,
+        attempt_log=log_json,
+    )

@@ -1,0 +1,269 @@
+"""AgentEvents: the Redis Stream of what happens to tool calls (S7.3).
+
+The ledger scripts write most events atomically with the transition they describe
+(`tool_call_requested` in open.lua, `tool_call_started` in claim.lua, `tool_call_late_result`
+in finish.lua, `tool_call_finished` in recorded.lua); this module reads them back as typed,
+frozen `AgentEvent` values, and writes the few that happen outside a script.
+
+A consumer keeps the `position` of the last event it handled and passes it as `after=` to
+resume: stream ids only grow, so it sees every later event once, in the order they were
+written. The stream is trimmed to about `Settings.events_maxlen` entries (`MAXLEN ~`, whole
+macro-nodes at a time); a consumer that falls further behind than that can ask
+`trimmed_after(position)` whether it missed anything, and must then rebuild from the snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, cast
+
+import redis
+
+from dex_celery.errors import InvalidEventPosition
+from dex_celery.model.event_types import EventType as EventType  # re-exported: part of this API
+from dex_celery.model.ids import KEY_SEPARATOR
+from dex_celery.model.outcomes import CallStatus
+
+if TYPE_CHECKING:
+    pass
+
+#: Read from the start of the stream.
+START = "0"
+#: Read only events written after the read begins.
+NOW = "$"
+#: Longest single blocking read; a `follow` iterator re-checks its deadline this often.
+MAX_BLOCK_SECONDS = 1.0
+
+_POSITION = re.compile(r"^\d+(-\d+)?$")
+
+
+_KNOWN_TYPES = frozenset(t.value for t in EventType)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """One entry of the stream. `type` is an `EventType` for every event dex-celery writes.
+
+    `position` is the stream id: pass it as `after=` to resume after this event.
+    `session_id`, `turn_id` and `tool_call_id` are derived from `key` (`session/turn/call`).
+    """
+
+    position: str
+    type: EventType | str
+    key: str
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    status: CallStatus | None = None
+    error: str | None = None
+    attempt: int | None = None
+    fields: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, hash=False
+    )
+
+    @property
+    def timestamp(self) -> float:
+        """Unix seconds at which Redis appended the event (from the stream id)."""
+        return int(self.position.split("-", 1)[0]) / 1000.0
+
+    @classmethod
+    def from_entry(cls, position: str | bytes, raw: Mapping[Any, Any]) -> AgentEvent:
+        values = {_text(k): _text(v) for k, v in raw.items()}
+        kind = values.get("type", "")
+        key = values.get("key", "")
+        parts = key.split(KEY_SEPARATOR)
+        session_id, turn_id, tool_call_id = parts if len(parts) == 3 else ("", "", "")
+        status_text = values.get("status", "")
+        attempt_text = values.get("attempt", "")
+        return cls(
+            position=_text(position),
+            type=EventType(kind) if kind in _KNOWN_TYPES else kind,
+            key=key,
+            session_id=session_id,
+            turn_id=turn_id,
+            tool_call_id=tool_call_id,
+            status=(
+                CallStatus(status_text) if status_text in CallStatus._value2member_map_ else None
+            ),
+            error=values.get("error") or None,
+            attempt=int(attempt_text) if attempt_text.isdigit() else None,
+            fields=MappingProxyType(values),
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _id_tuple(position: str) -> tuple[int, int]:
+    ms, _, seq = position.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def check_position(position: object) -> str:
+    """`0`, `$` or a stream id; anything else is an `InvalidEventPosition`."""
+    if not isinstance(position, str) or (position != NOW and not _POSITION.match(position)):
+        raise InvalidEventPosition(
+            f"event position {position!r} must be '0', '$' or a stream id like '1712345678901-0'"
+        )
+    return position
+
+
+class AgentEvents:
+    """Read and append the AgentEvents stream of one deployment (one key prefix)."""
+
+    def __init__(self, client: redis.Redis, stream: str, *, maxlen: int) -> None:
+        self.client = client
+        self.stream = stream
+        self.maxlen = maxlen
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def publish(self, type: EventType, key: str, **fields: str) -> str:
+        """Append one event, trimming the stream to about `maxlen` entries; returns its position."""
+        entry = {"type": type.value, "key": key, **fields}
+        return _text(
+            self.client.xadd(self.stream, cast(Any, entry), maxlen=self.maxlen, approximate=True)
+        )
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def latest_position(self) -> str:
+        """The position of the newest event (`0-0` for an empty stream): 'from now on'."""
+        newest: Any = self.client.xrevrange(self.stream, "+", "-", count=1)
+        return _text(newest[0][0]) if newest else "0-0"
+
+    def read(
+        self, after: str = START, *, count: int = 100, block: float | None = None
+    ) -> list[AgentEvent]:
+        """Up to `count` events after `after`; waits up to `block` seconds if there are none."""
+        after = check_position(after)
+        if after == NOW:
+            after = self.latest_position()
+        wait_ms = None if block is None else max(1, int(block * 1000))
+        reply: Any = self.client.xread({self.stream: after}, count=count, block=wait_ms)
+        events: list[AgentEvent] = []
+        for _stream, entries in reply or []:
+            events.extend(AgentEvent.from_entry(pos, raw) for pos, raw in entries)
+        return events
+
+    def iterate(
+        self,
+        after: str = START,
+        *,
+        session_id: str | None = None,
+        types: Collection[str] | None = None,
+        follow: bool = False,
+        timeout: float | None = None,
+        batch: int = 100,
+    ) -> Iterator[AgentEvent]:
+        """Events after `after`, oldest first, optionally only one session's or some types.
+
+        Without `follow`, stops once it has caught up with the stream. With `follow`, waits for
+        new events until `timeout` seconds have passed (forever if None). Filtering happens here:
+        the stream is shared by every session, so skipped events still advance the position.
+        A bad `after` raises `InvalidEventPosition` here, not on the first `next()`.
+        """
+        return self._iterate(check_position(after), session_id, types, follow, timeout, batch)
+
+    def _iterate(
+        self,
+        position: str,
+        session_id: str | None,
+        types: Collection[str] | None,
+        follow: bool,
+        timeout: float | None,
+        batch: int,
+    ) -> Iterator[AgentEvent]:
+        if position == NOW:
+            position = self.latest_position()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            block = None
+            if follow:
+                remaining = MAX_BLOCK_SECONDS if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                block = min(remaining, MAX_BLOCK_SECONDS)
+            events = self.read(position, count=batch, block=block)
+            if not events and not follow:
+                return
+            for event in events:
+                position = event.position
+                if _wanted(event, session_id, types):
+                    yield event
+
+    def aiterate(
+        self,
+        after: str = START,
+        *,
+        session_id: str | None = None,
+        types: Collection[str] | None = None,
+        follow: bool = False,
+        timeout: float | None = None,
+        batch: int = 100,
+    ) -> AsyncIterator[AgentEvent]:
+        """`iterate` as an async iterator; each blocking read runs in a worker thread."""
+        return self._aiterate(check_position(after), session_id, types, follow, timeout, batch)
+
+    async def _aiterate(
+        self,
+        position: str,
+        session_id: str | None,
+        types: Collection[str] | None,
+        follow: bool,
+        timeout: float | None,
+        batch: int,
+    ) -> AsyncIterator[AgentEvent]:
+        if position == NOW:
+            position = await asyncio.to_thread(self.latest_position)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            block = None
+            if follow:
+                remaining = MAX_BLOCK_SECONDS if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                block = min(remaining, MAX_BLOCK_SECONDS)
+            events = await asyncio.to_thread(self.read, position, count=batch, block=block)
+            if not events and not follow:
+                return
+            for event in events:
+                position = event.position
+                if _wanted(event, session_id, types):
+                    yield event
+
+    def trimmed_after(self, position: str) -> bool:
+        """True if events after `position` may have been trimmed away (the consumer fell behind
+        by more than about `maxlen` events and should rebuild from the snapshot).
+
+        Trimming removes the oldest entries, so this holds when something was removed and
+        `position` is older than the oldest entry left. It can say True for a consumer whose
+        position is exactly the last entry removed; it never says False after a real gap.
+        """
+        position = check_position(position)
+        if position == NOW:
+            return False
+        try:
+            info: Any = self.client.xinfo_stream(self.stream)
+        except redis.ResponseError:  # no stream yet: nothing was ever trimmed
+            return False
+        added = int(info.get("entries-added", info.get("length", 0)))
+        if added <= int(info.get("length", 0)):
+            return False
+        first = info.get("first-entry")
+        return first is None or _id_tuple(position) < _id_tuple(_text(first[0]))
+
+    def length(self) -> int:
+        return int(cast(Any, self.client.xlen(self.stream)))
+
+
+def _wanted(event: AgentEvent, session_id: str | None, types: Collection[str] | None) -> bool:
+    if session_id is not None and event.session_id != session_id:
+        return False
+    return types is None or str(event.type) in {str(t) for t in types}

@@ -1,0 +1,343 @@
+"""Reconciling `outcome_unknown` calls (S8): the seed's function, a check registry, a beat job.
+
+An `outcome_unknown` call may or may not have taken effect, and the session never runs it again.
+Only the service the tool wrote to can say what happened, so a tool declares an *outcome check*:
+`(idempotency key, arguments as JSON) -> report text`, or `CannotTellYet(...)` when the service
+cannot answer now. The answer goes to the session as a user message written as a note from the
+application (S8.1), ending in `(tool call <key>)`: that marker is how every later run, and the
+seed's own function, knows the call was reported (S8.2).
+
+- `report_unknown_outcomes(sessions, session_id, check)`: the seed's example as a library
+  function, for a support tool or a job that handles one session (async, S8.3 shape).
+- `OutcomeChecks` (`dex.outcome_check(tool)` / `dex.register_outcome_check(tool, check)`): the
+  registry the beat job reads.
+- `reconcile_once(dex)`: one run of the beat job (Celery task `dex.reconcile`, S8.4). It
+  surfaces every new unknown call once (a log line with the key, a
+  `tool_call_outcome_unknown_surfaced` event, a count), runs the registered checks, and reports
+  each answer once. A check that raises or answers nonsense is logged and asked again next run;
+  it never stops the others. Calls of tools without a check stay open for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from dex_celery.engine.events import AgentEvents
+from dex_celery.errors import (
+    ConfigurationError,
+    DuplicateOutcomeCheck,
+    InvalidCheckResult,
+    UnknownCall,
+)
+from dex_celery.model.event_types import EventType
+from dex_celery.model.message_text import check_text
+from dex_celery.model.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT
+from dex_celery.model.records import AgentSnapshot, Message, MessageRole
+from dex_celery.model.report_text import already_reported, format_report
+from dex_celery.settings import DEFAULT_CHECK_TIMEOUT
+from dex_celery.store.repository import Store
+from dex_celery.store.unknowns import UnknownOutcomes
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.engine.reconcile")
+
+#: Celery task name of the reconcile beat job.
+RECONCILE_TASK = "dex.reconcile"
+
+
+@dataclass(frozen=True, slots=True)
+class CannotTellYet:
+    """What a check returns when the service cannot answer now; it is asked again next run."""
+
+    reason: str = ""
+
+
+CheckAnswer = str | CannotTellYet
+#: The seed's type: (idempotency key, tool arguments as JSON) -> report text.
+OutcomeCheck = Callable[[str, str], Awaitable[str]]
+#: What the registry accepts: sync or async, text or `CannotTellYet`.
+AnyOutcomeCheck = Callable[[str, str], CheckAnswer | Awaitable[CheckAnswer]]
+_F = TypeVar("_F", bound=AnyOutcomeCheck)
+
+
+class SessionMessenger(Protocol):
+    """The two calls the seed's example makes; `AsyncDexClient` has both (S8.3)."""
+
+    async def get_agent_snapshot(self, session_id: str) -> AgentSnapshot: ...
+
+    async def send_user_message(self, session_id: str, text: str) -> bool: ...
+
+
+def _unknown_messages(messages: Iterable[Message]) -> list[Message]:
+    return [m for m in messages if OUTCOME_UNKNOWN_TOOL_RESULT in (m.tool_output or "")]
+
+
+def _user_text(messages: Iterable[Message]) -> str:
+    return "\n".join(m.text or "" for m in messages if m.role == MessageRole.USER)
+
+
+def check_answer(answer: object, *, key: str) -> CheckAnswer:
+    """Text with something in it, or `CannotTellYet`; anything else is `InvalidCheckResult`."""
+    if isinstance(answer, CannotTellYet):
+        return answer
+    if not isinstance(answer, str):
+        raise InvalidCheckResult(
+            f"the outcome check for {key} returned {type(answer).__name__}, not report text"
+        )
+    if not answer.strip():
+        raise InvalidCheckResult(f"the outcome check for {key} returned empty text")
+    return answer
+
+
+# --- the seed's function -----------------------------------------------------------------------
+
+
+async def report_unknown_outcomes(
+    sessions: SessionMessenger, session_id: str, check: AnyOutcomeCheck
+) -> list[str]:
+    """Tell the session what really happened to each call with an unknown outcome (S8.1).
+
+    The seed's semantics: read the history, rebuild each unknown call's key
+    `session/turn/call`, skip calls a user message already names, ask `check`, and send
+    `<answer> (tool call <key>)`. Returns the reports sent; running it again sends nothing new
+    (S8.2). `check` may also be sync and may answer `CannotTellYet` (the call is skipped);
+    an answer that is not text raises `InvalidCheckResult` after the earlier reports were sent,
+    so rerun the whole function rather than retrying one send.
+    """
+    snapshot = await sessions.get_agent_snapshot(session_id)
+    sent = _user_text(snapshot.messages)
+    reports: list[str] = []
+    for message in _unknown_messages(snapshot.messages):
+        key = f"{session_id}/{message.turn_id}/{message.tool_call_id}"
+        if already_reported(key, sent):
+            continue
+        result = check(key, message.tool_arguments or "{}")
+        answer = check_answer(await result if inspect.isawaitable(result) else result, key=key)
+        if isinstance(answer, CannotTellYet):
+            continue
+        report = format_report(answer, key)
+        await sessions.send_user_message(session_id, report)
+        reports.append(report)
+        sent = f"{sent}\n{report}"
+    return reports
+
+
+# --- the registry --------------------------------------------------------------------------------
+
+
+class OutcomeChecks:
+    """Outcome checks by tool name. One per tool; registering a second is a configuration error.
+
+    The tool need not be registered yet (a deployment's `reconcile/` package may be imported
+    before or after its `tasks/`); a check of a tool that never ends `outcome_unknown` is unused.
+    """
+
+    def __init__(self) -> None:
+        self._checks: dict[str, AnyOutcomeCheck] = {}
+
+    def register(self, tool_name: str, check: AnyOutcomeCheck) -> None:
+        if not isinstance(tool_name, str) or not tool_name.strip():
+            raise ConfigurationError(f"an outcome check needs a tool name, got {tool_name!r}")
+        if not callable(check):
+            raise ConfigurationError(
+                f"the outcome check for {tool_name!r} is {type(check).__name__}, not callable"
+            )
+        if tool_name in self._checks:
+            raise DuplicateOutcomeCheck(f"tool {tool_name!r} has an outcome check already")
+        self._checks[tool_name] = check
+
+    def decorator(self, tool_name: str) -> Callable[[_F], _F]:
+        def register(check: _F) -> _F:
+            self.register(tool_name, check)
+            return check
+
+        return register
+
+    def get(self, tool_name: str) -> AnyOutcomeCheck | None:
+        return self._checks.get(tool_name)
+
+    @property
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(self._checks)
+
+
+def run_check(
+    check: AnyOutcomeCheck, key: str, arguments: str, *, timeout: float = DEFAULT_CHECK_TIMEOUT
+) -> CheckAnswer:
+    """Call a sync or async check from sync code (a Celery task) and validate its answer."""
+    result: Any = check(key, arguments)
+    if inspect.isawaitable(result):
+        result = _await(result, timeout)
+    return check_answer(result, key=key)
+
+
+def _await(awaitable: Awaitable[Any], timeout: float) -> Any:
+    async def main() -> Any:
+        return await asyncio.wait_for(awaitable, timeout)
+
+    try:
+        asyncio.get_running_loop()
+        in_loop = True
+    except RuntimeError:
+        in_loop = False
+    if not in_loop:
+        return asyncio.run(main())
+    # Called from a thread that runs an event loop: run the check on its own loop elsewhere.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+# --- the beat job ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    """What one run did. The counts are the metric (S8.4); the Celery task returns `as_dict()`."""
+
+    surfaced: int = 0
+    reported: int = 0
+    already_reported: int = 0
+    cannot_tell_yet: int = 0
+    errors: int = 0
+    #: Open unknown calls of tools without a check, after this run: waiting for a person.
+    open_without_check: int = 0
+    surfaced_keys: tuple[str, ...] = field(default_factory=tuple)
+    reported_keys: tuple[str, ...] = field(default_factory=tuple)
+    error_keys: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k, v in asdict(self).items() if isinstance(v, int)}
+
+
+def reconcile_once(
+    dex: Dex, *, checks: OutcomeChecks | None = None, limit: int | None = None
+) -> ReconcileReport:
+    """One run of the reconcile beat job (S8.4). Safe to run twice at once (see `UnknownOutcomes`)."""
+    run = _Run(
+        repo=UnknownOutcomes(dex.store),
+        store=dex.store,
+        events=dex.events,
+        checks=checks if checks is not None else dex.outcome_checks,
+        check_timeout=dex.settings.check_timeout,
+        max_text_bytes=dex.settings.max_text_bytes,
+    )
+    limit = limit or dex.settings.sweep_batch
+    for key in run.repo.unsurfaced(limit=limit):
+        run.surface(key)
+    for key in run.repo.open_keys(run.checks.tool_names, limit=limit):
+        run.report(key)
+    report = ReconcileReport(
+        surfaced=len(run.surfaced),
+        reported=len(run.reported),
+        errors=len(run.failed),
+        open_without_check=run.repo.count_open_without(run.checks.tool_names),
+        surfaced_keys=tuple(run.surfaced),
+        reported_keys=tuple(run.reported),
+        error_keys=tuple(run.failed),
+        **run.counts,
+    )
+    if report.surfaced or report.reported or report.errors:
+        log.info("reconcile: %s", report.as_dict())
+    return report
+
+
+@dataclass
+class _Run:
+    """One reconcile run: its collaborators and what it has done so far."""
+
+    repo: UnknownOutcomes
+    store: Store
+    events: AgentEvents
+    checks: OutcomeChecks
+    check_timeout: float
+    max_text_bytes: int
+    surfaced: list[str] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"already_reported": 0, "cannot_tell_yet": 0}
+    )
+    #: The user messages of each session seen, with the reports this run sent.
+    user_texts: dict[str, str] = field(default_factory=dict)
+
+    def surface(self, key: str) -> None:
+        """Note a new `outcome_unknown` call once: a log line and an event (S8.4)."""
+        try:
+            record = self.store.get_call(key)
+            if record is None or not self.repo.surface(record, now=self.store.clock()):
+                return
+            has_check = self.checks.get(record.tool_name) is not None
+            log.warning(
+                "outcome_unknown call surfaced: %s (tool %s, %s): %s",
+                key,
+                record.tool_name,
+                "checking it" if has_check else "no outcome check, left for a person",
+                record.error or "",
+            )
+            self.events.publish(
+                EventType.TOOL_CALL_OUTCOME_UNKNOWN_SURFACED,
+                key,
+                tool=record.tool_name,
+                check="yes" if has_check else "no",
+            )
+            self.surfaced.append(key)
+        except Exception:
+            self.failed.append(key)
+            log.exception("could not surface %s; trying again next run", key)
+
+    def report(self, key: str) -> None:
+        """Ask the tool's check about an open unknown call and report its answer (S8.1)."""
+        try:
+            self._report(key)
+        except InvalidCheckResult as e:
+            self.failed.append(key)
+            log.error("%s; trying again next run", e)
+        except Exception:
+            self.failed.append(key)
+            log.exception("outcome check for %s failed; trying again next run", key)
+
+    def _report(self, key: str) -> None:
+        record = self.store.get_call(key)
+        if record is None:
+            raise UnknownCall(f"no tool call {key!r}")
+        check = self.checks.get(record.tool_name)
+        if check is None:
+            return
+        sid = record.session_id
+        if sid not in self.user_texts:
+            self.user_texts[sid] = self.repo.user_texts(sid)
+        if already_reported(key, self.user_texts[sid]):
+            if self.repo.mark_reported(key, now=self.store.clock()):
+                self.counts["already_reported"] += 1
+            return
+        answer, text = self._ask(check, key, record.arguments)
+        if isinstance(answer, CannotTellYet):
+            self.counts["cannot_tell_yet"] += 1
+            log.info("outcome check for %s cannot tell yet: %s", key, answer.reason)
+            return
+        if self.repo.report(record, text, now=self.store.clock()):
+            self.reported.append(key)
+            self.user_texts[sid] += "\n" + text
+            log.info("reported the outcome of %s to session %s", key, sid)
+            self.events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
+
+    def _ask(self, check: AnyOutcomeCheck, key: str, arguments: str) -> tuple[CheckAnswer, str]:
+        """Run the check and note the attempt; (answer, report text or '')."""
+        try:
+            answer = run_check(check, key, arguments, timeout=self.check_timeout)
+            text = "" if isinstance(answer, CannotTellYet) else format_report(answer, key)
+            if text:
+                check_text(text, limit=self.max_text_bytes)  # the size limit of any user message
+        except Exception as e:
+            self.repo.note_check(key, now=self.store.clock(), error=f"{type(e).__name__}: {e}")
+            raise
+        self.repo.note_check(key, now=self.store.clock(), error=None)
+        return answer, text

@@ -1,0 +1,61 @@
+"""The components of one process, built together once and handed only what each needs.
+
+`Dex` builds a `Runtime` on first use in each process and drops it in a forked child (the one
+after-fork hook, `dex_celery.forks`), so a prefork child never shares its parent's sockets or
+threads. Who calls whom (docs/architecture.md):
+
+    Dispatcher(celery, ledger, store, epoch, tools, settings)   requests, steps -> actions
+    Sweeper(ledger, store, dispatcher, settings, epoch)         what stopped moving
+    Worker(celery, ledger, store, dispatcher, settings, writer) one attempt in a task
+    OutcomeWriter(store, ledger)                                batched SQL writes of outcomes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from celery import Celery
+
+from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.engine.events import AgentEvents
+from dex_celery.engine.outcome_writer import OutcomeWriter
+from dex_celery.engine.sweep import Sweeper
+from dex_celery.engine.worker import Worker
+from dex_celery.ledger.connection import ledger_client
+from dex_celery.ledger.guard import ledger_location
+from dex_celery.ledger.keys import KeySpace
+from dex_celery.ledger.ledger import Ledger
+from dex_celery.settings import Settings
+from dex_celery.store.repository import Store
+from dex_celery.tools.tool import Tool
+
+
+class Runtime:
+    """This process's ledger connection and the components wired to it."""
+
+    def __init__(
+        self,
+        celery: Celery,
+        settings: Settings,
+        keys: KeySpace,
+        store: Store,
+        tools: Mapping[str, Tool],
+    ) -> None:
+        self.ledger = Ledger(
+            ledger_client(settings),
+            keys=keys,
+            events_maxlen=settings.events_maxlen,
+            finished_ttl=settings.finished_ttl,
+        )
+        location = ledger_location(
+            settings.redis_url, settings.key_prefix, settings.redis_sentinel_master
+        )
+        #: The ledger's Redis client, for what is not a ledger script (events, stats, hooks).
+        self.redis = self.ledger.client
+        self.events = AgentEvents(self.redis, keys.events, maxlen=settings.events_maxlen)
+        self.epoch = LedgerEpoch(self.ledger, lambda: store.engine, location)
+        self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
+        self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
+        self.writer = OutcomeWriter(store, self.ledger)
+        self.worker = Worker(celery, self.ledger, store, self.dispatcher, settings, self.writer)

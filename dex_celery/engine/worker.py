@@ -1,0 +1,391 @@
+"""The worker's side of an attempt: claim, heartbeat, run, finish, record.
+
+The claim happens before any tool code; a refused claim raises Celery's `Ignore`, so a stale or
+redelivered message is acknowledged and dropped without running (S3.2, S3.3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from celery import Celery, current_task
+from celery.exceptions import Ignore
+
+from dex_celery.engine import tracing
+from dex_celery.engine.counters import count_refused_claim
+from dex_celery.engine.dispatch import Dispatcher, outcome_of
+from dex_celery.engine.outcome_writer import OutcomeWriter
+from dex_celery.engine.task_events import (
+    AttemptFailed,
+    announce_after_worker_lost,
+    refuse_delivery,
+    retry,
+    task_result,
+)
+from dex_celery.engine.tracing import Span, span
+from dex_celery.errors import DexError
+from dex_celery.ledger.durability import claim_shortfall
+from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
+from dex_celery.model.ids import CallKey, parse_task_id
+from dex_celery.settings import Settings
+from dex_celery.store.repository import Store
+from dex_celery.store.values import OutcomeRow, arguments_json
+from dex_celery.tools.invoke import invoke_attempt, stored_arguments
+from dex_celery.tools.tool import Tool, ToolContext
+
+log = logging.getLogger("dex_celery.engine.worker")
+
+class HeartbeatPump:
+    """One thread per worker process renews the leases of every attempt it runs (S3.4).
+
+    One script call per beat for all running attempts keeps the cost off the per-call path.
+    An attempt found fenced (timed out, presumed lost) gets `cancelled` and is no longer renewed.
+    """
+
+    def __init__(self, ledger: Ledger, interval: float) -> None:
+        self.ledger = ledger
+        self.interval = interval
+        self._running: dict[str, tuple[str, ToolContext, float]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: When the loop's next beat is due (monotonic clock); set by the loop.
+        self._due = float("inf")
+
+    def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
+        with self._lock:
+            self._running[key] = (fence, ctx, heartbeat_timeout)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="dex-heartbeat", daemon=True
+                )
+                self._thread.start()
+            # This lease needs its first renewal within a third of itself. If the loop's next
+            # beat is later than that (it slept on longer leases, or idle), wake it to re-plan;
+            # otherwise the planned beat covers it and the loop is left alone.
+            late = time.monotonic() + min(self.interval, heartbeat_timeout / 3) < self._due
+        if late:
+            self._wake.set()
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._running.pop(key, None)
+
+    def beat(self, key: str) -> bool:
+        """Renew one attempt now (a tool's own heartbeat); False if it was fenced."""
+        with self._lock:
+            entry = self._running.get(key)
+        if entry is None:
+            return False
+        fenced = self.ledger.heartbeat([(key, entry[0])])
+        if key in fenced:
+            self._fence({key})
+            return False
+        return True
+
+    def _fence(self, keys: set[str]) -> None:
+        with self._lock:
+            for key in keys:
+                entry = self._running.pop(key, None)
+                if entry is not None:
+                    entry[1].cancel()
+                    log.warning("attempt of %s was fenced; the tool is told to stop", key)
+
+    def _interval_locked(self) -> float:
+        """A third of the shortest heartbeat timeout among the running attempts' policies, at
+        most `interval` (a third of the deployment's); `interval` when nothing runs."""
+        shortest = min((hb for _, _, hb in self._running.values()), default=None)
+        return self.interval if shortest is None else min(self.interval, shortest / 3)
+
+    def _loop(self) -> None:
+        """Beat every third of the shortest running lease, counted from the previous beat.
+
+        `add` wakes the loop only when a new attempt's lease is shorter than the planned sleep
+        allows; the loop then re-plans from the previous beat rather than from now, so a stream
+        of new attempts cannot keep pushing the next beat back.
+        """
+        last_beat = time.monotonic()
+        while True:
+            with self._lock:
+                self._due = last_beat + self._interval_locked()
+                due = self._due
+            delay = due - time.monotonic()
+            if delay > 0 and self._wake.wait(delay):
+                self._wake.clear()
+                continue  # re-plan with the attempt just added
+            last_beat = time.monotonic()
+            with self._lock:
+                batch = [(k, fence) for k, (fence, _, _) in self._running.items()]
+            if not batch:
+                continue
+            try:
+                self._fence(self.ledger.heartbeat(batch))
+            except Exception:  # a Redis blip must not kill the thread; the lease has slack
+                log.exception("heartbeat failed; trying again at the next beat")
+
+
+def owner_id() -> str:
+    """`<Celery node name>:<pid>`, e.g. `celery@web-1:4242`: the node name is the worker's name
+    in Flower and `celery inspect`; the pid is the pool process running the attempt."""
+    request = getattr(current_task, "request", None) if current_task else None
+    node = getattr(request, "hostname", None) or socket.gethostname()
+    return f"{node}:{os.getpid()}"
+
+
+def parse_owner(owner: str) -> tuple[str, int | None]:
+    """(host, pid) of an owner string (`<node>:<pid>`, see `owner_id`); pid None if there is
+    none. The node is Celery's `name@host`, or the bare host name outside a task."""
+    node, _, pid = owner.rpartition(":")
+    return node.rpartition("@")[2], int(pid) if pid.isdigit() else None
+
+
+def owner_is_dead_here(owner: str) -> bool:
+    """True if `owner` (see `owner_id`) names a process of this host that is gone."""
+    host, pid = parse_owner(owner)
+    if host != socket.gethostname() or pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+#: Most times a claim waits out a retry's backoff before it gives up waiting and claims anyway
+#: being refused or early again is then the ledger's word.
+_EARLY_WAITS = 8
+
+
+def claim_attempt(ledger: Ledger, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
+    """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`)."""
+    claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    for _ in range(_EARLY_WAITS):
+        if claim.kind is not ClaimKind.EARLY:
+            break
+        time.sleep(claim.wait)
+        claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    return claim
+
+
+class Worker:
+    """The worker's side of every attempt in this process; built once per process (`runtime`).
+
+    Handed its collaborators: the ledger it claims in, the store whose write fence it checks,
+    the dispatcher that acts on the steps it wins, the heartbeat pump and the outcome writer.
+    """
+
+    def __init__(
+        self,
+        celery: Celery,
+        ledger: Ledger,
+        store: Store,
+        dispatcher: Dispatcher,
+        settings: Settings,
+        writer: OutcomeWriter,
+    ) -> None:
+        self.celery = celery
+        self.ledger = ledger
+        self.store = store
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.writer = writer
+        self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
+
+    def run(
+        self,
+        tool: Tool,
+        key: str,
+        attempt: int,
+        arguments: str | dict[str, Any],
+        sealed: str | None = None,
+    ) -> str | None:
+        """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.tools.invoke`).
+        Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
+        Celery's `Retry`) otherwise, so the task's state in Flower is the record's
+        (`dex_celery.engine.task_events`)."""
+        with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
+            call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
+            fence = uuid.uuid4().hex
+            claim, refused = self._claim(key, attempt, fence, traced)
+            if refused:
+                cause, payload = Cause.RETRYABLE, refused
+            else:
+                cause, payload = self._execute(tool, call, attempt, claim, (arguments, sealed), fence)
+            return self._finish(tool, call, attempt, arguments, fence, cause, payload, traced)
+
+    def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
+        """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
+        replica shortfall's text ('' if none) when the claim does not count: the tool then
+        does not run."""
+        owner = owner_id()
+        with span(tracing.CLAIM, key=key, attempt=attempt):
+            claim = claim_attempt(self.ledger, key, attempt, owner=owner, fence=fence)
+        if not claim.ok:
+            log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
+            count_refused_claim(self.ledger, claim.reason)
+            traced.set("outcome", f"claim_refused:{claim.reason}")
+            refuse_delivery(self.settings, key, attempt, claim.reason)
+            raise Ignore()
+        traced.set("effect", claim.effect)
+        # With `claim_replicas`, the claim counts only once replicas hold it (WAIT); short of
+        # that the tool does not run and the attempt ends as not run (ledger/durability.py).
+        # Checked before the write fence, so SQL holds claims only of writes that may then run.
+        refused = claim_shortfall(self.ledger.client, self.settings, key, attempt)
+        if (
+            not refused
+            and claim.effect not in RETRYABLE_EFFECTS
+            and not self._fence_write(key, attempt, fence, owner)
+        ):
+            traced.set("outcome", "write_fence_refused")
+            refuse_delivery(self.settings, key, attempt, "write_fence")
+            raise Ignore()
+        return claim, refused or ""
+
+    def _execute(
+        self,
+        tool: Tool,
+        call: CallKey,
+        attempt: int,
+        claim: Claim,
+        given: tuple[str | dict[str, Any], str | None],
+        fence: str,
+    ) -> tuple[Cause, str]:
+        """Run the tool under this process's heartbeat pump (`invoke_attempt` runs it);
+        `given`: the message's arguments and sealed secrets."""
+        pump = self.pump
+        arguments, sealed = given
+        key = call.key
+        ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
+        pump.add(key, fence, ctx, claim.heartbeat_timeout)
+        try:
+            with span(tracing.RUN, key=key, attempt=attempt) as running:
+                cause, payload = invoke_attempt(
+                    self.ledger,
+                    self.dispatcher,
+                    self.settings,
+                    tool,
+                    ctx,
+                    arguments,
+                    sealed,
+                    start_to_close=claim.start_to_close,
+                    effect=claim.effect,
+                )
+                running.set("cause", cause)
+        finally:
+            pump.remove(key)
+        return cause, payload
+
+    def _finish(
+        self,
+        tool: Tool,
+        call: CallKey,
+        attempt: int,
+        arguments: str | dict[str, Any],
+        fence: str,
+        cause: Cause,
+        payload: str,
+        traced: Span,
+    ) -> str | None:
+        """Finish in the ledger and act on the step: record, retry or keep a late result."""
+        key = call.key
+        with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
+            step = self.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+            finishing.set("step", step.kind)
+        traced.set("outcome", step.status if step.kind is StepKind.FINISHED else step.kind)
+        late = step.kind is StepKind.LATE or step.late_result
+        if late:
+            # Fenced, or past start-to-close: the outcome stands; this is evidence only (S5.2).
+            log.warning("attempt %d of %s finished too late; kept as a late result", attempt, key)
+            self.store.record_late_result(
+                key, json.dumps({"attempt": attempt, "cause": cause.value, "payload": payload})
+            )
+        result = payload if cause is Cause.OK else None
+        if step.kind is StepKind.FINISHED:
+            # The ledger holds the outcome now; SQL gets it in the next batch of this process.
+            outcome = outcome_of(step, result)
+            shown = arguments_json(stored_arguments(arguments))
+            row = OutcomeRow(call, tool.name, shown, outcome)
+            self.writer.submit(row)
+            return task_result(outcome)
+        if step.kind is StepKind.RETRY:
+            # A retry (rare) reads the policy snapshot back from SQL; the common path costs
+            # nothing.
+            self.dispatcher.apply(key, step, result=result, announce=False)
+            raise retry(attempt, payload if cause is not Cause.OK else "")
+        if late:
+            raise AttemptFailed(
+                f"attempt {attempt} finished after the call's outcome was decided; its result "
+                "is kept as a late result and changes nothing"
+            )
+        return None
+
+    def _fence_write(self, key: str, attempt: int, fence: str, owner: str) -> bool:
+        """The write fence (docs/ledger.md): a write runs only once its claim is committed in
+        SQL.
+
+        If SQL refuses (another attempt of this write holds the claim there, or the call has
+        ended there), Redis's claim was made on a ledger that went back in time: the attempt is
+        given up before any tool code, and, since the write may have run under the other
+        claim, it is lost.
+        """
+        if self.store.claim_write(key, attempt, fence=fence, owner=owner, now=self.ledger.now()):
+            return True
+        log.warning(
+            "attempt %d of %s not run: the database holds another claim of it", attempt, key
+        )
+        step = self.ledger.lose(
+            key,
+            attempt,
+            mode=LoseMode.RELEASED,
+            fence=fence,
+            detail=(
+                "the database shows this write was claimed before; the ledger had lost that claim"
+            ),
+        )
+        self.dispatcher.apply(key, step)
+        return False
+
+    def on_worker_lost(self, task_id: str, detail: str) -> None:
+        """Mark the attempt of a dead pool child lost now (or expired, if it died before its
+        claim).
+
+        Only an attempt claimed by a process of this host that is gone is lost here: the same
+        attempt delivered twice may have died in one process while another runs it.
+        """
+        try:
+            call, attempt = parse_task_id(task_id)
+        except DexError:
+            log.warning("WorkerLostError for a task id that is not ours: %r", task_id)
+            return
+        entry = self.ledger.read(call.key)
+        if entry is None or entry.attempt != attempt:
+            return
+        if entry.state == "running" and not owner_is_dead_here(entry.owner):
+            log.info("attempt %s is running in live process %s; not lost", task_id, entry.owner)
+            return
+        step = self.ledger.lose(
+            call.key,
+            attempt,
+            mode=LoseMode.WORKER_LOST,
+            owner=entry.owner,
+            detail=f"the pool process died: {detail}",
+        )
+        log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
+        outcome = self.dispatcher.apply(call.key, step, announce=False)
+        if step.kind is not StepKind.NOOP:
+            announce_after_worker_lost(
+                self.celery, self.settings, call.key, attempt, step, outcome
+            )
+
+
+#: Effect classes whose claim in Redis is enough: running them again is harmless.
+RETRYABLE_EFFECTS = frozenset({"read", "idempotent_write"})

@@ -1,0 +1,98 @@
+"""The values the client hands out: call records, messages, snapshots (S7).
+
+Frozen dataclasses: a record is what the system of record said when it was read, never a live
+object that changes under the reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.policy import EffectClass, PolicySnapshot
+
+
+class MessageRole(StrEnum):
+    """Who a message in the session's history is from; `TOOL` messages report calls."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SYSTEM = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One entry of a session's history (S7.2)."""
+
+    role: MessageRole
+    text: str | None = None
+    tool_output: str | None = None
+    turn_id: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_arguments: str | None = None
+    id: int = 0
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    decision: str  # "approved" | "rejected" | "expired"
+    decided_by: str
+    decided_at: float
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRecord:
+    """One tool call as recorded in SQL, with the policy that applied when it was requested."""
+
+    key: str
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    policy: PolicySnapshot
+    status: CallStatus
+    error: str | None
+    result: str | None
+    attempts: int
+    requested_at: float
+    finished_at: float | None
+    approval_deadline: float | None = None
+    approval: ApprovalDecision | None = None
+    late_result: str | None = None
+    attempt_log: str | None = None
+    ledger_epoch: str | None = None
+    #: The write fence: who claimed this write's attempt in the system of record, and when.
+    claimed_by: str | None = None
+    claimed_at: float | None = None
+    #: The secret argument values, sealed; `arguments` shows them as `***` (docs/secrets.md).
+    sealed_arguments: str | None = field(default=None, repr=False)
+
+    @property
+    def effect(self) -> EffectClass:
+        return self.policy.effect
+
+    @property
+    def finished(self) -> bool:
+        return self.status.terminal
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSnapshot:
+    """A session's calls and history as of one read (S7.1)."""
+
+    session_id: str
+    tool_calls: tuple[ToolCallRecord, ...] = field(default_factory=tuple)
+    messages: tuple[Message, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    id: str
+    default_effect: EffectClass | None
+    created_at: float

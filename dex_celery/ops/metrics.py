@@ -1,0 +1,206 @@
+"""Prometheus metrics, computed at scrape time from SQL and Redis.
+
+A Celery worker is many processes; counters kept in each process's memory would need a
+multiprocess directory and would still disagree with the records after a restart. So every
+value here is read when Prometheus scrapes: counts from the SQL records, gauges from the ledger's
+indexes, and the two facts that exist nowhere else from Redis hashes (`dex_celery.engine.counters`). The
+same collector serves the web app's `/metrics` and, optionally, a worker's own port
+(`Settings.worker_metrics_port`).
+
+Metrics (all prefixed `dex_`):
+
+| metric | type | labels | meaning |
+|---|---|---|---|
+| `dex_tool_calls_total` | counter | tool, effect_class, outcome | calls that ended, by outcome |
+| `dex_tool_calls_requested_total` | counter | tool, effect_class | calls recorded |
+| `dex_tool_calls_open` | gauge | tool, effect_class, status | calls not ended (`pending`, `awaiting_approval`) |
+| `dex_attempts_total` | counter | tool, effect_class | attempts of ended calls |
+| `dex_retries_total` | counter | tool, effect_class | attempts after the first |
+| `dex_claims_refused_total` | counter | reason | deliveries turned away by the claim |
+| `dex_unknown_outcomes_unreported` | gauge | | `outcome_unknown` calls whose session was not told the real outcome |
+| `dex_approvals_waiting` | gauge | | calls waiting for a person |
+| `dex_approval_oldest_age_seconds` | gauge | | how long the oldest of them has waited |
+| `dex_ledger_in_flight` | gauge | state | attempts in the ledger: `enqueued`, `running` |
+| `dex_ledger_unrecorded` | gauge | | outcomes decided but not yet in SQL |
+| `dex_sweep_lag_seconds` | gauge | | time since the last sweep ended |
+| `dex_sweep_duration_seconds` | gauge | | how long the last sweep took |
+| `dex_webhooks_delivered_total` | counter | receiver | webhook deliveries that succeeded |
+| `dex_webhooks_retries_total` | counter | receiver | failed tries that were retried |
+| `dex_webhooks_given_up_total` | counter | receiver | deliveries given up after the last try |
+| `dex_webhooks_pending` | gauge | | deliveries waiting to be (re)tried |
+| `dex_metrics_source_up` | gauge | source | 1 if `sql` / `redis` answered this scrape |
+
+Secret argument values never reach a metric: no label holds arguments; webhook receivers are
+shown without their query string.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+# defers an optional dependency: prometheus_client (extras `web` and `metrics`)
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from dex_celery.engine import counters as stats
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.ops.webhooks import delivery_status
+from dex_celery.store.views import OperatorViews
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.ops.metrics")
+
+_TERMINAL = {s.value for s in CallStatus if s.terminal}
+
+
+class DexCollector(Collector):
+    """Reads every metric of one deployment at scrape time."""
+
+    def __init__(self, dex: Dex) -> None:
+        self.dex = dex
+        self.views = OperatorViews(dex.store)
+
+    def describe(self) -> list[Metric]:
+        return []  # no collect() at registration: the first scrape is the first read
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "dex_metrics_source_up", "1 if the source answered this scrape", labels=["source"]
+        )
+        try:
+            yield from self._sql()
+            up.add_metric(["sql"], 1)
+        except Exception:
+            log.exception("metrics: the SQL part failed")
+            up.add_metric(["sql"], 0)
+        try:
+            yield from self._redis()
+            up.add_metric(["redis"], 1)
+        except Exception:
+            log.exception("metrics: the Redis part failed")
+            up.add_metric(["redis"], 0)
+        yield up
+
+    def _sql(self) -> Iterator[Metric]:
+        pair = ["tool", "effect_class"]
+        ended = CounterMetricFamily(
+            "dex_tool_calls", "Tool calls that ended, by outcome", labels=[*pair, "outcome"]
+        )
+        requested = CounterMetricFamily(
+            "dex_tool_calls_requested", "Tool calls recorded", labels=pair
+        )
+        still_open = GaugeMetricFamily(
+            "dex_tool_calls_open", "Tool calls not ended yet", labels=[*pair, "status"]
+        )
+        attempts = CounterMetricFamily("dex_attempts", "Attempts of ended calls", labels=pair)
+        retries = CounterMetricFamily("dex_retries", "Attempts after the first", labels=pair)
+        totals: dict[tuple[str, str], list[int]] = {}
+        for row in self.views.count_by_outcome():
+            pair_key = (row.tool, row.effect)
+            total = totals.setdefault(pair_key, [0, 0, 0])
+            total[0] += row.calls
+            if row.status in _TERMINAL:
+                ended.add_metric([row.tool, row.effect, row.status], row.calls)
+                total[1] += row.attempts
+                total[2] += row.retries
+            else:
+                still_open.add_metric([row.tool, row.effect, row.status], row.calls)
+        for (tool, effect), (calls, n_attempts, n_retries) in sorted(totals.items()):
+            requested.add_metric([tool, effect], calls)
+            attempts.add_metric([tool, effect], n_attempts)
+            retries.add_metric([tool, effect], n_retries)
+        yield from (ended, requested, still_open, attempts, retries)
+
+        unknown = GaugeMetricFamily(
+            "dex_unknown_outcomes_unreported",
+            "outcome_unknown calls whose session was not told the real outcome yet",
+        )
+        unknown.add_metric([], self.views.count_unreported_unknowns())
+        yield unknown
+        now = self.dex.ledger.now()
+        backlog = self.views.approval_backlog(now)
+        waiting = GaugeMetricFamily("dex_approvals_waiting", "Calls waiting for a person")
+        waiting.add_metric([], backlog.waiting)
+        oldest = GaugeMetricFamily(
+            "dex_approval_oldest_age_seconds", "How long the oldest waiting call has waited"
+        )
+        age = 0.0 if backlog.oldest_requested_at is None else now - backlog.oldest_requested_at
+        oldest.add_metric([], max(0.0, age))
+        yield from (waiting, oldest)
+
+    def _redis(self) -> Iterator[Metric]:
+        dex, keys = self.dex, self.dex.keys
+        refused = CounterMetricFamily(
+            "dex_claims_refused", "Deliveries turned away by the claim", labels=["reason"]
+        )
+        for reason, count in sorted(stats.refused_claims(dex.ledger).items()):
+            refused.add_metric([reason], count)
+        yield refused
+
+        pipe: Any = dex.redis.pipeline(transaction=False)
+        pipe.zcard(keys.queue_index)
+        pipe.zcard(keys.lease_index)
+        pipe.zcard(keys.unrecorded_index)
+        enqueued, running, unrecorded = pipe.execute()
+        in_flight = GaugeMetricFamily(
+            "dex_ledger_in_flight", "Attempts in the ledger", labels=["state"]
+        )
+        in_flight.add_metric(["enqueued"], int(enqueued))
+        in_flight.add_metric(["running"], int(running))
+        not_in_sql = GaugeMetricFamily(
+            "dex_ledger_unrecorded", "Outcomes decided but not yet written to SQL"
+        )
+        not_in_sql.add_metric([], int(unrecorded))
+        yield from (in_flight, not_in_sql)
+
+        sweep = stats.last_sweep(dex.ledger)
+        if sweep is not None:
+            lag = GaugeMetricFamily("dex_sweep_lag_seconds", "Time since the last sweep ended")
+            lag.add_metric([], max(0.0, dex.ledger.now() - sweep.finished_at))
+            duration = GaugeMetricFamily(
+                "dex_sweep_duration_seconds", "How long the last sweep took"
+            )
+            duration.add_metric([], sweep.duration)
+            yield from (lag, duration)
+
+        hooks = delivery_status(dex)
+        delivered = CounterMetricFamily(
+            "dex_webhooks_delivered", "Webhook deliveries that succeeded", labels=["receiver"]
+        )
+        retried = CounterMetricFamily(
+            "dex_webhooks_retries", "Failed webhook tries that were retried", labels=["receiver"]
+        )
+        given_up = CounterMetricFamily(
+            "dex_webhooks_given_up", "Webhook deliveries given up", labels=["receiver"]
+        )
+        for receiver in hooks.receivers:
+            delivered.add_metric([receiver.receiver], receiver.delivered)
+            retried.add_metric([receiver.receiver], receiver.retries)
+            given_up.add_metric([receiver.receiver], receiver.given_up)
+        pending = GaugeMetricFamily("dex_webhooks_pending", "Webhook deliveries waiting")
+        pending.add_metric([], hooks.pending)
+        yield from (delivered, retried, given_up, pending)
+
+
+def registry_for(dex: Dex) -> CollectorRegistry:
+    """A registry holding only dex-celery's collector (no process metrics of the scraper)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DexCollector(dex))
+    return registry
+
+
+def serve_worker_metrics(dex: Dex) -> None:
+    """Start the worker's own endpoint on `Settings.worker_metrics_port` (Celery `worker_init`).
+
+    It runs in the worker's main process only, so one port per worker host process.
+    """
+    port = dex.settings.worker_metrics_port
+    if not port:
+        return
+    start_http_server(port, registry=registry_for(dex))
+    log.info("Prometheus metrics on port %d", port)

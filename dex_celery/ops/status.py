@@ -1,0 +1,318 @@
+"""Is this deployment working? The checks behind `dex-celery status` and the worker's warnings.
+
+Each section is one function `(Dex) -> Section`, listed in `SECTIONS`; a module that owns more
+state (webhook deliveries, say) appends its own with `register_section`. A section that cannot
+be computed reports `fail` with the reason instead of raising, so one dead service never hides
+the others.
+
+The sweeper leaves a heartbeat in Redis after every sweep (`record_sweep`); a sweep older than
+`STALE_SWEEPS` intervals (`stale_after`) means beat is not running the sweeper (or nothing runs beat): expired
+calls would stay `pending` for ever, so both `status` and the workers say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from celery import signals
+from sqlalchemy import func, inspect, select
+
+from dex_celery.backend_errors import first_line, require_existing_database, translate
+from dex_celery.engine import counters as stats
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.ops import webhooks as notify
+from dex_celery.store.schema import tool_calls, unknown_outcomes
+
+if TYPE_CHECKING:
+    from dex_celery.app import Dex
+
+log = logging.getLogger("dex_celery.ops.status")
+
+#: A sweep heartbeat older than this many sweep intervals counts as "no sweeper"...
+STALE_SWEEPS = 5
+#: ...and never younger than this many seconds (a beat restart is not an outage).
+STALE_FLOOR = 5.0
+
+
+def stale_after(sweep_interval: float) -> float:
+    """Seconds without a sweep after which the sweeper counts as not running."""
+    return max(STALE_SWEEPS * sweep_interval, STALE_FLOOR)
+
+
+#: Seconds a worker waits for Celery's `inspect ping` replies in `status`.
+PING_TIMEOUT = 1.0
+
+
+class State(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One line of the report: a name, a state, a sentence, and values for `--json`."""
+
+    name: str
+    state: State
+    detail: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"state": self.state.value, "detail": self.detail, **self.values}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    sections: tuple[Section, ...]
+
+    @property
+    def failed(self) -> list[Section]:
+        return [s for s in self.sections if s.state is State.FAIL]
+
+    @property
+    def warnings(self) -> list[Section]:
+        return [s for s in self.sections if s.state is State.WARN]
+
+    def as_dict(self) -> dict[str, Any]:
+        overall = State.FAIL if self.failed else State.WARN if self.warnings else State.OK
+        return {"state": overall.value, "sections": {s.name: s.as_dict() for s in self.sections}}
+
+
+SectionCheck = Callable[["Dex"], Section]
+
+
+def _guarded(name: str, check: SectionCheck, dex: Dex) -> Section:
+    try:
+        return check(dex)
+    except Exception as e:
+        error = translate(
+            e, redis_url=dex.settings.redis_url, database_url=dex.settings.database_url
+        )
+        return Section(name, State.FAIL, first_line(error or e))
+
+
+# --- last sweep ----------------------------------------------------------------------------
+
+
+def last_sweep(dex: Dex) -> tuple[float | None, float]:
+    """(seconds since the last sweep, or None if none is recorded; now on the ledger's clock)."""
+    now = dex.ledger.now()
+    sweep = stats.last_sweep(dex.ledger)
+    if sweep is None:
+        return None, now
+    return max(0.0, now - sweep.finished_at), now
+
+
+def sweep_section(dex: Dex) -> Section:
+    interval = dex.settings.sweep_interval
+    age, _now = last_sweep(dex)
+    limit = stale_after(interval)
+    if age is None:
+        return Section(
+            "last_sweep",
+            State.WARN,
+            "no sweep has ever run: schedule it with app.conf.beat_schedule = dex.beat_schedule() "
+            "and run celery beat (or dex-celery sweep --loop)",
+            {"age_seconds": None, "interval_seconds": interval},
+        )
+    values = {"age_seconds": round(age, 3), "interval_seconds": interval}
+    if age > limit:
+        return Section(
+            "last_sweep",
+            State.WARN,
+            f"the last sweep was {age:.0f}s ago (interval {interval:g}s): is celery beat running "
+            "with dex.beat_schedule()? Expired calls stay pending until it does",
+            values,
+        )
+    return Section("last_sweep", State.OK, f"{age:.1f}s ago (interval {interval:g}s)", values)
+
+
+# --- the sections --------------------------------------------------------------------------------
+
+
+def redis_section(dex: Dex) -> Section:
+    dex.redis.ping()
+    info = dex.redis.info("server")
+    version = str(info.get("redis_version", "?"))
+    return Section("redis", State.OK, f"answers (Redis {version})", {"version": version})
+
+
+def database_section(dex: Dex) -> Section:
+    from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
+
+    settings = dex.settings
+    require_existing_database(settings.database_url)
+    at, newest = current(settings.database_url, settings.database_schema), head()
+    values = {"revision": at, "head": newest, "schema": settings.database_schema}
+    if at is None:
+        if _has_tables(dex):
+            return Section(
+                "database",
+                State.WARN,
+                "has dex-celery's tables but no migration revision (made by create_schema()): "
+                "run `dex-celery db upgrade` to adopt them",
+                values,
+            )
+        return Section(
+            "database",
+            State.FAIL,
+            "answers but has no dex-celery schema: run `dex-celery db upgrade`",
+            values,
+        )
+    if at != newest:
+        return Section(
+            "database",
+            State.WARN,
+            f"schema at revision {at}, the code expects {newest}: run `dex-celery db upgrade`",
+            values,
+        )
+    return Section("database", State.OK, f"schema at revision {at} (newest)", values)
+
+
+def _has_tables(dex: Dex) -> bool:
+    with dex.store.engine.connect() as conn:
+        names = inspect(conn).get_table_names(schema=dex.settings.database_schema)
+    return tool_calls.name in names
+
+
+def workers_section(dex: Dex) -> Section:
+    replies = dex.celery.control.ping(timeout=PING_TIMEOUT) or []
+    nodes = sorted(name for reply in replies for name in reply)
+    if not nodes:
+        return Section("workers", State.WARN, "no worker answered ping", {"nodes": []})
+    return Section("workers", State.OK, ", ".join(nodes), {"nodes": nodes})
+
+
+def _count(dex: Dex, query: Any) -> int:
+    with dex.store.engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def calls_section(dex: Dex) -> Section:
+    in_flight = _count(
+        dex,
+        select(func.count())
+        .select_from(tool_calls)
+        .where(tool_calls.c.status == CallStatus.PENDING.value),
+    )
+    waiting = _count(
+        dex,
+        select(func.count())
+        .select_from(tool_calls)
+        .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value),
+    )
+    reported = select(unknown_outcomes.c.call_key).where(unknown_outcomes.c.state == "reported")
+    unreported = _count(
+        dex,
+        select(func.count())
+        .select_from(tool_calls)
+        .where(tool_calls.c.status == CallStatus.OUTCOME_UNKNOWN.value)
+        .where(tool_calls.c.key.not_in(reported)),
+    )
+    state = State.WARN if unreported else State.OK
+    return Section(
+        "calls",
+        state,
+        f"{in_flight} in flight, {waiting} waiting for approval, "
+        f"{unreported} outcome_unknown not reported",
+        {"in_flight": in_flight, "awaiting_approval": waiting, "unknown_unreported": unreported},
+    )
+
+
+def webhooks_section(dex: Dex) -> Section:
+    """Webhook deliveries: a receiver that gave deliveries up, or has some waiting, warns."""
+    status = notify.delivery_status(dex)
+    given_up = sum(r.given_up for r in status.receivers)
+    state = State.WARN if given_up or status.pending else State.OK
+    detail = notify.render_status(status).splitlines()[0]
+    if given_up:
+        detail += f"; {given_up} given up"
+    return Section("webhooks", state, detail, status.as_dict())
+
+
+#: The report's sections, in order. Append with `register_section`.
+SECTIONS: list[tuple[str, SectionCheck]] = [
+    ("redis", redis_section),
+    ("database", database_section),
+    ("workers", workers_section),
+    ("last_sweep", sweep_section),
+    ("calls", calls_section),
+    ("webhooks", webhooks_section),
+]
+
+
+def register_section(name: str, check: SectionCheck) -> None:
+    """Add a section to `dex-celery status` (e.g. webhook deliveries)."""
+    SECTIONS.append((name, check))
+
+
+def health_report(dex: Dex, *, include_workers: bool = True) -> HealthReport:
+    """Every section in order; the workers are not pinged through a broker known to be down
+    (Kombu would retry the connection for seconds)."""
+    sections: list[Section] = []
+    for name, check in SECTIONS:
+        if name == "workers" and not include_workers:
+            continue
+        redis_down = any(s.name == "redis" and s.state is State.FAIL for s in sections)
+        if name == "workers" and redis_down and not dex.settings.broker_url:
+            sections.append(Section(name, State.FAIL, "not asked: the broker (Redis) is down"))
+            continue
+        sections.append(_guarded(name, check, dex))
+    return HealthReport(tuple(sections))
+
+
+# --- warnings in the worker's log ------------------------------------------------------------------
+
+
+class DeploymentWatch:
+    """In a worker's main process: warn at start if the schema is missing, and whenever the
+    sweeper has not run for `STALE_SWEEPS` intervals (once per stale spell)."""
+
+    def __init__(self, dex: Dex) -> None:
+        self.dex = dex
+        self._stop = threading.Event()
+        self._stale = False
+
+    def start(self) -> None:
+        database = _guarded("database", database_section, self.dex)
+        if database.state is not State.OK:
+            log.warning("dex-celery: the database is not ready: %s", database.detail)
+        threading.Thread(target=self._loop, name="dex-deployment-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def check_sweeper(self) -> Section:
+        section = _guarded("last_sweep", sweep_section, self.dex)
+        stale = section.state is not State.OK
+        if stale and not self._stale:
+            log.warning("dex-celery: no sweeper is running: %s", section.detail)
+        elif self._stale and not stale:
+            log.info("dex-celery: the sweeper runs again (%s)", section.detail)
+        self._stale = stale
+        return section
+
+    def _loop(self) -> None:
+        period = stale_after(self.dex.settings.sweep_interval)
+        # Give beat a full window to start before the first verdict.
+        while not self._stop.wait(period):
+            self.check_sweeper()
+
+
+def install_worker_checks(dex: Dex) -> None:
+    """Connect the checks to this Celery app's workers (called by `Dex.__init__`)."""
+
+    def on_ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is not dex.celery:
+            return
+        watch = DeploymentWatch(dex)
+        watch.start()
+        signals.worker_shutting_down.connect(lambda **_: watch.stop(), weak=False)
+
+    signals.worker_ready.connect(on_ready, weak=False)

@@ -1,0 +1,118 @@
+"""What a tool author writes against: the registered tool and the context each attempt gets."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel
+
+from dex_celery.errors import AttemptCancelled, UnknownTool
+from dex_celery.model.ids import CallKey
+from dex_celery.model.policy import ToolPolicy, effect_from_annotations
+
+#: The prefix of every tool's Celery task name: `dex.tool.<name>` (shown in Flower).
+TASK_PREFIX = "dex.tool."
+
+ToolFunction = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A registered tool: its function, declared policy and framework metadata (S1.4)."""
+
+    name: str
+    function: ToolFunction
+    policy: ToolPolicy
+    annotations: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    description: str = ""
+    #: The JSON Schema of the arguments object: derived from a Python tool's signature at
+    #: registration, or given (a tool with no Python signature, e.g. an MCP server's tool).
+    input_schema: Mapping[str, Any] | None = None
+    #: The pydantic model of the signature (None for a schema-only tool); see `arguments.py`.
+    arguments_model: type[BaseModel] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def task_name(self) -> str:
+        return TASK_PREFIX + self.name
+
+    @property
+    def effect_hint(self) -> str | None:
+        """The effect class the tool itself declares (policy, then metadata); None when only the
+        session default would say (the worker then treats the call as a write)."""
+        effect = self.policy.effect or effect_from_annotations(self.annotations)
+        return effect.value if effect is not None else None
+
+
+class ToolContext:
+    """Handed to the tool as its first argument for every attempt.
+
+    `idempotency_key` is the same for every attempt of one call (S2.1): pass it to every service
+    the tool writes to; that is what makes a retry, or the double run of S5.1, harmless.
+    """
+
+    def __init__(
+        self,
+        key: CallKey,
+        attempt: int,
+        *,
+        beat: Callable[[], bool] | None = None,
+    ) -> None:
+        self.call = key
+        self.attempt = attempt
+        self._cancelled = threading.Event()
+        self._beat = beat
+        self._on_cancel: list[Callable[[], Any]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def idempotency_key(self) -> str:
+        """`session/turn/call`, the same for every attempt: pass it to the service."""
+        return self.call.key
+
+    @property
+    def session_id(self) -> str:
+        """The session (agent conversation) the call belongs to."""
+        return self.call.session_id
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the system has fenced this attempt (timed out or presumed lost): stop."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Fence-side: tell the tool to stop; an async tool's coroutine is cancelled."""
+        with self._lock:
+            self._cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], Any]) -> None:
+        """Run `callback` when the attempt is cancelled (at once if it already was)."""
+        with self._lock:
+            if not self._cancelled.is_set():
+                self._on_cancel.append(callback)
+                return
+        callback()
+
+    def heartbeat(self, *, raise_if_cancelled: bool = False) -> bool:
+        """Renew this attempt's lease now; returns False (or raises) if it was fenced (S3.4)."""
+        alive = self._beat() if self._beat is not None else not self.cancelled
+        if not alive:
+            self.cancel()
+            if raise_if_cancelled:
+                raise AttemptCancelled(f"attempt {self.attempt} of {self.call} was cancelled")
+        return alive
+
+
+def find_tool(tools: Mapping[str, Tool], name: str) -> Tool:
+    """The registered tool `name`; `UnknownTool` (naming the known ones) if there is none."""
+    try:
+        return tools[name]
+    except KeyError:
+        known = ", ".join(sorted(tools)) or "none"
+        raise UnknownTool(f"no tool named {name!r} is registered (known: {known})") from None

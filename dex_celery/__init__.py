@@ -4,12 +4,11 @@ Reads and idempotent writes are retried; non-idempotent writes run at most once;
 in exactly one record (`succeeded`, `failed`, `rejected`, `outcome_unknown`).
 """
 
-from dex_celery.app import Dex, configure_celery
+from dex_celery.app import Dex
 from dex_celery.client.agent_loop import ModelToolCall, run_tool_calls, run_tool_calls_async
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.approvals import Approvals, PendingApproval
 from dex_celery.engine.dispatch import CallRequest
-from dex_celery.engine.events import AgentEvent, AgentEvents, EventType
 from dex_celery.engine.reconcile import (
     CannotTellYet,
     OutcomeCheck,
@@ -59,10 +58,12 @@ from dex_celery.errors import (
     UnknownSession,
     UnknownTool,
 )
+from dex_celery.ledger.events import AgentEvent, AgentEvents, EventType
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
 from dex_celery.model.policy import EffectClass, PolicySnapshot, ToolPolicy
 from dex_celery.model.records import AgentSnapshot, Message, MessageRole, ToolCallRecord
+from dex_celery.processes.celery_config import configure_celery
 from dex_celery.settings import Settings
 from dex_celery.tools.tool import ToolContext
 

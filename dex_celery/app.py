@@ -16,16 +16,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import redis
-from billiard.exceptions import WorkerLostError
-from celery import Celery, signals
+from celery import Celery
 
 from dex_celery.client.dex_client import DexClient
+from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
-from dex_celery.engine.events import AgentEvents
 from dex_celery.engine.reconcile import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
     OutcomeChecks,
+    Reconciler,
     reconcile_once,
 )
 from dex_celery.engine.runtime import Runtime
@@ -33,57 +33,23 @@ from dex_celery.engine.sweep import Sweeper
 from dex_celery.engine.task_events import AttemptFailed
 from dex_celery.errors import ConfigurationError, DuplicateTool
 from dex_celery.forks import after_fork
-from dex_celery.ledger.connection import broker_transport_options
+from dex_celery.ledger.events import AgentEvents
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
-from dex_celery.model.policy import ToolPolicy, check_registration, effect_from_annotations
-from dex_celery.ops.status import install_worker_checks
-from dex_celery.processes import hooks
-from dex_celery.processes.beat_jobs import install_beat_jobs
-from dex_celery.processes.startup import install as install_startup_hooks
+from dex_celery.model.policy import ToolPolicy, check_registration
+from dex_celery.processes.beat import connect_beat
+from dex_celery.processes.celery_config import configure_celery
+from dex_celery.processes.worker import connect_worker
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.tools.arguments import prepare_tool
 from dex_celery.tools.definitions import tool_definitions
-from dex_celery.tools.tool import TASK_PREFIX, Tool, ToolFunction, find_tool
+from dex_celery.tools.tool import Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.reconcile import _F
 
 log = logging.getLogger("dex_celery")
-
-#: Celery task name of one sweep. Beat no longer schedules it (it runs the sweeper in a thread,
-#: `dex_celery.processes.startup`); kept registered so schedules written for earlier versions still work.
-SWEEP_TASK = "dex.sweep"
-
-
-def configure_celery(app: Celery, settings: Settings) -> None:
-    """The Celery options dex-celery relies on (docs/ledger.md, "Celery options by class").
-
-    JSON only (S9.2); results live in the ledger and SQL, not in a result backend; task events
-    for Flower (`Settings.task_events`); one message prefetched per process so a long tool does
-    not hold others back.
-    """
-    app.conf.update(
-        task_serializer="json",
-        result_serializer="json",
-        accept_content=["json"],
-        event_serializer="json",
-        task_ignore_result=True,
-        worker_prefetch_multiplier=1,
-        worker_send_task_events=settings.task_events,
-        task_send_sent_event=settings.task_events,
-        broker_connection_retry_on_startup=True,
-    )
-    if not app.conf.broker_url or app.conf.broker_url.startswith("amqp://guest@localhost"):
-        app.conf.broker_url = settings.effective_broker_url
-    # A `sentinel://` broker needs the master's name (Kombu's transport option).
-    sentinel_options = broker_transport_options(settings)
-    if sentinel_options:
-        app.conf.broker_transport_options = {
-            **sentinel_options,
-            **(app.conf.broker_transport_options or {}),
-        }
 
 
 #: The `Dex` created on each Celery app, so `-A proj.celery:app` finds it (`dex_of`).
@@ -115,22 +81,16 @@ class Dex:
         after_fork(self._forget_runtime)
         configure_celery(celery, self.settings)
         _DEX_OF_APP[celery] = self
-        self._register_sweep_task()
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.engine.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
-        # Startup checks of Redis (worker, beat) and the sweeper thread of beat.
-        install_startup_hooks(self)
         #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
         self._reconcile_interval: float | None = None
-        install_beat_jobs(
-            self, lambda: self._reconcile_interval or self.settings.reconcile_interval
+        #: Every Celery signal, one place per process role (`dex_celery/processes/`).
+        self.worker_services = connect_worker(celery, self)
+        self.beat_services = connect_beat(
+            celery, self, lambda: self._reconcile_interval or self.settings.reconcile_interval
         )
-        signals.task_failure.connect(self._on_task_failure, weak=False)
-        install_worker_checks(self)
-        signals.worker_process_shutdown.connect(self._flush_outcomes, weak=False)
-        signals.worker_shutdown.connect(self._flush_outcomes, weak=False)
-        hooks.connect(self)  # worker metrics port, beat's webhook sender (if configured)
 
     # --- tools ---------------------------------------------------------------------------------
 
@@ -166,7 +126,7 @@ class Dex:
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
-        effect = tool.policy.effect or effect_from_annotations(tool.annotations)
+        effect = tool.declared_effect
         # Late ack only where a redelivered message is harmless; a tool whose class depends on
         # the session default is treated as a write here (the ledger still retries reads).
         late_ack = effect is not None and effect.retryable
@@ -226,10 +186,20 @@ class Dex:
                 runtime = self._runtime
                 if runtime is None:
                     runtime = Runtime(
-                        self.celery, self.settings, self.keys, self.store, self.tools
+                        self.celery,
+                        self.settings,
+                        self.keys,
+                        self.store,
+                        self.tools,
+                        self.outcome_checks,
                     )
                     self._runtime = runtime
         return runtime
+
+    @property
+    def built_runtime(self) -> Runtime | None:
+        """This process's components if built already (None in a fresh child)."""
+        return self._runtime
 
     def _forget_runtime(self) -> None:
         """After a fork (`dex_celery.forks`): the child builds its own connections and threads."""
@@ -261,6 +231,16 @@ class Dex:
         return self.runtime.dispatcher
 
     @property
+    def approvals(self) -> Approvals:
+        """This process's approvals (built once, with the runtime)."""
+        return self.runtime.approvals
+
+    @property
+    def reconciler(self) -> Reconciler:
+        """This process's reconciler of `outcome_unknown` calls (built once, with the runtime)."""
+        return self.runtime.reconciler
+
+    @property
     def sweeper(self) -> Sweeper:
         """This process's sweeper (built once, with the runtime)."""
         return self.runtime.sweeper
@@ -277,11 +257,11 @@ class Dex:
         """What to put in `app.conf.beat_schedule`: nothing any more, and that is the point.
 
         Both of dex-celery's periodic jobs run inside the beat process, each in a thread of its
-        own: the sweeper every `sweep_interval` (`dex_celery.processes.startup`), so detection never waits
+        own (`dex_celery.processes.beat`): the sweeper every `sweep_interval`, so detection never waits
         in the tools' queue for a free slot, and the reconcile job (S8.4) every
-        `reconcile_interval` (`dex_celery.processes.beat_jobs`), so it never fills Flower's task list.
-        Kept so deployments that assign it keep working; `reconcile_interval` given here
-        overrides the setting.
+        `reconcile_interval`, so it never fills Flower's task list. Assigning it says in the
+        Celery configuration that beat runs this deployment's periodic work;
+        `reconcile_interval` given here overrides the setting.
         """
         if reconcile_interval is not None:
             self._reconcile_interval = reconcile_interval
@@ -309,37 +289,3 @@ class Dex:
             shared=False,
             send_events=False,
         )(reconcile)
-
-    def _register_sweep_task(self) -> None:
-        def sweep() -> dict[str, int]:
-            return self.sweeper.sweep_once().as_dict()
-
-        self.celery.task(name=SWEEP_TASK, ignore_result=True, acks_late=False, shared=False)(sweep)
-
-    def _on_task_failure(
-        self,
-        sender: Any = None,
-        task_id: str | None = None,
-        exception: BaseException | None = None,
-        **_: Any,
-    ) -> None:
-        """The fast path for a pool child that died while its parent lives (docs/ledger.md, crash table).
-
-        Celery's parent process reports `WorkerLostError` through `task_failure` when the message
-        was not requeued; the attempt is marked lost now instead of when its lease lapses.
-        """
-        if sender is None or task_id is None or getattr(sender, "app", None) is not self.celery:
-            return
-        if not str(getattr(sender, "name", "")).startswith(TASK_PREFIX):
-            return
-        if not isinstance(exception, WorkerLostError):
-            return
-        self.runtime.worker.on_worker_lost(task_id, str(exception))
-
-    def _flush_outcomes(self, **_: Any) -> None:
-        """Write the outcomes this process still holds before it exits (the sweeper would,
-        later)."""
-        runtime = self._runtime
-        if runtime is not None and not runtime.writer.flush():
-            log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
-

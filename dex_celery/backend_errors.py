@@ -126,7 +126,8 @@ def backend_errors(redis_url: str, database_url: str) -> Iterator[None]:
 def translating_backend_errors(cls: type[T]) -> type[T]:
     """Class decorator: every public method of a client raises dex-celery errors only.
 
-    The instance must have `dex` (a `Dex`) to name the URLs in the message.
+    The instance must have `source` (a `RuntimeSource`: its `settings` name the URLs in the
+    message).
     """
     for name, member in list(vars(cls).items()):
         if name.startswith("_") or not callable(member) or isinstance(member, staticmethod):
@@ -138,7 +139,7 @@ def translating_backend_errors(cls: type[T]) -> type[T]:
 def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        settings = self.dex.settings
+        settings = self.source.settings
         with backend_errors(settings.redis_url, settings.database_url):
             return method(self, *args, **kwargs)
 

@@ -16,8 +16,9 @@ import click
 
 from dex_celery.backend_errors import require_existing_database
 from dex_celery.cli.context import DexContext, pass_context
-from dex_celery.engine.approvals import DEFAULT_LIST_LIMIT, Approvals, PendingApproval, utc
+from dex_celery.engine.approvals import DEFAULT_LIST_LIMIT, PendingApproval
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.times import format_utc
 
 
 @click.group()
@@ -39,7 +40,7 @@ def approvals() -> None:
 def list_approvals(ctx: DexContext, session_id: str | None, limit: int, as_json: bool) -> None:
     """Calls waiting for approval, oldest first (secret arguments shown as ***)."""
     require_existing_database(ctx.dex.settings.database_url)
-    pending = Approvals(ctx.dex).pending(session_id, limit=limit)
+    pending = ctx.dex.approvals.pending(session_id, limit=limit)
     if as_json:
         click.echo(json.dumps([p.as_dict() for p in pending], indent=2, sort_keys=True))
         return
@@ -57,7 +58,7 @@ def list_approvals(ctx: DexContext, session_id: str | None, limit: int, as_json:
 @pass_context
 def approve(ctx: DexContext, key: str, approver: str, note: str | None) -> None:
     """Approve KEY (session/turn/call); it is dispatched under its recorded policy."""
-    record = Approvals(ctx.dex).approve(key, approver, note)
+    record = ctx.dex.approvals.approve(key, approver, note)
     click.echo(f"approved {record.key} by {approver}; dispatched ({_state(record)})")
 
 
@@ -68,7 +69,7 @@ def approve(ctx: DexContext, key: str, approver: str, note: str | None) -> None:
 @pass_context
 def reject(ctx: DexContext, key: str, approver: str, reason: str | None) -> None:
     """Reject KEY (session/turn/call); it ends rejected and never runs."""
-    record = Approvals(ctx.dex).reject(key, approver, reason)
+    record = ctx.dex.approvals.reject(key, approver, reason)
     click.echo(f"rejected {record.key} by {approver}; it will not run")
 
 
@@ -77,8 +78,8 @@ def _line(p: PendingApproval) -> str:
     if len(arguments) > 120:
         arguments = arguments[:117] + "..."
     return (
-        f"{p.key}  {p.tool_name}  {p.effect.value}  requested {utc(p.requested_at)}  "
-        f"deadline {utc(p.deadline)}  {arguments}"
+        f"{p.key}  {p.tool_name}  {p.effect.value}  requested {format_utc(p.requested_at, millis=False)}  "
+        f"deadline {format_utc(p.deadline, millis=False)}  {arguments}"
     )
 
 

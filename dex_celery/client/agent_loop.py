@@ -166,7 +166,7 @@ def run_tool_calls(
     timeout: float = DEFAULT_TURN_TIMEOUT,
 ) -> list[dict[str, str]]:
     """Request a turn's tool calls in one batch, wait for all, return their result messages."""
-    plan = plan_turn(client.dex.dispatcher, session_id, turn_id, tool_calls)
+    plan = plan_turn(client.source.runtime.dispatcher, session_id, turn_id, tool_calls)
     if not plan.ids:
         return []
     records, refused = _request(client, plan)
@@ -184,7 +184,9 @@ async def run_tool_calls_async(
 ) -> list[dict[str, str]]:
     """`run_tool_calls` for an async agent loop."""
     sync = client.sync
-    plan = await asyncio.to_thread(plan_turn, sync.dex.dispatcher, session_id, turn_id, tool_calls)
+    plan = await asyncio.to_thread(
+        plan_turn, sync.source.runtime.dispatcher, session_id, turn_id, tool_calls
+    )
     if not plan.ids:
         return []
     records, refused = await asyncio.to_thread(_request, sync, plan)

@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequen
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.backend_errors import translating_backend_errors
-from dex_celery.engine.approvals import Approvals, PendingApproval
+from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.dispatch import CallRequest
-from dex_celery.engine.events import START, AgentEvent
 from dex_celery.errors import CallTimeout, UnknownCall
+from dex_celery.ledger.events import START, AgentEvent
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.message_text import check_text
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.engine.runtime import RuntimeSource
 
 
 @translating_backend_errors
@@ -36,8 +36,8 @@ class DexClient:
     `DatabaseUnavailable` or `SchemaMissing`.
     """
 
-    def __init__(self, dex: Dex) -> None:
-        self.dex = dex
+    def __init__(self, source: RuntimeSource) -> None:
+        self.source = source
 
     # --- sessions ------------------------------------------------------------------------------
 
@@ -47,25 +47,25 @@ class DexClient:
         """Create a session (or return it); its default effect applies to unclassified tools."""
         validate_id("session id", session_id)
         effect = EffectClass.parse(default_effect) if default_effect is not None else None
-        return self.dex.store.open_session(session_id, effect)
+        return self.source.runtime.store.open_session(session_id, effect)
 
     def get_agent_snapshot(self, session_id: str) -> AgentSnapshot:
         """Every call of the session (status, error) and every message, oldest first."""
-        calls, messages = self.dex.store.snapshot(session_id)
+        calls, messages = self.source.runtime.store.snapshot(session_id)
         return AgentSnapshot(
             session_id=session_id, tool_calls=tuple(calls), messages=tuple(messages)
         )
 
     def send_user_message(self, session_id: str, text: str) -> bool:
         """Append a user message to the history (S7.4); True once it is recorded."""
-        check_text(text, limit=self.dex.settings.max_text_bytes)
-        self.dex.store.append_message(session_id, MessageRole.USER, text)
+        check_text(text, limit=self.source.runtime.settings.max_text_bytes)
+        self.source.runtime.store.append_message(session_id, MessageRole.USER, text)
         return True
 
     def add_message(self, session_id: str, role: MessageRole, text: str) -> None:
         """Append a message of any role to the session's history (the model's own turns)."""
-        check_text(text, limit=self.dex.settings.max_text_bytes)
-        self.dex.store.append_message(session_id, MessageRole(role), text)
+        check_text(text, limit=self.source.runtime.settings.max_text_bytes)
+        self.source.runtime.store.append_message(session_id, MessageRole(role), text)
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -84,12 +84,12 @@ class DexClient:
 
     def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         """Several calls of one turn in one transaction; all are refused if one is bad."""
-        return self.dex.dispatcher.request(requests)
+        return self.source.runtime.dispatcher.request(requests)
 
     def get_call(self, key: str) -> ToolCallRecord:
         """The record of the call with idempotency key `session/turn/call`."""
         CallKey.parse(key)
-        record = self.dex.store.get_call(key)
+        record = self.source.runtime.store.get_call(key)
         if record is None:
             raise UnknownCall(f"no tool call {key!r}")
         return record
@@ -100,7 +100,7 @@ class DexClient:
         Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
         """
         deadline = time.monotonic() + timeout
-        events = self.dex.events
+        events = self.source.runtime.events
         # Taken before the first look at SQL, so no finished event can slip in between.
         position = events.latest_position()
         while True:
@@ -119,20 +119,19 @@ class DexClient:
 
     def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
         """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
-        return Approvals(self.dex).approve(key, approver, note)
+        return self.source.runtime.approvals.approve(key, approver, note)
 
     def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
-        return Approvals(self.dex).reject(key, approver, reason)
+        return self.source.runtime.approvals.reject(key, approver, reason)
 
     def pending_approvals(
         self, session_id: str | None = None, *, limit: int = 100
     ) -> list[PendingApproval]:
         """Calls waiting for a decision, oldest first, secret arguments redacted."""
-        return Approvals(self.dex).pending(session_id, limit=limit)
+        return self.source.runtime.approvals.pending(session_id, limit=limit)
 
-
-    # --- events (S7.3; dex_celery/engine/events.py) ---------------------------------------------------
+    # --- events (S7.3; dex_celery/ledger/events.py) ---------------------------------------------------
 
     def events(
         self,
@@ -148,17 +147,16 @@ class DexClient:
         Keep the `position` of the last event handled and pass it as `after` to resume. Stops
         once caught up, unless `follow` (then waits for new events up to `timeout` seconds).
         """
-        return self.dex.events.iterate(
+        return self.source.runtime.events.iterate(
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
-
 
 
 class AsyncDexClient:
     """Coroutine versions of `DexClient`'s calls (S8.3)."""
 
-    def __init__(self, dex: Dex) -> None:
-        self.sync = DexClient(dex)
+    def __init__(self, source: RuntimeSource) -> None:
+        self.sync = DexClient(source)
 
     async def open_session(
         self, session_id: str, *, default_effect: EffectClass | str | None = None
@@ -207,8 +205,7 @@ class AsyncDexClient:
     ) -> list[PendingApproval]:
         return await asyncio.to_thread(self.sync.pending_approvals, session_id, limit=limit)
 
-
-    # --- events (S7.3; dex_celery/engine/events.py) ---------------------------------------------------
+    # --- events (S7.3; dex_celery/ledger/events.py) ---------------------------------------------------
 
     def events(
         self,
@@ -220,7 +217,6 @@ class AsyncDexClient:
         timeout: float | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
-        return self.sync.dex.events.aiterate(
+        return self.sync.source.runtime.events.aiterate(
             after, session_id=session_id, types=types, follow=follow, timeout=timeout
         )
-

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
@@ -34,12 +33,15 @@ from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
+from dex_celery.model.times import format_utc
 from dex_celery.store.values import Outcome
 from dex_celery.tools.redact import redact
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.engine.dispatch import Dispatcher
+    from dex_celery.engine.epoch import LedgerEpoch
     from dex_celery.ledger.ledger import Ledger
+    from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
 
 log = logging.getLogger("dex_celery.engine.approvals")
@@ -104,11 +106,6 @@ class PendingApproval:
         }
 
 
-def utc(ts: float) -> str:
-    """A timestamp as people read it in errors and tool messages."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
-
-
 def rejection_error(approver: str, reason: str | None) -> str:
     """The `error` of a call a person rejected; the TOOL message says it was a person."""
     text = f"rejected by {approver}"
@@ -126,7 +123,7 @@ def expire_approval(store: Store, ledger: Ledger, record: ToolCallRecord, now: f
     """
     error = (
         "the approval deadline passed before anyone approved the call "
-        f"(deadline {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(record.approval_deadline or now))} UTC)"
+        f"(deadline {format_utc(record.approval_deadline or now, millis=False)})"
     )
     decision = ApprovalDecision("expired", APPROVAL_EXPIRED_BY, now, None)
     done = store.record_outcome(
@@ -136,25 +133,29 @@ def expire_approval(store: Store, ledger: Ledger, record: ToolCallRecord, now: f
         decision=decision,
     )
     if done:
-        ledger.announce(
-            {
-                "type": EventType.TOOL_CALL_DECIDED,
-                "key": record.key,
-                "decision": "expired",
-                "by": APPROVAL_EXPIRED_BY,
-            }
+        ledger.events.publish(
+            EventType.TOOL_CALL_DECIDED, record.key, decision="expired", by=APPROVAL_EXPIRED_BY
         )
-        ledger.announce_finished(
-            record.key, status=CallStatus.REJECTED.value, error=error
-        )
+        ledger.events.publish_finished(record.key, status=CallStatus.REJECTED.value, error=error)
     return done
 
 
 class Approvals:
     """Approve, reject and list the calls of one deployment that wait for a decision."""
 
-    def __init__(self, dex: Dex) -> None:
-        self.dex = dex
+    def __init__(
+        self,
+        store: Store,
+        ledger: Ledger,
+        epoch: LedgerEpoch,
+        dispatcher: Dispatcher,
+        settings: Settings,
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.epoch = epoch
+        self.dispatcher = dispatcher
+        self.settings = settings
 
     # --- decisions -----------------------------------------------------------------------------
 
@@ -167,15 +168,15 @@ class Approvals:
         changed, except that a call found past its deadline is ended `rejected` at once.
         """
         key, approver, note = self._check(key, approver, note, "note")
-        now = self.dex.store.clock()
+        now = self.store.clock()
         decision = ApprovalDecision(Decision.APPROVED.value, approver, now, note)
-        epoch = self.dex.epoch(refresh=True)
-        if not self.dex.store.decide(key, decision, now=now, epoch=epoch):
+        epoch = self.epoch.current(refresh=True)
+        if not self.store.decide(key, decision, now=now, epoch=epoch):
             raise self._refusal(key, now)
         self._announce(key, Decision.APPROVED, approver, note)
         record = self._get(key)
         try:
-            self.dex.dispatcher.start(record)
+            self.dispatcher.start(record)
         except Exception:
             # The approval is recorded; the call is pending with no ledger entry, which the
             # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
@@ -185,11 +186,11 @@ class Approvals:
     def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         """Reject a waiting call: it ends `rejected`, never runs, and the model reads why."""
         key, approver, reason = self._check(key, approver, reason, "reason")
-        now = self.dex.store.clock()
+        now = self.store.clock()
         error = rejection_error(approver, reason)
         decision = ApprovalDecision(Decision.REJECTED.value, approver, now, reason)
         with span(tracing.RECORD, key=key, outcome=CallStatus.REJECTED):
-            done = self.dex.store.record_outcome(
+            done = self.store.record_outcome(
                 key,
                 Outcome(CallStatus.REJECTED, error),
                 from_statuses=(CallStatus.AWAITING_APPROVAL,),
@@ -211,8 +212,8 @@ class Approvals:
             validate_id("session id", session_id)
         if limit < 1:
             raise InvalidDecision(f"limit must be at least 1, got {limit}")
-        records = self.dex.store.pending_approvals(
-            self.dex.store.clock(), session_id=session_id, limit=limit
+        records = self.store.pending_approvals(
+            self.store.clock(), session_id=session_id, limit=limit
         )
         return [PendingApproval.of(r) for r in records]
 
@@ -236,22 +237,22 @@ class Approvals:
             if not isinstance(text, str):
                 raise InvalidDecision(f"the {what} must be text, got {type(text).__name__}")
             text = text.strip() or None
-        if text is not None and len(text.encode()) > self.dex.settings.max_text_bytes:
+        if text is not None and len(text.encode()) > self.settings.max_text_bytes:
             raise InvalidDecision(
                 f"the {what} is {len(text.encode())} bytes; "
-                f"the limit is {self.dex.settings.max_text_bytes}"
+                f"the limit is {self.settings.max_text_bytes}"
             )
         return key, approver, text
 
     def _get(self, key: str) -> ToolCallRecord:
-        record = self.dex.store.get_call(key)
+        record = self.store.get_call(key)
         if record is None:
             raise UnknownCall(f"no tool call {key!r}")
         return record
 
     def _refusal(self, key: str, now: float) -> ApprovalError | UnknownCall:
         """The conditional update matched nothing: say exactly why (S6.3)."""
-        record = self.dex.store.get_call(key)
+        record = self.store.get_call(key)
         if record is None:
             return UnknownCall(f"no tool call {key!r}")
         status = record.status.value
@@ -259,9 +260,9 @@ class Approvals:
             deadline = record.approval_deadline or now
             if deadline <= now:
                 # Past its deadline and not swept yet: end it now, as the sweeper would.
-                expire_approval(self.dex.store, self.dex.ledger, record, now)
+                expire_approval(self.store, self.ledger, record, now)
                 return ApprovalDeadlinePassed(
-                    f"the approval deadline of {key} passed at {utc(deadline)}; "
+                    f"the approval deadline of {key} passed at {format_utc(deadline, millis=False)}; "
                     "the call is rejected and will not run",
                     key=key,
                     status=CallStatus.REJECTED.value,
@@ -283,14 +284,14 @@ class Approvals:
         if approval.decision == Decision.EXPIRED.value:
             deadline = record.approval_deadline or approval.decided_at
             return ApprovalDeadlinePassed(
-                f"the approval deadline of {key} passed at {utc(deadline)}; "
+                f"the approval deadline of {key} passed at {format_utc(deadline, millis=False)}; "
                 "the call was rejected and will not run",
                 key=key,
                 status=status,
             )
         return AlreadyDecided(
             f"{key} was already {approval.decision} by {approval.decided_by} at "
-            f"{utc(approval.decided_at)}; that decision stands (the call is {status})",
+            f"{format_utc(approval.decided_at, millis=False)}; that decision stands (the call is {status})",
             key=key,
             status=status,
             decision=approval.decision,
@@ -313,18 +314,11 @@ class Approvals:
         announcement, never the decision.
         """
         try:
-            self.dex.ledger.announce(
-                {
-                    "type": EventType.TOOL_CALL_DECIDED,
-                    "key": key,
-                    "decision": decision.value,
-                    "by": by,
-                    "note": note or "",
-                }
+            events = self.ledger.events
+            events.publish(
+                EventType.TOOL_CALL_DECIDED, key, decision=decision.value, by=by, note=note or ""
             )
             if finished_error is not None:
-                self.dex.ledger.announce_finished(
-                    key, status=CallStatus.REJECTED.value, error=finished_error
-                )
+                events.publish_finished(key, status=CallStatus.REJECTED.value, error=finished_error)
         except Exception:
             log.exception("could not announce the decision on %s", key)

@@ -230,15 +230,12 @@ class Dispatcher:
 
     def _announce_request(self, record: ToolCallRecord) -> None:
         if record.status is CallStatus.AWAITING_APPROVAL:
-            self.ledger.announce(
-                {"type": EventType.TOOL_CALL_REQUESTED, "key": record.key, "effect": record.effect.value}
-            )
-            self.ledger.announce(
-                {
-                    "type": EventType.TOOL_CALL_AWAITING_APPROVAL,
-                    "key": record.key,
-                    "deadline": str(record.approval_deadline or ""),
-                }
+            events = self.ledger.events
+            events.publish(EventType.TOOL_CALL_REQUESTED, record.key, effect=record.effect.value)
+            events.publish(
+                EventType.TOOL_CALL_AWAITING_APPROVAL,
+                record.key,
+                deadline=str(record.approval_deadline or ""),
             )
 
     def start(
@@ -352,7 +349,9 @@ class Dispatcher:
                 retry_policy=_PUBLISH_RETRY,
             )
         except Exception as e:  # kombu raises several unrelated types for a broker that is down
-            log.warning("%s", PublishError(f"could not publish attempt {attempt} of {message.key}: {e}"))
+            log.warning(
+                "%s", PublishError(f"could not publish attempt {attempt} of {message.key}: {e}")
+            )
             return e
         return None
 
@@ -460,12 +459,16 @@ def outcome_of(step: Step, result: str | None) -> Outcome:
     )
 
 
-def claimed_write_outcome(record: ToolCallRecord, attempts: int, log_json: str | None) -> Outcome:
-    """The ledger said "did not run", but the system of record holds a claim of this write:
-    the ledger went back in time after the claim, so the tool may have run (S10.2)."""
+def claimed_write_outcome(
+    record: ToolCallRecord, attempts: int, log_json: str | None = None
+) -> Outcome:
+    """The one rule for a claimed write whose ledger entry was lost (S10.2): the system of
+    record holds a claim of this write but the ledger no longer knows what became of it (Redis
+    lost data or went back in time), so the tool may have run: `outcome_unknown`, never run
+    again. Used by the dispatcher (the ledger said "did not run") and the sweeper (an orphan)."""
     detail = (
-        f"the ledger lost the claim of this write, which the database shows was claimed by "
-        f"{record.claimed_by or 'a worker'}"
+        "the ledger lost track of it while it was in flight (Redis lost data or went back in "
+        f"time), and the database shows it was claimed by {record.claimed_by or 'a worker'}"
     )
     return Outcome(
         CallStatus.OUTCOME_UNKNOWN,

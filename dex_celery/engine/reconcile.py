@@ -11,7 +11,8 @@ seed's own function, knows the call was reported (S8.2).
   function, for a support tool or a job that handles one session (async, S8.3 shape).
 - `OutcomeChecks` (`dex.outcome_check(tool)` / `dex.register_outcome_check(tool, check)`): the
   registry the beat job reads.
-- `reconcile_once(dex)`: one run of the beat job (Celery task `dex.reconcile`, S8.4). It
+- `Reconciler` (built by the runtime): `reconcile_call` is the one per-call step; `run_once`
+  (and `reconcile_once(dex)`) is one run of the beat job (Celery task `dex.reconcile`, S8.4). It
   surfaces every new unknown call once (a log line with the key, a
   `tool_call_outcome_unknown_surfaced` event, a count), runs the registered checks, and reports
   each answer once. A check that raises or answers nonsense is logged and asked again next run;
@@ -26,26 +27,25 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
 
-from dex_celery.engine.events import AgentEvents
 from dex_celery.errors import (
     ConfigurationError,
     DuplicateOutcomeCheck,
     InvalidCheckResult,
     UnknownCall,
 )
+from dex_celery.ledger.events import AgentEvents
 from dex_celery.model.event_types import EventType
+from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.message_text import check_text
-from dex_celery.model.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT
-from dex_celery.model.records import AgentSnapshot, Message, MessageRole
+from dex_celery.model.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
+from dex_celery.model.records import AgentSnapshot, Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported, format_report
-from dex_celery.settings import DEFAULT_CHECK_TIMEOUT
+from dex_celery.settings import DEFAULT_CHECK_TIMEOUT, Settings
 from dex_celery.store.repository import Store
 from dex_celery.store.unknowns import UnknownOutcomes
-
-if TYPE_CHECKING:
-    from dex_celery.app import Dex
 
 log = logging.getLogger("dex_celery.engine.reconcile")
 
@@ -116,7 +116,7 @@ async def report_unknown_outcomes(
     sent = _user_text(snapshot.messages)
     reports: list[str] = []
     for message in _unknown_messages(snapshot.messages):
-        key = f"{session_id}/{message.turn_id}/{message.tool_call_id}"
+        key = str(CallKey.of(session_id, message.turn_id, message.tool_call_id))
         if already_reported(key, sent):
             continue
         result = check(key, message.tool_arguments or "{}")
@@ -217,127 +217,207 @@ class ReconcileReport:
         return {k: v for k, v in asdict(self).items() if isinstance(v, int)}
 
 
-def reconcile_once(
-    dex: Dex, *, checks: OutcomeChecks | None = None, limit: int | None = None
-) -> ReconcileReport:
-    """One run of the reconcile beat job (S8.4). Safe to run twice at once (see `UnknownOutcomes`)."""
-    run = _Run(
-        repo=UnknownOutcomes(dex.store),
-        store=dex.store,
-        events=dex.events,
-        checks=checks if checks is not None else dex.outcome_checks,
-        check_timeout=dex.settings.check_timeout,
-        max_text_bytes=dex.settings.max_text_bytes,
-    )
-    limit = limit or dex.settings.sweep_batch
-    for key in run.repo.unsurfaced(limit=limit):
-        run.surface(key)
-    for key in run.repo.open_keys(run.checks.tool_names, limit=limit):
-        run.report(key)
-    report = ReconcileReport(
-        surfaced=len(run.surfaced),
-        reported=len(run.reported),
-        errors=len(run.failed),
-        open_without_check=run.repo.count_open_without(run.checks.tool_names),
-        surfaced_keys=tuple(run.surfaced),
-        reported_keys=tuple(run.reported),
-        error_keys=tuple(run.failed),
-        **run.counts,
-    )
-    if report.surfaced or report.reported or report.errors:
-        log.info("reconcile: %s", report.as_dict())
-    return report
+class Verdict(StrEnum):
+    """What one reconcile step did with one call."""
+
+    REPORTED = "reported"
+    ALREADY_REPORTED = "already_reported"
+    CANNOT_TELL_YET = "cannot_tell_yet"
+    NO_CHECK = "no_check"
+    #: Not an open unknown outcome (any more): reported, closed by a person, or another status.
+    NOT_OPEN = "not_open"
 
 
-@dataclass
-class _Run:
-    """One reconcile run: its collaborators and what it has done so far."""
+@dataclass(frozen=True, slots=True)
+class SessionReconcile:
+    """What one run for one session did, key by key (the web app's "reconcile now" button)."""
 
-    repo: UnknownOutcomes
-    store: Store
-    events: AgentEvents
-    checks: OutcomeChecks
-    check_timeout: float
-    max_text_bytes: int
-    surfaced: list[str] = field(default_factory=list)
-    reported: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    counts: dict[str, int] = field(
-        default_factory=lambda: {"already_reported": 0, "cannot_tell_yet": 0}
-    )
-    #: The user messages of each session seen, with the reports this run sent.
-    user_texts: dict[str, str] = field(default_factory=dict)
+    session_id: str
+    reported: tuple[str, ...] = ()
+    already_reported: tuple[str, ...] = ()
+    cannot_tell_yet: tuple[str, ...] = ()
+    no_check: tuple[str, ...] = ()
+    errors: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
-    def surface(self, key: str) -> None:
+    def summary(self) -> str:
+        parts = [
+            f"{len(self.reported)} reported",
+            f"{len(self.already_reported)} already reported",
+            f"{len(self.cannot_tell_yet)} cannot tell yet",
+            f"{len(self.no_check)} without an outcome check (left for a person)",
+            f"{len(self.errors)} failed",
+        ]
+        return f"session {self.session_id}: " + ", ".join(parts)
+
+
+class Reconciler:
+    """Reconciling `outcome_unknown` calls: the beat job, one session, one call (S8.4).
+
+    Built once per process by the runtime. `reconcile_call` is the one per-call step; the beat
+    job (`run_once`) and the web app's button (`reconcile_session`) both go through it, so the
+    "reported once" guard, the check's bookkeeping and the surfaced/reported events are the same
+    whichever started it.
+    """
+
+    def __init__(
+        self, store: Store, events: AgentEvents, checks: OutcomeChecks, settings: Settings
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.checks = checks
+        self.settings = settings
+        self.repo = UnknownOutcomes(store)
+
+    def surface(self, record: ToolCallRecord) -> bool:
         """Note a new `outcome_unknown` call once: a log line and an event (S8.4)."""
-        try:
-            record = self.store.get_call(key)
-            if record is None or not self.repo.surface(record, now=self.store.clock()):
-                return
-            has_check = self.checks.get(record.tool_name) is not None
-            log.warning(
-                "outcome_unknown call surfaced: %s (tool %s, %s): %s",
-                key,
-                record.tool_name,
-                "checking it" if has_check else "no outcome check, left for a person",
-                record.error or "",
-            )
-            self.events.publish(
-                EventType.TOOL_CALL_OUTCOME_UNKNOWN_SURFACED,
-                key,
-                tool=record.tool_name,
-                check="yes" if has_check else "no",
-            )
-            self.surfaced.append(key)
-        except Exception:
-            self.failed.append(key)
-            log.exception("could not surface %s; trying again next run", key)
+        if not self.repo.surface(record, now=self.store.clock()):
+            return False
+        has_check = self.checks.get(record.tool_name) is not None
+        log.warning(
+            "outcome_unknown call surfaced: %s (tool %s, %s): %s",
+            record.key,
+            record.tool_name,
+            "checking it" if has_check else "no outcome check, left for a person",
+            record.error or "",
+        )
+        self.events.publish(
+            EventType.TOOL_CALL_OUTCOME_UNKNOWN_SURFACED,
+            record.key,
+            tool=record.tool_name,
+            check="yes" if has_check else "no",
+        )
+        return True
 
-    def report(self, key: str) -> None:
-        """Ask the tool's check about an open unknown call and report its answer (S8.1)."""
-        try:
-            self._report(key)
-        except InvalidCheckResult as e:
-            self.failed.append(key)
-            log.error("%s; trying again next run", e)
-        except Exception:
-            self.failed.append(key)
-            log.exception("outcome check for %s failed; trying again next run", key)
+    def reconcile_call(self, record: ToolCallRecord, user_text: str) -> tuple[Verdict, str]:
+        """Ask the tool's check about one open unknown call and report its answer once (S8.1).
 
-    def _report(self, key: str) -> None:
-        record = self.store.get_call(key)
-        if record is None:
-            raise UnknownCall(f"no tool call {key!r}")
+        `user_text` is the session's user messages seen so far (the "already reported" guard,
+        S8.2). Returns the verdict and the report text sent ('' if none). A check that raises or
+        answers nonsense is noted on the call and raised; the caller asks again next run.
+        """
+        key = record.key
+        row = self.repo.get(key)
+        if record.status is not CallStatus.OUTCOME_UNKNOWN or (
+            row is not None and row.state != "open"
+        ):
+            return Verdict.NOT_OPEN, ""
+        if row is None:
+            self.surface(record)
+        if already_reported(key, user_text):
+            self.repo.mark_reported(key, now=self.store.clock())
+            return Verdict.ALREADY_REPORTED, ""
         check = self.checks.get(record.tool_name)
         if check is None:
-            return
-        sid = record.session_id
-        if sid not in self.user_texts:
-            self.user_texts[sid] = self.repo.user_texts(sid)
-        if already_reported(key, self.user_texts[sid]):
-            if self.repo.mark_reported(key, now=self.store.clock()):
-                self.counts["already_reported"] += 1
-            return
+            return Verdict.NO_CHECK, ""
         answer, text = self._ask(check, key, record.arguments)
         if isinstance(answer, CannotTellYet):
-            self.counts["cannot_tell_yet"] += 1
             log.info("outcome check for %s cannot tell yet: %s", key, answer.reason)
-            return
-        if self.repo.report(record, text, now=self.store.clock()):
-            self.reported.append(key)
-            self.user_texts[sid] += "\n" + text
-            log.info("reported the outcome of %s to session %s", key, sid)
-            self.events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
+            return Verdict.CANNOT_TELL_YET, ""
+        if not self.repo.report(record, text, now=self.store.clock()):
+            return Verdict.ALREADY_REPORTED, ""
+        log.info("reported the outcome of %s to session %s", key, record.session_id)
+        self.events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
+        return Verdict.REPORTED, text
 
     def _ask(self, check: AnyOutcomeCheck, key: str, arguments: str) -> tuple[CheckAnswer, str]:
         """Run the check and note the attempt; (answer, report text or '')."""
         try:
-            answer = run_check(check, key, arguments, timeout=self.check_timeout)
+            answer = run_check(check, key, arguments, timeout=self.settings.check_timeout)
             text = "" if isinstance(answer, CannotTellYet) else format_report(answer, key)
             if text:
-                check_text(text, limit=self.max_text_bytes)  # the size limit of any user message
+                # The size limit of any user message.
+                check_text(text, limit=self.settings.max_text_bytes)
         except Exception as e:
             self.repo.note_check(key, now=self.store.clock(), error=f"{type(e).__name__}: {e}")
             raise
         self.repo.note_check(key, now=self.store.clock(), error=None)
         return answer, text
+
+    def run_once(
+        self, *, checks: OutcomeChecks | None = None, limit: int | None = None
+    ) -> ReconcileReport:
+        """One run of the beat job. Safe to run twice at once (see `UnknownOutcomes`)."""
+        run = self if checks is None else Reconciler(self.store, self.events, checks, self.settings)
+        limit = limit or self.settings.sweep_batch
+        surfaced: list[str] = []
+        failed: list[str] = []
+        for key in run.repo.unsurfaced(limit=limit):
+            try:
+                record = run.store.get_call(key)
+                if record is not None and run.surface(record):
+                    surfaced.append(key)
+            except Exception:
+                failed.append(key)
+                log.exception("could not surface %s; trying again next run", key)
+        verdicts: dict[Verdict, list[str]] = {verdict: [] for verdict in Verdict}
+        user_texts: dict[str, str] = {}
+        for key in run.repo.open_keys(run.checks.tool_names, limit=limit):
+            try:
+                record = run.store.get_call(key)
+                if record is None:
+                    raise UnknownCall(f"no tool call {key!r}")
+                sid = record.session_id
+                if sid not in user_texts:
+                    user_texts[sid] = run.repo.user_texts(sid)
+                verdict, text = run.reconcile_call(record, user_texts[sid])
+                user_texts[sid] += "\n" + text if text else ""
+                verdicts[verdict].append(key)
+            except InvalidCheckResult as e:
+                failed.append(key)
+                log.error("%s; trying again next run", e)
+            except Exception:
+                failed.append(key)
+                log.exception("outcome check for %s failed; trying again next run", key)
+        report = ReconcileReport(
+            surfaced=len(surfaced),
+            reported=len(verdicts[Verdict.REPORTED]),
+            already_reported=len(verdicts[Verdict.ALREADY_REPORTED]),
+            cannot_tell_yet=len(verdicts[Verdict.CANNOT_TELL_YET]),
+            errors=len(failed),
+            open_without_check=run.repo.count_open_without(run.checks.tool_names),
+            surfaced_keys=tuple(surfaced),
+            reported_keys=tuple(verdicts[Verdict.REPORTED]),
+            error_keys=tuple(failed),
+        )
+        if report.surfaced or report.reported or report.errors:
+            log.info("reconcile: %s", report.as_dict())
+        return report
+
+    def reconcile_session(self, session_id: str) -> SessionReconcile:
+        """Ask the outcome check of each unreported `outcome_unknown` call of one session."""
+        validate_id("session id", session_id)
+        calls, history = self.store.snapshot(session_id)
+        sent = _user_text(history)
+        verdicts: dict[Verdict, list[str]] = {verdict: [] for verdict in Verdict}
+        errors: list[tuple[str, str]] = []
+        for record in calls:
+            try:
+                verdict, text = self.reconcile_call(record, sent)
+            except Exception as e:
+                errors.append((record.key, f"{type(e).__name__}: {e}"))
+                log.warning("outcome check for %s failed: %s", record.key, e)
+                continue
+            sent += "\n" + text if text else ""
+            verdicts[verdict].append(record.key)
+        return SessionReconcile(
+            session_id,
+            tuple(verdicts[Verdict.REPORTED]),
+            tuple(verdicts[Verdict.ALREADY_REPORTED]),
+            tuple(verdicts[Verdict.CANNOT_TELL_YET]),
+            tuple(verdicts[Verdict.NO_CHECK]),
+            tuple(errors),
+        )
+
+
+class HasReconciler(Protocol):
+    """Whatever holds this process's reconciler (a `Dex`); the engine never imports the façade."""
+
+    @property
+    def reconciler(self) -> Reconciler: ...
+
+
+def reconcile_once(
+    deployment: HasReconciler, *, checks: OutcomeChecks | None = None, limit: int | None = None
+) -> ReconcileReport:
+    """One run of the reconcile beat job (S8.4) of a deployment (`reconcile_once(dex)`)."""
+    return deployment.reconciler.run_once(checks=checks, limit=limit)

@@ -8,18 +8,22 @@ threads. Who calls whom (docs/architecture.md):
     Sweeper(ledger, store, dispatcher, settings, epoch)         what stopped moving
     Worker(celery, ledger, store, dispatcher, settings, writer) one attempt in a task
     OutcomeWriter(store, ledger)                                batched SQL writes of outcomes
+    Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
+    Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from celery import Celery
 
+from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.epoch import LedgerEpoch
-from dex_celery.engine.events import AgentEvents
 from dex_celery.engine.outcome_writer import OutcomeWriter
+from dex_celery.engine.reconcile import OutcomeChecks, Reconciler
 from dex_celery.engine.sweep import Sweeper
 from dex_celery.engine.worker import Worker
 from dex_celery.ledger.connection import ledger_client
@@ -32,7 +36,12 @@ from dex_celery.tools.tool import Tool
 
 
 class Runtime:
-    """This process's ledger connection and the components wired to it."""
+    """This process's ledger connection and the components wired to it.
+
+    Also holds what it was built from (the Celery app, settings, key space, store, tools,
+    outcome checks), so the process wiring and the operators' side take a `Runtime` and never
+    the façade.
+    """
 
     def __init__(
         self,
@@ -41,7 +50,14 @@ class Runtime:
         keys: KeySpace,
         store: Store,
         tools: Mapping[str, Tool],
+        checks: OutcomeChecks,
     ) -> None:
+        self.celery = celery
+        self.settings = settings
+        self.keys = keys
+        self.store = store
+        self.tools = tools
+        self.checks = checks
         self.ledger = Ledger(
             ledger_client(settings),
             keys=keys,
@@ -53,9 +69,32 @@ class Runtime:
         )
         #: The ledger's Redis client, for what is not a ledger script (events, stats, hooks).
         self.redis = self.ledger.client
-        self.events = AgentEvents(self.redis, keys.events, maxlen=settings.events_maxlen)
+        self.events = self.ledger.events
         self.epoch = LedgerEpoch(self.ledger, lambda: store.engine, location)
         self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
         self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
         self.worker = Worker(celery, self.ledger, store, self.dispatcher, settings, self.writer)
+        self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
+        self.reconciler = Reconciler(store, self.events, checks, settings)
+
+
+class RuntimeSource(Protocol):
+    """Whatever builds this process's `Runtime` on first use (a `Dex`).
+
+    What long-lived objects hold instead of the façade: they ask for `runtime` when they act, so
+    in a forked child they get the child's runtime, never the parent's sockets.
+    """
+
+    @property
+    def settings(self) -> Settings:
+        """The deployment's settings (read without building the runtime)."""
+        ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def built_runtime(self) -> Runtime | None:
+        """The runtime if this process built one already (shutdown hooks must not build one)."""
+        ...

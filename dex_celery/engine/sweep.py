@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import record_sweep
+from dex_celery.engine.dispatch import claimed_write_outcome
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.model.event_types import EventType
-from dex_celery.model.outcomes import CallStatus, EndReason, error_text
+from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.values import Outcome
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from dex_celery.store.repository import Store
 
 log = logging.getLogger("dex_celery.engine.sweep")
+
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
@@ -172,9 +174,7 @@ class Sweeper:
         ended after its last surviving entry, so every ended call has its finished event (S7.3).
         """
         ledger, keys = self.ledger, self.ledger.keys
-        if not ledger.client.set(
-            keys.replayed(epoch), "1", nx=True, ex=self.settings.finished_ttl
-        ):
+        if not ledger.client.set(keys.replayed(epoch), "1", nx=True, ex=self.settings.finished_ttl):
             return 0  # another process replays this rollback
         last = ledger.client.xrevrange(keys.events, count=1)
         if last:
@@ -189,7 +189,7 @@ class Sweeper:
         replayed = 0
         for record in self.store.finished_since(since, limit=REPLAY_LIMIT):
             if record.key not in seen:
-                ledger.announce_finished(
+                ledger.events.publish_finished(
                     record.key, status=record.status.value, error=record.error or ""
                 )
                 replayed += 1
@@ -284,17 +284,14 @@ class Sweeper:
 
     def _end_after_data_loss(self, record: ToolCallRecord) -> bool:
         """The ledger that knew whether this write reached a worker is gone: be conservative."""
-        detail = (
-            "the ledger lost track of it while it was in flight (Redis lost data or went back in "
-            f"time), and the database shows it was claimed by {record.claimed_by}"
+        outcome = claimed_write_outcome(record, record.attempts)
+        error = outcome.error or ""
+        done = self.store.record_outcome(
+            record.key, Outcome(CallStatus.OUTCOME_UNKNOWN, outcome.error)
         )
-        error = error_text(
-            CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(record.attempts, 1)
-        )
-        done = self.store.record_outcome(record.key, Outcome(CallStatus.OUTCOME_UNKNOWN, error))
         if done:
-            log.warning("call %s ended outcome_unknown: %s", record.key, detail)
-            self.ledger.announce_finished(
+            log.warning("call %s ended outcome_unknown: %s", record.key, error)
+            self.ledger.events.publish_finished(
                 record.key, status=CallStatus.OUTCOME_UNKNOWN.value, error=error
             )
         return done

@@ -21,6 +21,7 @@ from celery.exceptions import Ignore
 from dex_celery.engine import tracing
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.dispatch import Dispatcher, outcome_of
+from dex_celery.engine.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.task_events import (
     AttemptFailed,
@@ -34,13 +35,14 @@ from dex_celery.errors import DexError
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.model.ids import CallKey, parse_task_id
+from dex_celery.model.policy import EffectClass
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.store.values import OutcomeRow, arguments_json
-from dex_celery.tools.invoke import invoke_attempt, stored_arguments
 from dex_celery.tools.tool import Tool, ToolContext
 
 log = logging.getLogger("dex_celery.engine.worker")
+
 
 class HeartbeatPump:
     """One thread per worker process renews the leases of every attempt it runs (S3.4).
@@ -208,7 +210,7 @@ class Worker:
         arguments: str | dict[str, Any],
         sealed: str | None = None,
     ) -> str | None:
-        """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.tools.invoke`).
+        """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.engine.invoke`).
         Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
         Celery's `Retry`) otherwise, so the task's state in Flower is the record's
         (`dex_celery.engine.task_events`)."""
@@ -219,7 +221,9 @@ class Worker:
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
             else:
-                cause, payload = self._execute(tool, call, attempt, claim, (arguments, sealed), fence)
+                cause, payload = self._execute(
+                    tool, call, attempt, claim, (arguments, sealed), fence
+                )
             return self._finish(tool, call, attempt, arguments, fence, cause, payload, traced)
 
     def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
@@ -242,7 +246,7 @@ class Worker:
         refused = claim_shortfall(self.ledger.client, self.settings, key, attempt)
         if (
             not refused
-            and claim.effect not in RETRYABLE_EFFECTS
+            and not EffectClass.retryable_value(claim.effect)
             and not self._fence_write(key, attempt, fence, owner)
         ):
             traced.set("outcome", "write_fence_refused")
@@ -382,10 +386,4 @@ class Worker:
         log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
         outcome = self.dispatcher.apply(call.key, step, announce=False)
         if step.kind is not StepKind.NOOP:
-            announce_after_worker_lost(
-                self.celery, self.settings, call.key, attempt, step, outcome
-            )
-
-
-#: Effect classes whose claim in Redis is enough: running them again is harmless.
-RETRYABLE_EFFECTS = frozenset({"read", "idempotent_write"})
+            announce_after_worker_lost(self.celery, self.settings, call.key, attempt, step, outcome)

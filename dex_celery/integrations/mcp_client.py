@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import httpx2
@@ -51,9 +51,6 @@ from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.model.policy import ToolPolicy, check_registration
 from dex_celery.tools.schema import check_schema
 from dex_celery.tools.tool import Tool, ToolContext
-
-if TYPE_CHECKING:
-    from dex_celery.app import Dex
 
 log = logging.getLogger("dex_celery.mcp")
 
@@ -136,8 +133,17 @@ def hints_with_defaults(annotations: mcp_types.ToolAnnotations | None) -> dict[s
     return {**MCP_DEFAULT_HINTS, **given}
 
 
+class ToolRegistry(Protocol):
+    """Where the server's tools are registered (a `Dex`)."""
+
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+
+    def add_tool(self, tool: Tool) -> None: ...
+
+
 def add_mcp_server(
-    dex: Dex,
+    dex: ToolRegistry,
     name: str | None = None,
     *,
     command: Sequence[str] | str | None = None,

@@ -39,12 +39,13 @@ from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
-from dex_celery.model.policy import EffectClass, effect_from_annotations
+from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.tools.definitions import mcp_hints
 from dex_celery.tools.tool import Tool
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.engine.runtime import RuntimeSource
 
 log = logging.getLogger("dex_celery.mcp")
 
@@ -62,32 +63,16 @@ ANONYMOUS_TURN = "mcp"
 #: Answers that do not give the outcome yet.
 _UNANSWERED = frozenset({CallStatus.AWAITING_APPROVAL.value, CallStatus.PENDING.value})
 
-_ANNOTATIONS: Mapping[EffectClass, mcp_types.ToolAnnotations | None] = {
-    EffectClass.READ: mcp_types.ToolAnnotations(
-        read_only_hint=True, destructive_hint=False, idempotent_hint=True
-    ),
-    EffectClass.IDEMPOTENT_WRITE: mcp_types.ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=True
-    ),
-    EffectClass.NON_IDEMPOTENT_WRITE: mcp_types.ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=False
-    ),
-    # Nothing is known: no hints, so clients apply MCP's defaults (a destructive,
-    # non-idempotent write), which is how dex treats it too (S1.2).
-    EffectClass.UNCLASSIFIED: None,
-}
-
 
 def declared_effect(tool: Tool) -> EffectClass:
     """The class a call of `tool` gets without a session default: its policy, then its metadata."""
-    return (
-        tool.policy.effect or effect_from_annotations(tool.annotations) or EffectClass.UNCLASSIFIED
-    )
+    return tool.declared_effect or EffectClass.UNCLASSIFIED
 
 
 def annotations_for(tool: Tool) -> mcp_types.ToolAnnotations | None:
-    """MCP hints from the tool's effect class (`openWorldHint` is left to MCP's default)."""
-    return _ANNOTATIONS[declared_effect(tool)]
+    """MCP hints from the tool's effect class (the one table, `policy.MCP_HINTS`)."""
+    hints = mcp_hints(tool)
+    return mcp_types.ToolAnnotations.model_validate(hints) if hints else None
 
 
 def mcp_tool(tool: Tool) -> mcp_types.Tool:
@@ -179,7 +164,9 @@ def still_running_text(record: ToolCallRecord, waited: float) -> str:
 class DexMcpServer:
     """The MCP server of one `Dex`: its tools, each call requested through the ledger."""
 
-    def __init__(self, dex: Dex, *, session_id: str | None = None, wait_timeout: float = 300.0):
+    def __init__(
+        self, dex: RuntimeSource, *, session_id: str | None = None, wait_timeout: float = 300.0
+    ):
         self.dex = dex
         self.client = AsyncDexClient(dex)
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
@@ -201,7 +188,7 @@ class DexMcpServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=[mcp_tool(t) for t in self.dex.tools.values()])
+        return mcp_types.ListToolsResult(tools=[mcp_tool(t) for t in self.dex.runtime.tools.values()])
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
@@ -268,7 +255,7 @@ class DexMcpServer:
 
 
 def serve(
-    dex: Dex,
+    dex: RuntimeSource,
     *,
     transport: str,
     host: str = "127.0.0.1",

@@ -41,8 +41,8 @@ from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
 
-from dex_celery.app import Dex
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
+from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import (
     ApprovalError,
     CallTimeout,
@@ -54,7 +54,7 @@ from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass, resolve_policy
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.tools.tool import Tool
+from dex_celery.tools.tool import Tool, find_tool
 
 #: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).
 DEFAULT_APPROVER = "openai-agents-sdk"
@@ -67,7 +67,7 @@ SessionIdSource = str | Callable[[RunContextWrapper[Any]], str]
 
 
 def dex_function_tools(
-    dex: Dex | DexClient | AsyncDexClient,
+    dex: RuntimeSource | DexClient | AsyncDexClient,
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
@@ -78,23 +78,33 @@ def dex_function_tools(
 
     `dex` may also be a `DexClient` or `AsyncDexClient` of the deployment.
     """
+    source: RuntimeSource
     if isinstance(dex, AsyncDexClient):
-        dex = dex.sync.dex
+        source = dex.sync.source
     elif isinstance(dex, DexClient):
-        dex = dex.dex
+        source = dex.source
+    else:
+        source = dex
+    registered = source.runtime.tools
     tools = (
-        [dex.get_tool(name) for name in names] if names is not None else list(dex.tools.values())
+        [find_tool(registered, name) for name in names]
+        if names is not None
+        else list(registered.values())
     )
-    bridge = _Bridge(dex, session_id, approver, wait_timeout)
+    bridge = _Bridge(source, session_id, approver, wait_timeout)
     return [bridge.function_tool(tool) for tool in tools]
 
 
 class _Bridge:
     def __init__(
-        self, dex: Dex, session_id: SessionIdSource | None, approver: str, wait_timeout: float
+        self,
+        source: RuntimeSource,
+        session_id: SessionIdSource | None,
+        approver: str,
+        wait_timeout: float,
     ) -> None:
-        self.dex = dex
-        self.client = AsyncDexClient(dex)
+        self.source = source
+        self.client = AsyncDexClient(source)
         self.session_id = session_id
         self.approver = approver
         self.wait_timeout = wait_timeout
@@ -156,12 +166,14 @@ class _Bridge:
     async def requires_approval(self, tool: Tool, ctx: RunContextWrapper[Any]) -> bool:
         """What the call's policy snapshot will say (S1.3, S1.4), session default included."""
         session_default = await asyncio.to_thread(self._session_default, self.run_id(ctx))
-        snapshot = resolve_policy(tool.policy, tool.annotations, session_default, self.dex.settings)
+        snapshot = resolve_policy(
+            tool.policy, tool.annotations, session_default, self.source.runtime.settings
+        )
         return snapshot.requires_approval
 
     def _session_default(self, session_id: str) -> EffectClass | None:
         try:
-            return self.dex.store.get_session(session_id).default_effect
+            return self.source.runtime.store.get_session(session_id).default_effect
         except UnknownSession:
             return None
 

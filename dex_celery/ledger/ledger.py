@@ -23,6 +23,7 @@ import redis
 
 from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
+from dex_celery.ledger.events import AgentEvents
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.protocol import decode
 from dex_celery.model.policy import PolicySnapshot
@@ -226,6 +227,8 @@ class Ledger:
         self.events_maxlen = events_maxlen
         self.finished_ttl = finished_ttl
         self.jitter = jitter
+        #: The AgentEvents stream, the one way events outside the scripts are published.
+        self.events = AgentEvents(client, self.keys.events, maxlen=events_maxlen)
         common = _load("_common.lua")
         self._scripts = {
             name: client.register_script(
@@ -288,10 +291,6 @@ class Ledger:
         return float(self._run("now", (self.keys.clock,), ())["now"])
 
     # --- epoch ----------------------------------------------------------------------------------
-
-    def current_epoch(self) -> str | None:
-        value = self.client.get(self.keys.epoch)
-        return None if value is None else str(value)
 
     def rotate(self, *, expected_dataset: str, dataset: str, epoch: str) -> tuple[bool, str]:
         """Start a new life of the ledger (compare-and-set on the dataset marker).
@@ -446,16 +445,6 @@ class Ledger:
     def time_out(self, key: str, attempt: int | None, *, detail: str) -> Step:
         f = self._run("time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail))
         return Step.from_fields(f)
-
-    def announce_finished(self, key: str, *, status: str, error: str) -> None:
-        """The finished event of a call that ended without a ledger entry (approvals, lost data)."""
-        self.announce({"type": "tool_call_finished", "key": key, "status": status, "error": error})
-
-    def announce(self, fields: dict[str, str]) -> None:
-        """Append one event to the AgentEvents stream (events outside the transition scripts)."""
-        self.client.xadd(
-            self.keys.events, cast(Any, dict(fields)), maxlen=self.events_maxlen, approximate=True
-        )
 
     def recorded(self, key: str, *, status: str, error: str) -> bool:
         return self.recorded_many([(key, status, error)])[0]

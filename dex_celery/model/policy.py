@@ -49,6 +49,33 @@ class EffectClass(StrEnum):
         """S1.3's default table."""
         return not self.retryable
 
+    @classmethod
+    def retryable_value(cls, value: str) -> bool:
+        """`retryable` of a stored value; an unknown one (never written) counts as a write."""
+        try:
+            return cls(value).retryable
+        except ValueError:
+            return False
+
+
+#: The one table from an effect class to MCP's tool hints (what dex-celery tells MCP clients).
+#: `unclassified` has none: clients then apply MCP's defaults (a destructive, non-idempotent
+#: write), which is how dex treats it too (S1.2).
+MCP_HINTS: Mapping[EffectClass, Mapping[str, bool]] = {
+    EffectClass.READ: {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
+    EffectClass.IDEMPOTENT_WRITE: {
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": True,
+    },
+    EffectClass.NON_IDEMPOTENT_WRITE: {
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": False,
+    },
+    EffectClass.UNCLASSIFIED: {},
+}
+
 
 class EffectSource(StrEnum):
     """Where a call's effect class came from, kept in the snapshot for people reading it."""
@@ -130,11 +157,19 @@ def effect_from_annotations(annotations: Mapping[str, Any] | None) -> EffectClas
     return EffectClass.NON_IDEMPOTENT_WRITE
 
 
+def declared_effect(
+    policy: ToolPolicy, annotations: Mapping[str, Any] | None
+) -> EffectClass | None:
+    """The class a tool declares itself (S1.4): its policy, then its metadata; None when only
+    a session default could say."""
+    return policy.effect or effect_from_annotations(annotations)
+
+
 def check_registration(
     name: str, policy: ToolPolicy, annotations: Mapping[str, Any] | None
 ) -> None:
     """S1.6: asking for retries of a single-attempt class is a configuration error."""
-    effect = policy.effect or effect_from_annotations(annotations)
+    effect = declared_effect(policy, annotations)
     if effect is not None and not effect.retryable and (policy.max_attempts or 1) > 1:
         raise PolicyError(
             f"tool {name!r} is {effect.value} but asks for max_attempts={policy.max_attempts}; "

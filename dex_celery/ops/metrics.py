@@ -51,7 +51,7 @@ from dex_celery.ops.webhooks import delivery_status
 from dex_celery.store.views import OperatorViews
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.engine.runtime import RuntimeSource
 
 log = logging.getLogger("dex_celery.ops.metrics")
 
@@ -61,9 +61,9 @@ _TERMINAL = {s.value for s in CallStatus if s.terminal}
 class DexCollector(Collector):
     """Reads every metric of one deployment at scrape time."""
 
-    def __init__(self, dex: Dex) -> None:
-        self.dex = dex
-        self.views = OperatorViews(dex.store)
+    def __init__(self, source: RuntimeSource) -> None:
+        self.source = source
+        self.views = OperatorViews(source.runtime.store)
 
     def describe(self) -> list[Metric]:
         return []  # no collect() at registration: the first scrape is the first read
@@ -122,7 +122,7 @@ class DexCollector(Collector):
         )
         unknown.add_metric([], self.views.count_unreported_unknowns())
         yield unknown
-        now = self.dex.ledger.now()
+        now = self.source.runtime.ledger.now()
         backlog = self.views.approval_backlog(now)
         waiting = GaugeMetricFamily("dex_approvals_waiting", "Calls waiting for a person")
         waiting.add_metric([], backlog.waiting)
@@ -134,15 +134,15 @@ class DexCollector(Collector):
         yield from (waiting, oldest)
 
     def _redis(self) -> Iterator[Metric]:
-        dex, keys = self.dex, self.dex.keys
+        source, keys = self.source, self.source.runtime.keys
         refused = CounterMetricFamily(
             "dex_claims_refused", "Deliveries turned away by the claim", labels=["reason"]
         )
-        for reason, count in sorted(stats.refused_claims(dex.ledger).items()):
+        for reason, count in sorted(stats.refused_claims(source.runtime.ledger).items()):
             refused.add_metric([reason], count)
         yield refused
 
-        pipe: Any = dex.redis.pipeline(transaction=False)
+        pipe: Any = source.runtime.redis.pipeline(transaction=False)
         pipe.zcard(keys.queue_index)
         pipe.zcard(keys.lease_index)
         pipe.zcard(keys.unrecorded_index)
@@ -158,17 +158,17 @@ class DexCollector(Collector):
         not_in_sql.add_metric([], int(unrecorded))
         yield from (in_flight, not_in_sql)
 
-        sweep = stats.last_sweep(dex.ledger)
+        sweep = stats.last_sweep(source.runtime.ledger)
         if sweep is not None:
             lag = GaugeMetricFamily("dex_sweep_lag_seconds", "Time since the last sweep ended")
-            lag.add_metric([], max(0.0, dex.ledger.now() - sweep.finished_at))
+            lag.add_metric([], max(0.0, source.runtime.ledger.now() - sweep.finished_at))
             duration = GaugeMetricFamily(
                 "dex_sweep_duration_seconds", "How long the last sweep took"
             )
             duration.add_metric([], sweep.duration)
             yield from (lag, duration)
 
-        hooks = delivery_status(dex)
+        hooks = delivery_status(source)
         delivered = CounterMetricFamily(
             "dex_webhooks_delivered", "Webhook deliveries that succeeded", labels=["receiver"]
         )
@@ -187,20 +187,20 @@ class DexCollector(Collector):
         yield from (delivered, retried, given_up, pending)
 
 
-def registry_for(dex: Dex) -> CollectorRegistry:
+def registry_for(source: RuntimeSource) -> CollectorRegistry:
     """A registry holding only dex-celery's collector (no process metrics of the scraper)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DexCollector(dex))
+    registry.register(DexCollector(source))
     return registry
 
 
-def serve_worker_metrics(dex: Dex) -> None:
+def serve_worker_metrics(source: RuntimeSource) -> None:
     """Start the worker's own endpoint on `Settings.worker_metrics_port` (Celery `worker_init`).
 
     It runs in the worker's main process only, so one port per worker host process.
     """
-    port = dex.settings.worker_metrics_port
+    port = source.runtime.settings.worker_metrics_port
     if not port:
         return
-    start_http_server(port, registry=registry_for(dex))
+    start_http_server(port, registry=registry_for(source))
     log.info("Prometheus metrics on port %d", port)

@@ -1,7 +1,6 @@
 """Is this deployment working? The checks behind `dex-celery status` and the worker's warnings.
 
-Each section is one function `(Dex) -> Section`, listed in `SECTIONS`; a module that owns more
-state (webhook deliveries, say) appends its own with `register_section`. A section that cannot
+Each section is one function `(RuntimeSource) -> Section`, listed in `SECTIONS`. A section that cannot
 be computed reports `fail` with the reason instead of raising, so one dead service never hides
 the others.
 
@@ -14,22 +13,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from celery import signals
-from sqlalchemy import func, inspect, select
+from sqlalchemy import inspect
 
 from dex_celery.backend_errors import first_line, require_existing_database, translate
 from dex_celery.engine import counters as stats
-from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops import webhooks as notify
-from dex_celery.store.schema import tool_calls, unknown_outcomes
+from dex_celery.store.schema import tool_calls
+from dex_celery.store.views import OperatorViews
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.engine.runtime import RuntimeSource
 
 log = logging.getLogger("dex_celery.ops.status")
 
@@ -84,15 +83,17 @@ class HealthReport:
         return {"state": overall.value, "sections": {s.name: s.as_dict() for s in self.sections}}
 
 
-SectionCheck = Callable[["Dex"], Section]
+SectionCheck = Callable[["RuntimeSource"], Section]
 
 
-def _guarded(name: str, check: SectionCheck, dex: Dex) -> Section:
+def _guarded(name: str, check: SectionCheck, source: RuntimeSource) -> Section:
     try:
-        return check(dex)
+        return check(source)
     except Exception as e:
         error = translate(
-            e, redis_url=dex.settings.redis_url, database_url=dex.settings.database_url
+            e,
+            redis_url=source.runtime.settings.redis_url,
+            database_url=source.runtime.settings.database_url,
         )
         return Section(name, State.FAIL, first_line(error or e))
 
@@ -100,18 +101,18 @@ def _guarded(name: str, check: SectionCheck, dex: Dex) -> Section:
 # --- last sweep ----------------------------------------------------------------------------
 
 
-def last_sweep(dex: Dex) -> tuple[float | None, float]:
+def last_sweep(source: RuntimeSource) -> tuple[float | None, float]:
     """(seconds since the last sweep, or None if none is recorded; now on the ledger's clock)."""
-    now = dex.ledger.now()
-    sweep = stats.last_sweep(dex.ledger)
+    now = source.runtime.ledger.now()
+    sweep = stats.last_sweep(source.runtime.ledger)
     if sweep is None:
         return None, now
     return max(0.0, now - sweep.finished_at), now
 
 
-def sweep_section(dex: Dex) -> Section:
-    interval = dex.settings.sweep_interval
-    age, _now = last_sweep(dex)
+def sweep_section(source: RuntimeSource) -> Section:
+    interval = source.runtime.settings.sweep_interval
+    age, _now = last_sweep(source)
     limit = stale_after(interval)
     if age is None:
         return Section(
@@ -136,22 +137,22 @@ def sweep_section(dex: Dex) -> Section:
 # --- the sections --------------------------------------------------------------------------------
 
 
-def redis_section(dex: Dex) -> Section:
-    dex.redis.ping()
-    info = dex.redis.info("server")
+def redis_section(source: RuntimeSource) -> Section:
+    source.runtime.redis.ping()
+    info = source.runtime.redis.info("server")
     version = str(info.get("redis_version", "?"))
     return Section("redis", State.OK, f"answers (Redis {version})", {"version": version})
 
 
-def database_section(dex: Dex) -> Section:
+def database_section(source: RuntimeSource) -> Section:
     from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
 
-    settings = dex.settings
+    settings = source.runtime.settings
     require_existing_database(settings.database_url)
     at, newest = current(settings.database_url, settings.database_schema), head()
     values = {"revision": at, "head": newest, "schema": settings.database_schema}
     if at is None:
-        if _has_tables(dex):
+        if _has_tables(source):
             return Section(
                 "database",
                 State.WARN,
@@ -175,46 +176,31 @@ def database_section(dex: Dex) -> Section:
     return Section("database", State.OK, f"schema at revision {at} (newest)", values)
 
 
-def _has_tables(dex: Dex) -> bool:
-    with dex.store.engine.connect() as conn:
-        names = inspect(conn).get_table_names(schema=dex.settings.database_schema)
+def _has_tables(source: RuntimeSource) -> bool:
+    with source.runtime.store.engine.connect() as conn:
+        names = inspect(conn).get_table_names(schema=source.runtime.settings.database_schema)
     return tool_calls.name in names
 
 
-def workers_section(dex: Dex) -> Section:
-    replies = dex.celery.control.ping(timeout=PING_TIMEOUT) or []
+def workers_section(source: RuntimeSource) -> Section:
+    replies = source.runtime.celery.control.ping(timeout=PING_TIMEOUT) or []
     nodes = sorted(name for reply in replies for name in reply)
     if not nodes:
         return Section("workers", State.WARN, "no worker answered ping", {"nodes": []})
     return Section("workers", State.OK, ", ".join(nodes), {"nodes": nodes})
 
 
-def _count(dex: Dex, query: Any) -> int:
-    with dex.store.engine.connect() as conn:
-        return int(conn.execute(query).scalar_one())
-
-
-def calls_section(dex: Dex) -> Section:
-    in_flight = _count(
-        dex,
-        select(func.count())
-        .select_from(tool_calls)
-        .where(tool_calls.c.status == CallStatus.PENDING.value),
-    )
-    waiting = _count(
-        dex,
-        select(func.count())
-        .select_from(tool_calls)
-        .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value),
-    )
-    reported = select(unknown_outcomes.c.call_key).where(unknown_outcomes.c.state == "reported")
-    unreported = _count(
-        dex,
-        select(func.count())
-        .select_from(tool_calls)
-        .where(tool_calls.c.status == CallStatus.OUTCOME_UNKNOWN.value)
-        .where(tool_calls.c.key.not_in(reported)),
-    )
+def calls_section(source: RuntimeSource) -> Section:
+    """The same counts as `/metrics` (`store.views.OperatorViews`, one query each)."""
+    runtime = source.runtime
+    views = OperatorViews(runtime.store)
+    in_flight = views.count_in_flight()
+    try:
+        now = runtime.ledger.now()
+    except Exception:  # Redis away: the SQL counts still answer, by this host's clock
+        now = time.time()
+    waiting = views.approval_backlog(now).waiting
+    unreported = views.count_unreported_unknowns()
     state = State.WARN if unreported else State.OK
     return Section(
         "calls",
@@ -225,9 +211,9 @@ def calls_section(dex: Dex) -> Section:
     )
 
 
-def webhooks_section(dex: Dex) -> Section:
+def webhooks_section(source: RuntimeSource) -> Section:
     """Webhook deliveries: a receiver that gave deliveries up, or has some waiting, warns."""
-    status = notify.delivery_status(dex)
+    status = notify.delivery_status(source)
     given_up = sum(r.given_up for r in status.receivers)
     state = State.WARN if given_up or status.pending else State.OK
     detail = notify.render_status(status).splitlines()[0]
@@ -236,23 +222,18 @@ def webhooks_section(dex: Dex) -> Section:
     return Section("webhooks", state, detail, status.as_dict())
 
 
-#: The report's sections, in order. Append with `register_section`.
-SECTIONS: list[tuple[str, SectionCheck]] = [
+#: The report's sections, in order.
+SECTIONS: tuple[tuple[str, SectionCheck], ...] = (
     ("redis", redis_section),
     ("database", database_section),
     ("workers", workers_section),
     ("last_sweep", sweep_section),
     ("calls", calls_section),
     ("webhooks", webhooks_section),
-]
+)
 
 
-def register_section(name: str, check: SectionCheck) -> None:
-    """Add a section to `dex-celery status` (e.g. webhook deliveries)."""
-    SECTIONS.append((name, check))
-
-
-def health_report(dex: Dex, *, include_workers: bool = True) -> HealthReport:
+def health_report(source: RuntimeSource, *, include_workers: bool = True) -> HealthReport:
     """Every section in order; the workers are not pinged through a broker known to be down
     (Kombu would retry the connection for seconds)."""
     sections: list[Section] = []
@@ -260,10 +241,10 @@ def health_report(dex: Dex, *, include_workers: bool = True) -> HealthReport:
         if name == "workers" and not include_workers:
             continue
         redis_down = any(s.name == "redis" and s.state is State.FAIL for s in sections)
-        if name == "workers" and redis_down and not dex.settings.broker_url:
+        if name == "workers" and redis_down and not source.runtime.settings.broker_url:
             sections.append(Section(name, State.FAIL, "not asked: the broker (Redis) is down"))
             continue
-        sections.append(_guarded(name, check, dex))
+        sections.append(_guarded(name, check, source))
     return HealthReport(tuple(sections))
 
 
@@ -274,13 +255,13 @@ class DeploymentWatch:
     """In a worker's main process: warn at start if the schema is missing, and whenever the
     sweeper has not run for `STALE_SWEEPS` intervals (once per stale spell)."""
 
-    def __init__(self, dex: Dex) -> None:
-        self.dex = dex
+    def __init__(self, source: RuntimeSource) -> None:
+        self.source = source
         self._stop = threading.Event()
         self._stale = False
 
     def start(self) -> None:
-        database = _guarded("database", database_section, self.dex)
+        database = _guarded("database", database_section, self.source)
         if database.state is not State.OK:
             log.warning("dex-celery: the database is not ready: %s", database.detail)
         threading.Thread(target=self._loop, name="dex-deployment-watch", daemon=True).start()
@@ -289,7 +270,7 @@ class DeploymentWatch:
         self._stop.set()
 
     def check_sweeper(self) -> Section:
-        section = _guarded("last_sweep", sweep_section, self.dex)
+        section = _guarded("last_sweep", sweep_section, self.source)
         stale = section.state is not State.OK
         if stale and not self._stale:
             log.warning("dex-celery: no sweeper is running: %s", section.detail)
@@ -299,20 +280,7 @@ class DeploymentWatch:
         return section
 
     def _loop(self) -> None:
-        period = stale_after(self.dex.settings.sweep_interval)
+        period = stale_after(self.source.runtime.settings.sweep_interval)
         # Give beat a full window to start before the first verdict.
         while not self._stop.wait(period):
             self.check_sweeper()
-
-
-def install_worker_checks(dex: Dex) -> None:
-    """Connect the checks to this Celery app's workers (called by `Dex.__init__`)."""
-
-    def on_ready(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is not dex.celery:
-            return
-        watch = DeploymentWatch(dex)
-        watch.start()
-        signals.worker_shutting_down.connect(lambda **_: watch.stop(), weak=False)
-
-    signals.worker_ready.connect(on_ready, weak=False)

@@ -1,6 +1,6 @@
 """Webhooks: tell people when a call waits for them, ended `outcome_unknown`, or was reconciled.
 
-Sent by the beat side (a thread started from Celery's `beat_init`, `dex_celery.processes.hooks`), never
+Sent by the beat side (a thread started from Celery's `beat_init`, `dex_celery.processes.beat`), never
 by a worker: a tool call never waits for a receiver. The sender follows the AgentEvents stream
 (S7.3) from a position it stores in Redis, and for each event of interest queues one delivery
 per receiver (`Settings.webhook_urls`):
@@ -33,7 +33,6 @@ import hmac
 import json
 import logging
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,14 +42,15 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from dex_celery.engine.events import AgentEvent, EventType
 from dex_celery.errors import ConfigurationError
+from dex_celery.ledger.events import AgentEvent, EventType
 from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.times import format_utc
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import redact
 
 if TYPE_CHECKING:
-    from dex_celery.app import Dex
+    from dex_celery.engine.runtime import RuntimeSource
 
 log = logging.getLogger("dex_celery.ops.webhooks")
 
@@ -164,16 +164,16 @@ class WebhookStatus:
         }
 
 
-def delivery_status(dex: Dex) -> WebhookStatus:
+def delivery_status(source: RuntimeSource) -> WebhookStatus:
     """Delivery state from Redis: per receiver counts, what waits, where the sender is."""
-    client: Any = dex.redis
-    keys = dex.keys
+    client: Any = source.runtime.redis
+    keys = source.runtime.keys
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.webhook_stats)
     pipe.hvals(keys.webhook_pending)
     pipe.get(keys.webhook_cursor)
     raw_stats, pending_values, position = pipe.execute()
-    configured = tuple(receiver_label(u) for u in receivers(dex.settings.webhook_urls))
+    configured = tuple(receiver_label(u) for u in receivers(source.runtime.settings.webhook_urls))
     by_receiver: dict[str, dict[str, Any]] = {r: {} for r in configured}
     for name, value in raw_stats.items():
         receiver, _, what = str(name).rpartition("|")
@@ -215,7 +215,7 @@ def render_status(status: WebhookStatus) -> str:
         f"webhooks: {len(status.configured)} receiver(s), {status.pending} delivery(ies) waiting"
     ]
     for r in status.receivers:
-        ok = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.last_ok_at)) if r.last_ok_at else "-"
+        ok = format_utc(r.last_ok_at, millis=False)
         line = (
             f"  {r.receiver}: delivered {r.delivered}, waiting {r.pending}, "
             f"retries {r.retries}, given up {r.given_up}, last delivered {ok}"
@@ -229,10 +229,12 @@ def render_status(status: WebhookStatus) -> str:
 class WebhookSender:
     """Follows the events stream, queues deliveries in Redis and POSTs them with retries."""
 
-    def __init__(self, dex: Dex, *, urls: Sequence[str] | None = None) -> None:
-        self.dex = dex
-        self.urls = tuple(urls) if urls is not None else receivers(dex.settings.webhook_urls)
-        self.events = dex.events
+    def __init__(self, source: RuntimeSource, *, urls: Sequence[str] | None = None) -> None:
+        self.source = source
+        self.urls = (
+            tuple(urls) if urls is not None else receivers(source.runtime.settings.webhook_urls)
+        )
+        self.events = source.runtime.events
         self._pool = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="dex-webhook")
         self._thread: threading.Thread | None = None
         self.stop_event = threading.Event()
@@ -241,8 +243,8 @@ class WebhookSender:
 
     def queue_new_events(self, *, block: float | None = None) -> int:
         """Queue the deliveries of events after the stored position; returns how many."""
-        client: Any = self.dex.redis
-        keys = self.dex.keys
+        client: Any = self.source.runtime.redis
+        keys = self.source.runtime.keys
         position = client.get(keys.webhook_cursor)
         if position is None:
             # First start: from now on, not the whole history.
@@ -253,7 +255,7 @@ class WebhookSender:
         if not events:
             return 0
         deliveries = [d for e in events for d in self._deliveries(e)]
-        now = self.dex.ledger.now()
+        now = self.source.runtime.ledger.now()
         pipe = client.pipeline(transaction=True)
         for d in deliveries:
             pipe.hsetnx(keys.webhook_pending, d.id, d.to_json())
@@ -281,7 +283,7 @@ class WebhookSender:
             "turn_id": event.turn_id,
             "tool_call_id": event.tool_call_id,
         }
-        record = self.dex.store.get_call(event.key) if event.key else None
+        record = self.source.runtime.store.get_call(event.key) if event.key else None
         if record is not None:
             try:
                 arguments = json.loads(record.arguments)
@@ -298,7 +300,7 @@ class WebhookSender:
             if kind is WebhookEvent.OUTCOME_UNKNOWN:
                 body["error"] = record.error
         if kind is WebhookEvent.RECONCILIATION_REPORT:
-            row = UnknownOutcomes(self.dex.store).get(event.key)
+            row = UnknownOutcomes(self.source.runtime.store).get(event.key)
             body["report"] = row.report if row is not None else None
         return body
 
@@ -306,19 +308,21 @@ class WebhookSender:
 
     def requeue_unfinished(self) -> int:
         """On start: deliveries a previous sender took but never finished are due again."""
-        client: Any = self.dex.redis
-        keys = self.dex.keys
+        client: Any = self.source.runtime.redis
+        keys = self.source.runtime.keys
         ids = client.hkeys(keys.webhook_pending)
         if not ids:
             return 0
-        now = self.dex.ledger.now()
+        now = self.source.runtime.ledger.now()
         return int(client.zadd(keys.webhook_due, {i: now for i in ids}, nx=True))
 
     def deliver_due(self, *, wait: bool = False) -> int:
         """Start a POST for every delivery due now; returns how many were started."""
-        client: Any = self.dex.redis
-        keys = self.dex.keys
-        ids = client.zrangebyscore(keys.webhook_due, "-inf", self.dex.ledger.now(), 0, BATCH)
+        client: Any = self.source.runtime.redis
+        keys = self.source.runtime.keys
+        ids = client.zrangebyscore(
+            keys.webhook_due, "-inf", self.source.runtime.ledger.now(), 0, BATCH
+        )
         futures = []
         for delivery_id in ids:
             if not client.zrem(keys.webhook_due, delivery_id):
@@ -351,11 +355,13 @@ class WebhookSender:
                 "User-Agent": "dex-celery-webhooks",
                 EVENT_HEADER: delivery.event,
                 DELIVERY_HEADER: delivery.id,
-                SIGNATURE_HEADER: sign(self.dex.settings.webhook_secret, body),
+                SIGNATURE_HEADER: sign(self.source.runtime.settings.webhook_secret, body),
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.dex.settings.webhook_timeout) as r:
+            with urllib.request.urlopen(
+                request, timeout=self.source.runtime.settings.webhook_timeout
+            ) as r:
                 status = int(r.status)
         except urllib.error.HTTPError as e:
             return f"HTTP {e.code}"
@@ -365,10 +371,10 @@ class WebhookSender:
         return None if 200 <= status < 300 else f"HTTP {status}"
 
     def _settle(self, delivery: Delivery, error: str | None) -> None:
-        client: Any = self.dex.redis
-        keys = self.dex.keys
+        client: Any = self.source.runtime.redis
+        keys = self.source.runtime.keys
         label = receiver_label(delivery.url)
-        now = self.dex.ledger.now()
+        now = self.source.runtime.ledger.now()
         tries = delivery.tries + 1
         pipe = client.pipeline(transaction=True)
         if error is None:
@@ -378,14 +384,16 @@ class WebhookSender:
         else:
             pipe.hset(keys.webhook_stats, f"{label}|last_error", error)
             pipe.hset(keys.webhook_stats, f"{label}|last_error_at", repr(now))
-            if tries >= self.dex.settings.webhook_max_attempts:
+            if tries >= self.source.runtime.settings.webhook_max_attempts:
                 log.warning(
                     "webhook %s to %s given up after %d tries: %s", delivery.id, label, tries, error
                 )
                 pipe.hdel(keys.webhook_pending, delivery.id)
                 pipe.hincrby(keys.webhook_stats, f"{label}|given_up", 1)
             else:
-                delay = min(MAX_BACKOFF, self.dex.settings.webhook_backoff * 2 ** (tries - 1))
+                delay = min(
+                    MAX_BACKOFF, self.source.runtime.settings.webhook_backoff * 2 ** (tries - 1)
+                )
                 again = Delivery(
                     delivery.id, delivery.url, delivery.event, delivery.body, tries, error
                 )

@@ -26,10 +26,10 @@ from types import TracebackType
 import redis
 from celery import Celery
 
-from dex_celery.app import configure_celery
 from dex_celery.backend_errors import safe_url
 from dex_celery.errors import ConfigurationError
 from dex_celery.ledger.connection import redis_client
+from dex_celery.processes.celery_config import configure_celery
 from dex_celery.settings import Settings, env_name
 
 REDIS_URL_ENV = env_name("redis_url")

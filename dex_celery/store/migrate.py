@@ -31,6 +31,9 @@ log = logging.getLogger("dex_celery.migrate")
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 #: dex-celery's own Alembic version table: a host application's `alembic_version` is its own.
 VERSION_TABLE = "dex_alembic_version"
+#: Revisions renamed so every migration is `NNNN_<what>.py` with revision `NNNN`: a database
+#: stamped with the old name is moved to the new one before any upgrade or downgrade.
+RENAMED = {"i11_secrets": "0003"}
 
 
 def alembic_config(
@@ -68,6 +71,20 @@ def current(url: str, schema: str | None = None) -> str | None:
         engine.dispose()
 
 
+def follow_renames(conn: Connection, schema: str | None) -> None:
+    """Rewrite a version stamp of a renamed revision (`RENAMED`) to its current name."""
+    if VERSION_TABLE not in inspect(conn).get_table_names(schema=schema):
+        return
+    table = f'"{schema}".{VERSION_TABLE}' if schema else VERSION_TABLE
+    for old, new in RENAMED.items():
+        moved = conn.execute(
+            text(f"UPDATE {table} SET version_num = :new WHERE version_num = :old"),
+            {"new": new, "old": old},
+        )
+        if moved.rowcount:
+            log.info("revision %s is now named %s", old, new)
+
+
 def schema_differences(connection: Connection) -> list[object]:
     """What `metadata` has that the database lacks or has differently (empty when in step)."""
     context = MigrationContext.configure(
@@ -93,6 +110,7 @@ def upgrade(url: str, revision: str = "head", schema: str | None = None) -> str 
         with engine.begin() as conn:
             if schema is not None:
                 conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            follow_renames(conn, schema)
             tables = set(inspect(conn).get_table_names(schema=schema))
             if VERSION_TABLE not in tables and tables & set(metadata.tables):
                 differences = schema_differences(conn)
@@ -115,6 +133,7 @@ def downgrade(url: str, revision: str, schema: str | None = None) -> str | None:
     engine = make_engine(url, schema)
     try:
         with engine.begin() as conn:
+            follow_renames(conn, schema)
             command.downgrade(alembic_config(url, conn, schema), revision)
         return current(url, schema)
     finally:

@@ -83,7 +83,19 @@ class OperatorViews:
                 for t, e, s, n, a, r in conn.execute(query)
             ]
 
+    def count_in_flight(self) -> int:
+        """Calls recorded and not ended that no one needs to decide: `pending`."""
+        query = (
+            select(func.count())
+            .select_from(tool_calls)
+            .where(tool_calls.c.status == CallStatus.PENDING.value)
+        )
+        with self.store.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
     def approval_backlog(self, now: float) -> ApprovalBacklog:
+        """Calls waiting for a person: awaiting approval and before their deadline (one past
+        it is rejected by the next sweep, whoever looks first)."""
         query = (
             select(func.count(), func.min(tool_calls.c.requested_at))
             .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)

@@ -1,8 +1,9 @@
-"""Tools as people write them: the `Tool` value, its arguments and schema, secrets, invocation.
+"""Tools as people write them: the `Tool` value, its arguments and schema, its secrets.
 
 `tool.py` holds the registered tool and its context, `arguments.py` and `schema.py` check what a
 model sends, `definitions.py` describes a tool to a model, `sealing.py` and `redact.py` keep
-secret arguments sealed and hidden, `invoke.py` calls the function on a worker.
+secret arguments sealed and hidden. How a worker calls the function is the engine's
+(`dex_celery.engine.invoke`).
 """
 
 from dex_celery.tools.tool import TASK_PREFIX, Tool, ToolContext, find_tool

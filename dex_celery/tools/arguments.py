@@ -18,12 +18,12 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-import jsonschema
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from dex_celery.errors import InvalidToolArguments, InvalidToolSignature
 from dex_celery.tools.schema import check_arguments as check_against_schema
+from dex_celery.tools.schema import check_schema
 from dex_celery.tools.tool import Tool
 
 #: Parameter kinds a tool cannot have: arguments arrive by name, from a JSON object.
@@ -92,19 +92,6 @@ def schema_of(model: type[BaseModel], description: str = "") -> dict[str, Any]:
 def schema_properties(schema: Mapping[str, Any]) -> frozenset[str]:
     props = schema.get("properties")
     return frozenset(props) if isinstance(props, Mapping) else frozenset()
-
-
-def check_schema(name: str, schema: Mapping[str, Any]) -> None:
-    """A given `input_schema` must be a valid JSON Schema of an object (checked at registration)."""
-    try:
-        validator = jsonschema.validators.validator_for(schema)
-        validator.check_schema(dict(schema))
-    except jsonschema.SchemaError as e:
-        raise InvalidToolSignature(
-            f"tool {name!r}: input_schema is not a JSON Schema: {e.message}"
-        ) from e
-    if schema.get("type", "object") != "object":
-        raise InvalidToolSignature(f"tool {name!r}: input_schema must describe an object")
 
 
 def check_secret_names(

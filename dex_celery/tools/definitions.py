@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dex_celery.errors import UnknownDefinitionFormat
-from dex_celery.model.policy import EffectClass
+from dex_celery.model.policy import MCP_HINTS
 from dex_celery.tools.tool import Tool
 
 FORMATS = ("openai", "anthropic", "mcp")
@@ -40,21 +40,23 @@ def definition(tool: Tool, format: str) -> dict[str, Any]:
         "name": tool.name,
         "description": tool.description,
         "inputSchema": schema,
-        "annotations": _mcp_annotations(tool),
+        "annotations": mcp_hints(tool),
     }
 
 
-def _mcp_annotations(tool: Tool) -> dict[str, Any]:
-    if tool.annotations:
-        return _plain(tool.annotations)
-    effect = tool.policy.effect
+def mcp_hints(tool: Tool) -> dict[str, Any]:
+    """MCP annotations of a tool: the hints of its declared class (`MCP_HINTS`), beside the
+    tool's own other annotations (a title, `openWorldHint`). A policy that overrides a server's
+    hints is what clients are told, so every output agrees with how dex runs the tool."""
+    effect = tool.declared_effect
+    own = {k: v for k, v in _plain(tool.annotations).items() if k not in _EFFECT_HINTS}
     if effect is None:
-        return {}
-    return {
-        "readOnlyHint": effect is EffectClass.READ,
-        "idempotentHint": effect in (EffectClass.READ, EffectClass.IDEMPOTENT_WRITE),
-        "destructiveHint": effect is not EffectClass.READ,
-    }
+        return own
+    return {**own, **MCP_HINTS[effect]}
+
+
+#: The hints the effect class decides.
+_EFFECT_HINTS = frozenset({"readOnlyHint", "destructiveHint", "idempotentHint"})
 
 
 def _plain(value: Mapping[str, Any]) -> dict[str, Any]:

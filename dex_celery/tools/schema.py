@@ -14,20 +14,23 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
-from dex_celery.errors import ConfigurationError, InvalidToolArguments
+from dex_celery.errors import InvalidToolArguments, InvalidToolSignature
 
 #: How many problems one error message lists before it says "and N more".
 _MAX_LISTED = 3
 
 
 def check_schema(tool_name: str, schema: Mapping[str, Any]) -> None:
-    """A schema that is not valid JSON Schema is a registration error, not a per-call one."""
+    """A given `input_schema` must be a valid JSON Schema of an object: a registration error
+    (`InvalidToolSignature`, a `ConfigurationError`), never a per-call one."""
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        jsonschema.validators.validator_for(schema).check_schema(dict(schema))
     except SchemaError as e:
-        raise ConfigurationError(
-            f"the input schema of tool {tool_name!r} is not valid JSON Schema: {e.message}"
+        raise InvalidToolSignature(
+            f"tool {tool_name!r}: input_schema is not a JSON Schema: {e.message}"
         ) from e
+    if schema.get("type", "object") != "object":
+        raise InvalidToolSignature(f"tool {tool_name!r}: input_schema must describe an object")
 
 
 def check_arguments(

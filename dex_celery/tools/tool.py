@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from dex_celery.errors import AttemptCancelled, UnknownTool
 from dex_celery.model.ids import CallKey
-from dex_celery.model.policy import ToolPolicy, effect_from_annotations
+from dex_celery.model.policy import EffectClass, ToolPolicy, declared_effect
 
 #: The prefix of every tool's Celery task name: `dex.tool.<name>` (shown in Flower).
 TASK_PREFIX = "dex.tool."
@@ -40,10 +40,15 @@ class Tool:
         return TASK_PREFIX + self.name
 
     @property
-    def effect_hint(self) -> str | None:
+    def declared_effect(self) -> EffectClass | None:
         """The effect class the tool itself declares (policy, then metadata); None when only the
         session default would say (the worker then treats the call as a write)."""
-        effect = self.policy.effect or effect_from_annotations(self.annotations)
+        return declared_effect(self.policy, self.annotations)
+
+    @property
+    def effect_hint(self) -> str | None:
+        """`declared_effect` as its string value (what a Celery message carries)."""
+        effect = self.declared_effect
         return effect.value if effect is not None else None
 
 

@@ -25,16 +25,15 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 import dex_celery.cli.main  # noqa: F401  (first: `cli` attaches `cli_calls`, which imports `cli`)
-from dex_celery.cli.calls import call_details
-from dex_celery.engine.approvals import Approvals, utc
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.times import format_utc
 from dex_celery.ops.metrics import registry_for
+from dex_celery.ops.present import call_details
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.views import CallSearch, OperatorViews
 from dex_celery.tools.redact import redact
-from dex_celery.web.actions import reconcile_session
 from dex_celery.web.auth import (
     COOKIE,
     SESSION_SECONDS,
@@ -51,8 +50,6 @@ if TYPE_CHECKING:
     from dex_celery.app import Dex
 
 TEMPLATES = Path(__file__).parent / "templates"
-#: Paths served without signing in.
-PUBLIC = frozenset({"/login", "/healthz"})
 #: Argument names always hidden, whatever the policy says (S10.4).
 ALWAYS_SECRET = ("secret",)
 
@@ -71,7 +68,7 @@ def time_left(deadline: float | None, now: float) -> str:
 
 
 def _utc(value: float | None) -> str:
-    return utc(value) if value else "-"
+    return format_utc(value, millis=False)
 
 
 def _json(value: Any) -> str:
@@ -105,7 +102,6 @@ class WebApp:
         self.dex = dex
         self.credentials = credentials or Credentials.from_settings(dex.settings)
         self.signer = Signer(dex.settings.web_secret_key)
-        self.approvals = Approvals(dex)
         self.views = OperatorViews(dex.store)
         self.registry = registry_for(dex)
         self.env = jinja2.Environment(
@@ -244,7 +240,7 @@ class WebApp:
                 "arguments": _json(redact(p.arguments, ALWAYS_SECRET)),
                 "left": time_left(p.deadline, now),
             }
-            for p in self.approvals.pending(limit=500)
+            for p in self.dex.approvals.pending(limit=500)
         ]
         return self.page(request, "approvals.html", identity, status_code, rows=rows, **extra)
 
@@ -258,9 +254,13 @@ class WebApp:
         note = str(form.get("note", "")) or None
         try:
             if action == "approve":
-                record = await run_in_threadpool(self.approvals.approve, key, identity.name, note)
+                record = await run_in_threadpool(
+                    self.dex.approvals.approve, key, identity.name, note
+                )
             elif action == "reject":
-                record = await run_in_threadpool(self.approvals.reject, key, identity.name, note)
+                record = await run_in_threadpool(
+                    self.dex.approvals.reject, key, identity.name, note
+                )
             else:
                 return PlainTextResponse(f"unknown action {action!r}\n", status_code=400)
         except DexError as e:
@@ -341,7 +341,7 @@ class WebApp:
         form = await request.form()
         session_id = str(form.get("session", ""))
         try:
-            result = await run_in_threadpool(reconcile_session, self.dex, session_id)
+            result = await run_in_threadpool(self.dex.reconciler.reconcile_session, session_id)
         except DexError as e:
             return self.page(request, "error.html", identity, 400, error=str(e))
         return RedirectResponse(f"/unknowns?flash={_quote(result.summary())}", status_code=303)

@@ -34,7 +34,6 @@ from dex_celery.settings import Settings
 COOKIE = "dex_session"
 #: How long a sign-in lasts.
 SESSION_SECONDS = 12 * 3600
-_FORBIDDEN_IN_NAMES = set("|:,")
 
 
 def _pairs(text: str | None, setting: str) -> dict[str, str]:

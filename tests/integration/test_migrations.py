@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from dex_celery.cli.main import main
 from dex_celery.store import migrate
@@ -124,3 +124,45 @@ def test_db_commands_use_the_configured_database(
     out = runner.invoke(main, ["db", "downgrade", "base"])
     assert out.exit_code == 0 and "base (no tables)" in out.output
     assert not tables(sqlite_url) & DEX_TABLES
+
+
+def _stamp(url: str, revision: str) -> None:
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = :r"), {"r": revision}
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_database_stamped_with_a_renamed_revision_upgrades(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The secrets migration was `11_secrets.py` with revision `i11_secrets`; it is now
+    `0003_secrets.py`, revision `0003`. A database migrated by the old code (stamped
+    `i11_secrets`) upgrades, downgrades and reports its revision under the new name."""
+    url = request.getfixturevalue(f"{backend}_url")
+    assert migrate.upgrade(url) == migrate.head() == "0003"
+    _stamp(url, "i11_secrets")  # what the old code left in the version table
+    assert migrate.current(url) == "i11_secrets"
+    assert migrate.upgrade(url) == "0003"
+    assert differences(url) == []
+    _stamp(url, "i11_secrets")
+    assert migrate.downgrade(url, "0002") == "0002"
+    assert migrate.upgrade(url) == "0003"
+    assert differences(url) == []
+
+
+def test_every_migration_is_named_by_its_revision() -> None:
+    versions = migrate.MIGRATIONS / "versions"
+    for path in sorted(versions.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        number = path.name.split("_", 1)[0]
+        assert number.isdigit() and len(number) == 4, path.name
+        assert f'revision: str = "{number}"' in path.read_text(), path.name

@@ -1,7 +1,13 @@
 """The wiring rules of docs/architecture.md, checked on the source with `ast`.
 
-- The module-level import graph inside `dex_celery` has no cycle (imports under
-  `if TYPE_CHECKING:` are not run, so they do not count).
+- The import graph inside `dex_celery` has no cycle, counting imports under
+  `if TYPE_CHECKING:` too: a type-only import is still a dependency a reader must follow.
+- The layers point one way (docs/architecture.md, "The layers"): the engine and everything
+  below it import nothing from the process wiring, the operators' side, the clients, the façade,
+  the CLI, the web app, the integrations or the examples, whatever the kind of import
+  (module level, type-only, or deferred inside a function); the middle layer imports nothing
+  of the façade or above.
+- At most twelve modules sit at the top of the package; the rest live in folders by role.
 - An import inside a function says why, in a comment on its line or the line above: it defers
   an optional or slow dependency, or breaks a real cycle.
 """
@@ -30,8 +36,10 @@ def _is_type_checking(test: ast.expr) -> bool:
     return "TYPE_CHECKING" in ast.unparse(test)
 
 
-def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Imports run when the module is imported: not in functions, not under TYPE_CHECKING."""
+def _module_level_imports(
+    tree: ast.Module, *, type_only: bool = True
+) -> list[ast.Import | ast.ImportFrom]:
+    """Imports at module level (not in functions); those under TYPE_CHECKING with `type_only`."""
     out: list[ast.Import | ast.ImportFrom] = []
 
     def visit(body: list[ast.stmt]) -> None:
@@ -39,7 +47,7 @@ def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]
             if isinstance(node, ast.Import | ast.ImportFrom):
                 out.append(node)
             elif isinstance(node, ast.If):
-                if not _is_type_checking(node.test):
+                if type_only or not _is_type_checking(node.test):
                     visit(node.body)
                 visit(node.orelse)
             elif isinstance(node, ast.Try):
@@ -62,13 +70,20 @@ def _resolve(module: str, node: ast.ImportFrom) -> str | None:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the `dex_celery` modules it imports at module level."""
+def import_graph(*, deferred: bool = False) -> dict[str, set[str]]:
+    """module -> the `dex_celery` modules it imports at module level, type-only imports
+    included (and those inside functions with `deferred`).
+
+    Importing `pkg.mod` runs `pkg/__init__.py` first, so it is an edge to `pkg` too, except
+    for a module's own packages (their `__init__` may re-export the module: Python allows it).
+    """
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         deps: set[str] = set()
-        for node in _module_level_imports(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        nodes = _module_level_imports(tree) + (_function_imports(tree) if deferred else [])
+        for node in nodes:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -80,9 +95,24 @@ def import_graph() -> dict[str, set[str]]:
                     f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                     for alias in node.names
                 ]
-            deps.update(t for t in targets if t in modules and t != name)
-        graph[name] = deps
+            for target in targets:
+                deps.update(_with_packages(target, modules))
+        own = _packages_of(name)
+        graph[name] = {d for d in deps if d != name and d not in own}
     return graph
+
+
+def _packages_of(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _with_packages(target: str, modules: dict[str, Path]) -> set[str]:
+    """The target and every `dex_celery` package on its way (their `__init__` runs first)."""
+    found = {p for p in _packages_of(target) if p in modules and p != "dex_celery"}
+    if target in modules:
+        found.add(target)
+    return found
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -147,3 +177,79 @@ def test_every_function_level_import_says_why(name: str) -> None:
         if "#" not in here and not above.strip().startswith("#"):
             bare.append(f"{path.name}:{node.lineno}: {here.strip()}")
     assert not bare, "imports inside functions without a comment saying why:\n" + "\n".join(bare)
+
+
+#: The layers, lowest first. A module may import from its own layer and those below it only.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "base",
+        (
+            "dex_celery.errors",
+            "dex_celery.settings",
+            "dex_celery.backend_errors",
+            "dex_celery.forks",
+            "dex_celery.model",
+        ),
+    ),
+    ("parts", ("dex_celery.tools", "dex_celery.ledger", "dex_celery.store")),
+    ("engine", ("dex_celery.engine",)),
+    (
+        "sides",
+        (
+            "dex_celery.ops",
+            "dex_celery.processes",
+            "dex_celery.client",
+            "dex_celery.integrations",
+        ),
+    ),
+    ("facade", ("dex_celery.app",)),
+    (
+        "outer",
+        (
+            "dex_celery.cli",
+            "dex_celery.web",
+            "dex_celery.examples",
+            "dex_celery",
+        ),
+    ),
+]
+
+
+def layer_of(module: str) -> int:
+    for rank, (_name, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes if p != "dex_celery"):
+            return rank
+    if module == "dex_celery":
+        return len(LAYERS) - 1
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it to one")
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in _modules():
+        layer_of(name)
+
+
+def test_layers_point_down_whatever_the_kind_of_import() -> None:
+    upward = [
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {dep} ({LAYERS[layer_of(dep)][0]})"
+        for module, deps in sorted(import_graph(deferred=True).items())
+        for dep in sorted(deps)
+        if layer_of(dep) > layer_of(module)
+    ]
+    assert not upward, "imports against the layers:\n" + "\n".join(upward)
+
+
+def test_layer_rule_sees_a_type_only_import() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dex_celery.app import Dex\n"
+    )
+    assert [n.module for n in _module_level_imports(tree) if isinstance(n, ast.ImportFrom)] == [
+        "typing",
+        "dex_celery.app",
+    ]
+    assert layer_of("dex_celery.app") > layer_of("dex_celery.engine.approvals")
+
+
+def test_at_most_twelve_modules_at_the_top_of_the_package() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top

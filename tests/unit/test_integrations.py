@@ -53,7 +53,7 @@ def test_arguments_checked_against_the_schema_without_showing_values() -> None:
 
 
 def test_an_invalid_schema_is_a_registration_error() -> None:
-    with pytest.raises(ConfigurationError, match="not valid JSON Schema"):
+    with pytest.raises(ConfigurationError, match="not a JSON Schema"):
         check_schema("t", {"type": "no-such-type"})
 
 

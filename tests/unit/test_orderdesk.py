@@ -80,6 +80,6 @@ def test_the_reference_app_registers_one_tool_per_effect_class_and_its_checks(
         "print_shipping_label": None,  # unclassified: nothing declared
     }
     assert dex.outcome_checks.tool_names == {"cancel_order", "print_shipping_label"}
-    # The sweeper and the reconcile job both run inside beat (dex_celery.processes.startup, beat_jobs).
+    # The sweeper and the reconcile job both run inside beat (dex_celery.processes.beat).
     assert set(app.conf.beat_schedule) == set()
     assert app.conf.task_routes["dex.tool.print_shipping_label"] == {"queue": "labels"}

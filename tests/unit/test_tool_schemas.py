@@ -20,10 +20,10 @@ from dex_celery import (
     ToolContext,
     ToolPolicy,
 )
+from dex_celery.engine.invoke import encode_result, is_async
 from dex_celery.errors import SealError
 from dex_celery.ledger.ledger import Cause
 from dex_celery.tools.arguments import check_arguments
-from dex_celery.tools.invoke import encode_result, is_async
 from dex_celery.tools.sealing import Scrubber, open_arguments, seal, split
 from dex_celery.tools.tool import Tool
 

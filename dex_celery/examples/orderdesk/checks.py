@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 
 from dex_celery.examples.orderdesk.desk import Operation, OrderDesk
+from dex_celery.model.times import format_utc
 
 #: `(idempotency key, tool arguments as JSON) -> report text`, the seed's `OutcomeCheck`.
 OutcomeCheck = Callable[[str, str], Awaitable[str]]
@@ -72,4 +72,4 @@ def checks(desk: OrderDesk) -> dict[str, OutcomeCheck]:
 
 
 def _when(op: Operation) -> str:
-    return "recorded " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(op.created_at))
+    return "recorded " + format_utc(op.created_at, millis=False)

@@ -36,7 +36,7 @@ from dex_celery.engine.reconcile import reconcile_once
 from dex_celery.engine.worker import parse_owner
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.examples.orderdesk.factory import create_app
-from dex_celery.ops.tables import render_table, shorten
+from dex_celery.ops.present import render_table, shorten
 from dex_celery.processes.localstack import (
     LocalStack,
     PrerequisiteMissing,

@@ -1,4 +1,4 @@
-"""Times as the CLI shows and reads them: always UTC, with the zone written out.
+"""Times as people read and type them (the CLI, the web app, errors, webhooks): always UTC, with the zone written out.
 
 Stored times are Unix seconds; a person reads `2026-11-30 22:40:55.123 UTC` and types
 `--since 2026-11-30T22:00`, `--since 2026-11-30T22:00+01:00` or `--since 15m` (also s, h, d).

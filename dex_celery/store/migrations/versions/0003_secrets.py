@@ -3,7 +3,7 @@
 `arguments` keeps the call's arguments with secret values replaced by `***`; the values live
 only in this column, as one Fernet token opened by the worker with the `secret_key` setting.
 
-Revision ID: i11_secrets
+Revision ID: 0003 (named i11_secrets before 0.1.0 shipped; `migrate.RENAMED` moves such databases on)
 Revises: 0002
 Create Date: 2026-11-30
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import context, op
 
-revision: str = "i11_secrets"
+revision: str = "0003"
 down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

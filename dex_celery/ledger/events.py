@@ -125,11 +125,18 @@ class AgentEvents:
     # --- writing -------------------------------------------------------------------------------
 
     def publish(self, type: EventType, key: str, **fields: str) -> str:
-        """Append one event, trimming the stream to about `maxlen` entries; returns its position."""
+        """Append one event, trimming the stream to about `maxlen` entries; returns its position.
+
+        The one way events are published outside the ledger's scripts (which append theirs in
+        the same atomic step as the transition they announce)."""
         entry = {"type": type.value, "key": key, **fields}
         return _text(
             self.client.xadd(self.stream, cast(Any, entry), maxlen=self.maxlen, approximate=True)
         )
+
+    def publish_finished(self, key: str, *, status: str, error: str) -> str:
+        """The finished event of a call that ended without a ledger entry (approvals, lost data)."""
+        return self.publish(EventType.TOOL_CALL_FINISHED, key, status=status, error=error)
 
     # --- reading -------------------------------------------------------------------------------
 

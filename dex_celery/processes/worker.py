@@ -1,0 +1,97 @@
+"""The worker process of a deployment: every Celery signal a worker's processes listen to.
+
+- `worker_init` (main process, before the pool starts): the Redis startup check
+  (`processes.checks`), and the worker's own Prometheus port when `worker_metrics_port` is set;
+- `worker_ready` / `worker_shutting_down`: the deployment watch (`ops.status.DeploymentWatch`:
+  a missing schema, a sweeper that stopped), started and stopped with the worker;
+- `task_failure` with `WorkerLostError`: the fast path for a pool child that died while its
+  parent lives (docs/ledger.md, crash table): the attempt is marked lost now instead of when
+  its lease lapses;
+- `worker_process_shutdown` / `worker_shutdown`: the outcomes this process still holds are
+  written before it exits (the sweeper would, later).
+
+Each handler acts only for its own Celery app.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from billiard.exceptions import WorkerLostError
+from celery import Celery, signals
+
+from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.ops.status import DeploymentWatch
+from dex_celery.processes.checks import check_or_exit
+from dex_celery.tools.tool import TASK_PREFIX
+
+log = logging.getLogger("dex_celery.processes.worker")
+
+
+class WorkerServices:
+    """What one worker process starts and stops besides its tasks."""
+
+    def __init__(self, celery: Celery, source: RuntimeSource) -> None:
+        self.celery = celery
+        self.source = source
+        self.watch: DeploymentWatch | None = None
+
+    def _ours(self, sender: Any) -> bool:
+        return getattr(sender, "app", None) is self.celery
+
+    def on_worker_init(self, sender: Any = None, **_: Any) -> None:
+        if not self._ours(sender):
+            return
+        check_or_exit(self.source, "worker")
+        if self.source.runtime.settings.worker_metrics_port:
+            # deferred: prometheus_client is an optional dependency (extras `metrics`, `web`)
+            from dex_celery.ops.metrics import serve_worker_metrics
+
+            serve_worker_metrics(self.source)
+
+    def on_worker_ready(self, sender: Any = None, **_: Any) -> None:
+        if not self._ours(sender) or self.watch is not None:
+            return
+        self.watch = DeploymentWatch(self.source)
+        self.watch.start()
+
+    def on_worker_shutting_down(self, **_: Any) -> None:
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.stop()
+
+    def on_task_failure(
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        exception: BaseException | None = None,
+        **_: Any,
+    ) -> None:
+        """Celery's parent process reports `WorkerLostError` through `task_failure` when the
+        message was not requeued; the attempt is marked lost now."""
+        if sender is None or task_id is None or not self._ours(sender):
+            return
+        if not str(getattr(sender, "name", "")).startswith(TASK_PREFIX):
+            return
+        if not isinstance(exception, WorkerLostError):
+            return
+        self.source.runtime.worker.on_worker_lost(task_id, str(exception))
+
+    def flush_outcomes(self, **_: Any) -> None:
+        """Write the outcomes this process still holds before it exits."""
+        runtime = self.source.built_runtime
+        if runtime is not None and not runtime.writer.flush():
+            log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
+
+
+def connect_worker(celery: Celery, source: RuntimeSource) -> WorkerServices:
+    """Connect the worker side of `celery`'s deployment to Celery's signals (from `Dex`)."""
+    services = WorkerServices(celery, source)
+    signals.worker_init.connect(services.on_worker_init, weak=False)
+    signals.worker_ready.connect(services.on_worker_ready, weak=False)
+    signals.worker_shutting_down.connect(services.on_worker_shutting_down, weak=False)
+    signals.task_failure.connect(services.on_task_failure, weak=False)
+    signals.worker_process_shutdown.connect(services.flush_outcomes, weak=False)
+    signals.worker_shutdown.connect(services.flush_outcomes, weak=False)
+    return services

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
 
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, UnknownCall
-from dex_celery.ledger.events import START, AgentEvent
+from dex_celery.ledger.events import START, AgentEvent, EventFilters
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.message_text import check_text
 from dex_celery.model.policy import EffectClass
@@ -133,23 +133,14 @@ class DexClient:
 
     # --- events (S7.3; dex_celery/ledger/events.py) ---------------------------------------------------
 
-    def events(
-        self,
-        after: str = START,
-        *,
-        session_id: str | None = None,
-        types: Collection[str] | None = None,
-        follow: bool = False,
-        timeout: float | None = None,
-    ) -> Iterator[AgentEvent]:
+    def events(self, after: str = START, **filters: Unpack[EventFilters]) -> Iterator[AgentEvent]:
         """AgentEvents after position `after` (`"0"` from the start, `"$"` from now).
 
         Keep the `position` of the last event handled and pass it as `after` to resume. Stops
-        once caught up, unless `follow` (then waits for new events up to `timeout` seconds).
+        once caught up, unless `follow` (then waits for new events up to `timeout` seconds);
+        `session_id` and `types` filter (`EventFilters`).
         """
-        return self.source.runtime.events.iterate(
-            after, session_id=session_id, types=types, follow=follow, timeout=timeout
-        )
+        return self.source.runtime.events.iterate(after, **filters)
 
 
 class AsyncDexClient:
@@ -208,15 +199,7 @@ class AsyncDexClient:
     # --- events (S7.3; dex_celery/ledger/events.py) ---------------------------------------------------
 
     def events(
-        self,
-        after: str = START,
-        *,
-        session_id: str | None = None,
-        types: Collection[str] | None = None,
-        follow: bool = False,
-        timeout: float | None = None,
+        self, after: str = START, **filters: Unpack[EventFilters]
     ) -> AsyncIterator[AgentEvent]:
         """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
-        return self.sync.source.runtime.events.aiterate(
-            after, session_id=session_id, types=types, follow=follow, timeout=timeout
-        )
+        return self.sync.source.runtime.events.aiterate(after, **filters)

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 import redis
 
@@ -159,90 +159,47 @@ class AgentEvents:
             events.extend(AgentEvent.from_entry(pos, raw) for pos, raw in entries)
         return events
 
-    def iterate(
-        self,
-        after: str = START,
-        *,
-        session_id: str | None = None,
-        types: Collection[str] | None = None,
-        follow: bool = False,
-        timeout: float | None = None,
-        batch: int = 100,
-    ) -> Iterator[AgentEvent]:
-        """Events after `after`, oldest first, optionally only one session's or some types.
+    def iterate(self, after: str = START, **filters: Unpack[EventFilters]) -> Iterator[AgentEvent]:
+        """Events after `after`, oldest first, optionally only one session's or some types
+        (`EventFilters`).
 
         Without `follow`, stops once it has caught up with the stream. With `follow`, waits for
         new events until `timeout` seconds have passed (forever if None). Filtering happens here:
         the stream is shared by every session, so skipped events still advance the position.
         A bad `after` raises `InvalidEventPosition` here, not on the first `next()`.
         """
-        return self._iterate(check_position(after), session_id, types, follow, timeout, batch)
+        return self._iterate(check_position(after), _Query.of(filters))
 
-    def _iterate(
-        self,
-        position: str,
-        session_id: str | None,
-        types: Collection[str] | None,
-        follow: bool,
-        timeout: float | None,
-        batch: int,
-    ) -> Iterator[AgentEvent]:
+    def _iterate(self, position: str, query: _Query) -> Iterator[AgentEvent]:
         if position == NOW:
             position = self.latest_position()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            block = None
-            if follow:
-                remaining = MAX_BLOCK_SECONDS if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                block = min(remaining, MAX_BLOCK_SECONDS)
-            events = self.read(position, count=batch, block=block)
-            if not events and not follow:
+        deadline = query.deadline()
+        while (block := _block(query.follow, deadline)) is not _CAUGHT_UP:
+            events = self.read(position, count=query.batch, block=block)
+            if not events and not query.follow:
                 return
             for event in events:
                 position = event.position
-                if _wanted(event, session_id, types):
+                if query.wants(event):
                     yield event
 
     def aiterate(
-        self,
-        after: str = START,
-        *,
-        session_id: str | None = None,
-        types: Collection[str] | None = None,
-        follow: bool = False,
-        timeout: float | None = None,
-        batch: int = 100,
+        self, after: str = START, **filters: Unpack[EventFilters]
     ) -> AsyncIterator[AgentEvent]:
         """`iterate` as an async iterator; each blocking read runs in a worker thread."""
-        return self._aiterate(check_position(after), session_id, types, follow, timeout, batch)
+        return self._aiterate(check_position(after), _Query.of(filters))
 
-    async def _aiterate(
-        self,
-        position: str,
-        session_id: str | None,
-        types: Collection[str] | None,
-        follow: bool,
-        timeout: float | None,
-        batch: int,
-    ) -> AsyncIterator[AgentEvent]:
+    async def _aiterate(self, position: str, query: _Query) -> AsyncIterator[AgentEvent]:
         if position == NOW:
             position = await asyncio.to_thread(self.latest_position)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            block = None
-            if follow:
-                remaining = MAX_BLOCK_SECONDS if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                block = min(remaining, MAX_BLOCK_SECONDS)
-            events = await asyncio.to_thread(self.read, position, count=batch, block=block)
-            if not events and not follow:
+        deadline = query.deadline()
+        while (block := _block(query.follow, deadline)) is not _CAUGHT_UP:
+            events = await asyncio.to_thread(self.read, position, count=query.batch, block=block)
+            if not events and not query.follow:
                 return
             for event in events:
                 position = event.position
-                if _wanted(event, session_id, types):
+                if query.wants(event):
                     yield event
 
     def trimmed_after(self, position: str) -> bool:
@@ -268,6 +225,53 @@ class AgentEvents:
 
     def length(self) -> int:
         return int(cast(Any, self.client.xlen(self.stream)))
+
+
+class EventFilters(TypedDict, total=False):
+    """What a reader of the stream may ask for (`iterate`, `aiterate`, the clients' `events`)."""
+
+    #: Only this session's events.
+    session_id: str | None
+    #: Only events of these types (`EventType` values).
+    types: Collection[str] | None
+    #: Wait for new events instead of stopping once caught up.
+    follow: bool
+    #: With `follow`: stop after this many seconds (None: never).
+    timeout: float | None
+    #: Events read per round trip.
+    batch: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    session_id: str | None = None
+    types: Collection[str] | None = None
+    follow: bool = False
+    timeout: float | None = None
+    batch: int = 100
+
+    @classmethod
+    def of(cls, filters: EventFilters) -> _Query:
+        return cls(**filters)
+
+    def deadline(self) -> float | None:
+        return None if self.timeout is None else time.monotonic() + self.timeout
+
+    def wants(self, event: AgentEvent) -> bool:
+        return _wanted(event, self.session_id, self.types)
+
+
+#: `_block`'s answer when a follower's time is up.
+_CAUGHT_UP = -1.0
+
+
+def _block(follow: bool, deadline: float | None) -> float | None:
+    """How long the next read may wait: None (not at all) without `follow`, `_CAUGHT_UP` once
+    its deadline has passed."""
+    if not follow:
+        return None
+    remaining = MAX_BLOCK_SECONDS if deadline is None else deadline - time.monotonic()
+    return _CAUGHT_UP if remaining <= 0 else min(remaining, MAX_BLOCK_SECONDS)
 
 
 def _wanted(event: AgentEvent, session_id: str | None, types: Collection[str] | None) -> bool:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,7 +24,8 @@ from dex_celery.integrations.mcp_server import EFFECT_META_KEY, STATUS_META_KEY
 from tests.support.crash import lines, tool_messages
 from tests.support.processes import ROOT, Worker, free_port, wait_for
 
-DEX_CELERY = str(ROOT / ".venv" / "bin" / "dex-celery")
+#: The console script of the interpreter running the tests, whatever its virtual environment.
+DEX_CELERY = str(Path(sys.executable).parent / "dex-celery")
 APP = ["--app", "tests.support.toolapp:dex", "mcp"]
 
 

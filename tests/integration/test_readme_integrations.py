@@ -39,7 +39,7 @@ def example(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[Path, dict[st
         **os.environ,
         **env,
         "PYTHONPATH": str(folder),
-        "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
     }
     with (folder / "worker.log").open("wb") as log:
         worker = subprocess.Popen(

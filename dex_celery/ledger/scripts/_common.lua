@@ -89,6 +89,20 @@ local function drop_from_indexes(key, queue, lease, close)
 end
 
 -- The attempt log is one JSON array per call (its one codec in Python is ledger/attempt_log.py).
+-- The call hash of a transition script (expire, lose, time_out) in the ledger's current life,
+-- with its attempt number ('' = the current one) and the frozen clock; nil after dropping the
+-- call from the due-indexes when the hash belongs to an older life.
+local function live_call(call, key, attempt, epoch_key, clock_key, queue, lease, close)
+  local c = read_call(call)
+  local epoch, frozen = ledger_globals(epoch_key, clock_key)
+  if is_stale(c.epoch, epoch) then
+    drop_from_indexes(key, queue, lease, close)
+    return nil
+  end
+  if attempt == '' then attempt = c.n end
+  return c, attempt, frozen
+end
+
 local function log_attempt(w, c, n, state, now, detail)
   local entry = cjson.encode({
     attempt = tonumber(n), state = state, owner = c.owner or '',

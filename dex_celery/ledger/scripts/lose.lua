@@ -16,13 +16,9 @@ local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, mode, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local owner, fence = ARGV[6], ARGV[7]
 
-local c = read_call(call)
-local epoch, frozen = ledger_globals(epoch_key, clock_key)
-if is_stale(c.epoch, epoch) then
-  drop_from_indexes(key, queue, lease_idx, close_idx)
-  return {'kind', 'noop'}
-end
-if attempt == '' then attempt = c.n end
+local c, frozen
+c, attempt, frozen = live_call(call, key, attempt, epoch_key, clock_key, queue, lease_idx, close_idx)
+if c == nil then return {'kind', 'noop'} end
 if c.status ~= 'active' or c.n ~= attempt then
   return {'kind', 'noop'}
 end

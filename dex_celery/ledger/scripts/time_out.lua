@@ -6,13 +6,9 @@ local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local c = read_call(call)
-local epoch, frozen = ledger_globals(epoch_key, clock_key)
-if is_stale(c.epoch, epoch) then
-  drop_from_indexes(key, queue, lease_idx, close_idx)
-  return {'kind', 'noop'}
-end
-if attempt == '' then attempt = c.n end
+local c, frozen
+c, attempt, frozen = live_call(call, key, attempt, epoch_key, clock_key, queue, lease_idx, close_idx)
+if c == nil then return {'kind', 'noop'} end
 local now = ledger_now(frozen)
 if c.status ~= 'active' or c.n ~= attempt or c.state ~= 'running' or tonumber(c.close) > now then
   return {'kind', 'noop'}

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
+
+from dex_celery.store.migrations.altering import table_schema
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -18,14 +20,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _schema() -> str | None:
-    """`Settings.database_schema`: ALTER TABLE does not go through the schema translate map."""
-    schema = context.config.attributes.get("schema")
-    return str(schema) if schema else None
-
-
 def upgrade() -> None:
-    with op.batch_alter_table("dex_tool_calls", schema=_schema()) as batch:
+    with op.batch_alter_table("dex_tool_calls", schema=table_schema()) as batch:
         batch.add_column(sa.Column("claim_fence", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("claimed_attempt", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("claimed_at", sa.Float(), nullable=True))
@@ -42,7 +38,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("dex_ledger_binding")
-    with op.batch_alter_table("dex_tool_calls", schema=_schema()) as batch:
+    with op.batch_alter_table("dex_tool_calls", schema=table_schema()) as batch:
         batch.drop_column("claimed_by")
         batch.drop_column("claimed_at")
         batch.drop_column("claimed_attempt")

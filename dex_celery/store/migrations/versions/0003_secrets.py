@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
+
+from dex_celery.store.migrations.altering import table_schema
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -21,17 +23,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _schema() -> str | None:
-    """`Settings.database_schema`: ALTER TABLE does not go through the schema translate map."""
-    schema = context.config.attributes.get("schema")
-    return str(schema) if schema else None
-
-
 def upgrade() -> None:
-    with op.batch_alter_table("dex_tool_calls", schema=_schema()) as batch:
+    with op.batch_alter_table("dex_tool_calls", schema=table_schema()) as batch:
         batch.add_column(sa.Column("sealed_arguments", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("dex_tool_calls", schema=_schema()) as batch:
+    with op.batch_alter_table("dex_tool_calls", schema=table_schema()) as batch:
         batch.drop_column("sealed_arguments")

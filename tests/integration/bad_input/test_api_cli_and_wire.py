@@ -1,7 +1,7 @@
 """The bad-input suite (issue 6): bad inputs across the public API, the CLI and the wire each get
 a typed error or are refused by a running worker and logged, and nothing is half-written (S9.3).
 
-`tests/integration/test_bad_input.py` covers request-time input case by case (unknown tool,
+`tests/integration/bad_input/test_requests.py` covers request-time input case by case (unknown tool,
 arguments that are not JSON / not an object / NaN / oversized, malformed ids, unknown effect
 class, bad batches, bad user-message text, unknown session, duplicates). This suite does not
 repeat those; it covers the other doors: approvals (S6.3), events positions (S7.3), lookups by

@@ -13,7 +13,7 @@ import pytest
 
 from dex_celery.ledger.ledger import Cause, ClaimKind, LoseMode, OpenResult, StepKind
 from dex_celery.model.policy import EffectClass
-from tests.unit.test_ledger_scripts import (
+from tests.unit.ledger.test_scripts import (
     EPOCH,
     HB,
     S2C,

@@ -8,8 +8,8 @@ import pytest
 
 from dex_celery.ledger.ledger import Cause, StepKind
 from dex_celery.model.policy import EffectClass
-from tests.unit.test_ledger_scripts import Rig, claimed, finished
-from tests.unit.test_ledger_scripts import rig as rig  # the fixture, shared
+from tests.unit.ledger.test_scripts import Rig, claimed, finished
+from tests.unit.ledger.test_scripts import rig as rig  # the fixture, shared
 
 DETAIL = "the connection to MCP server 'orders' broke after 'cancel' was called"
 

@@ -543,3 +543,53 @@ class HostGuard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+# --- the same door for a WSGI app (a worker's metrics port) ---------------------------------
+
+
+def guarded_wsgi(
+    app: Callable[..., Any],
+    credentials: Credentials,
+    allowlist: HostAllowlist,
+    scope: Scope,
+    throttle: LoginThrottle | None = None,
+) -> Callable[..., Any]:
+    """`app` behind the `Host` check, authentication (when credentials are configured) and
+    `scope`: the worker's own `/metrics` port answers like the web app's `/metrics`."""
+    throttle = throttle or LoginThrottle()
+
+    def refuse(start_response: Callable[..., Any], status: str, text: str,
+               extra: tuple[tuple[str, str], ...] = ()) -> list[bytes]:  # fmt: skip
+        body = text.encode()
+        start_response(
+            status,
+            [("Content-Type", "text/plain; charset=utf-8"),
+             ("Content-Length", str(len(body))), *SECURITY_HEADERS, *extra],
+        )  # fmt: skip
+        return [body]
+
+    def door(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        host = environ.get("HTTP_HOST")
+        if not allowlist.allows(host):
+            return refuse(start_response, "421 Misdirected Request", host_refusal(host))
+        if credentials.required:
+            address = environ.get("REMOTE_ADDR")
+            auth = read_authorization(credentials, environ.get("HTTP_AUTHORIZATION"))
+            wait = throttle.retry_after(auth.name, address) if auth.attempted else 0.0
+            if wait > 0:
+                return refuse(start_response, "429 Too Many Requests",
+                              "refused: too many failed authentications\n",
+                              (("Retry-After", str(max(1, int(wait + 0.999)))),))  # fmt: skip
+            if auth.identity is None:
+                if auth.attempted:
+                    throttle.failed(auth.name, address)
+                return refuse(start_response, "401 Unauthorized",
+                              "refused: authentication required\n",
+                              (("WWW-Authenticate", 'Basic realm="dex-celery"'),))  # fmt: skip
+            if not auth.identity.may(scope):
+                return refuse(start_response, "403 Forbidden",
+                              f"refused: {auth.identity.name} lacks the scope {scope.value}\n")  # fmt: skip
+        return app(environ, start_response)
+
+    return door

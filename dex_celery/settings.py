@@ -86,6 +86,9 @@ DEFAULT_WEB_TRUSTED_PROXIES: str | None = None
 DEFAULT_WEB_SECRET_KEY: str | None = None
 #: Port of a worker's own Prometheus endpoint (0: none; the web app's `/metrics` has the same).
 DEFAULT_WORKER_METRICS_PORT = 0
+#: Address that endpoint listens on: loopback unless set; beyond loopback it needs `web_users` or
+#: `web_tokens` (a token with the scope `metrics`), like the web app.
+DEFAULT_WORKER_METRICS_HOST = "127.0.0.1"
 #: Where beat sends webhooks (awaiting approval, outcome unknown, reconciliation reports):
 #: URLs, comma-separated. None: no webhooks.
 DEFAULT_WEBHOOK_URLS: str | None = None
@@ -143,6 +146,7 @@ class Settings:
     allowed_hosts: str | None = DEFAULT_ALLOWED_HOSTS
     web_trusted_proxies: str | None = DEFAULT_WEB_TRUSTED_PROXIES
     worker_metrics_port: int = DEFAULT_WORKER_METRICS_PORT
+    worker_metrics_host: str = DEFAULT_WORKER_METRICS_HOST
     webhook_urls: str | None = DEFAULT_WEBHOOK_URLS
     webhook_secret: str | None = DEFAULT_WEBHOOK_SECRET
     webhook_max_attempts: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS

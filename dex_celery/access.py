@@ -326,6 +326,20 @@ class HostAllowlist:
             entries.append((name, port))
         return cls(tuple(entries))
 
+    def with_bind(self, bind: str) -> HostAllowlist:
+        """Also the address the door listens on, if it is one IP address (not `0.0.0.0`/`::`).
+
+        An IP literal in `Host` is no rebinding risk: a rebinding page always sends its own
+        name, and a page served from this address is this server's own.
+        """
+        try:
+            address = ipaddress.ip_address(bind.strip("[]"))
+        except ValueError:
+            return self
+        if address.is_unspecified:
+            return self
+        return HostAllowlist((*self.entries, (str(address), None)))
+
     def allows(self, host: str | None) -> bool:
         if not host:
             return False

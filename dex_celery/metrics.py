@@ -224,7 +224,7 @@ def serve_worker_metrics(dex: Dex) -> None:
     app = guarded_wsgi(
         make_wsgi_app(registry_for(dex)),
         credentials,
-        HostAllowlist.from_settings(dex.settings),
+        HostAllowlist.from_settings(dex.settings).with_bind(host),
         Scope.METRICS,
     )
 

@@ -21,7 +21,8 @@ Who may call (S11.3): over HTTP the door of `mcp_http` checks the `Host`, authen
 caller (the web app's `web_users` / `web_tokens`, scope `tools:call`) and refuses a bind beyond
 loopback without credentials. A call key is not a capability: a caller may request or follow
 calls only of sessions its identity owns (`store/owners.py`); naming another identity's session
-(or one begun in-process) is refused as if the call did not exist, and runs nothing. Calls
+(or one begun in-process) is refused with the same answer whether or not it exists, and runs
+nothing. Calls
 without ids go to a session of the caller's own (`--session`, suffixed with the caller's name
 when credentials are configured).
 """
@@ -313,7 +314,7 @@ class DexMcpServer:
         """
         credentials = credentials or Credentials.from_settings(self.dex.settings)
         check_bind(host, credentials, "the MCP server")
-        allowlist = HostAllowlist.from_settings(self.dex.settings)
+        allowlist = HostAllowlist.from_settings(self.dex.settings).with_bind(host)
         app = self.server.streamable_http_app(
             streamable_http_path=path,
             stateless_http=True,

@@ -110,14 +110,18 @@ def parse_time(text: str | None) -> float | None:
 class WebApp:
     """Holds the deployment, the credentials and the signer; builds the Starlette app."""
 
-    def __init__(self, dex: Dex, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self, dex: Dex, credentials: Credentials | None = None, *, bind: str | None = None
+    ) -> None:
         self.dex = dex
         self.credentials = credentials or Credentials.from_settings(dex.settings)
         self.signer = Signer(
             dex.settings.web_secret_key,
             RedisRevocations(lambda: dex.redis, dex.settings.key_prefix),
         )
-        self.hosts = HostAllowlist.from_settings(dex.settings)
+        hosts = HostAllowlist.from_settings(dex.settings)
+        #: `Host` names answered: loopback, `allowed_hosts`, and the bind address if it is one IP.
+        self.hosts = hosts.with_bind(bind) if bind else hosts
         self.proxies = TrustedProxies.from_settings(dex.settings)
         self.throttle = LoginThrottle()
         self.approvals = Approvals(dex)
@@ -470,6 +474,9 @@ def _quote(text: str) -> str:
     return quote(text, safe="/")
 
 
-def create_app(dex: Dex, credentials: Credentials | None = None) -> Starlette:
-    """The ASGI app of `dex-celery web` (also for `uvicorn --factory`-style embedding)."""
-    return WebApp(dex, credentials).build()
+def create_app(
+    dex: Dex, credentials: Credentials | None = None, *, bind: str | None = None
+) -> Starlette:
+    """The ASGI app of `dex-celery web` (also for `uvicorn --factory`-style embedding); `bind`
+    is the address it listens on, answered as a `Host` too when it is one IP address."""
+    return WebApp(dex, credentials, bind=bind).build()

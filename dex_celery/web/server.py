@@ -30,8 +30,8 @@ def serve(dex: Dex, *, host: str = "127.0.0.1", port: int = 8000, log_level: str
     """Run the web app until interrupted."""
     credentials = Credentials.from_settings(dex.settings)
     check_bind(host, credentials)
-    hosts = HostAllowlist.from_settings(dex.settings)
-    app = create_app(dex, credentials)
+    hosts = HostAllowlist.from_settings(dex.settings).with_bind(host)
+    app = create_app(dex, credentials, bind=host)
     if not credentials.required:
         log.warning("no DEX_WEB_USERS / DEX_WEB_TOKENS: serving %s without sign-in", host)
     log.info("answering requests for the hosts %s", ", ".join(hosts.names))

@@ -89,8 +89,8 @@ def test_mcp_http_from_another_address_is_a_locked_door(
         assert len(open_bind.stderr.splitlines()) == 1
 
         start_worker()
-        with mcp_server(env, ns.host_ip, DEX_WEB_TOKENS=TOKENS, DEX_WEB_USERS="alice:pw-a",
-                        DEX_ALLOWED_HOSTS=ns.host_ip) as url:  # fmt: skip
+        # The bind address (one IP) is answered as a Host without DEX_ALLOWED_HOSTS.
+        with mcp_server(env, ns.host_ip, DEX_WEB_TOKENS=TOKENS, DEX_WEB_USERS="alice:pw-a") as url:
             port = url.rsplit(":", 1)[1].split("/")[0]
             own, anon = "own/t1/c1", "anon/t1/c1"
             write = {"seconds": 0.1, "value": "mine"}

@@ -62,6 +62,10 @@ def test_host_allowlist() -> None:
     assert custom.allows("ops.example:8443") and not custom.allows("ops.example:8000")
     assert not custom.allows("evil.dex.example.com")
     assert split_host("[::1]:80") == ("::1", 80)
+    bound = default.with_bind("10.1.2.3")
+    assert bound.allows("10.1.2.3:8000") and not default.allows("10.1.2.3:8000")
+    assert default.with_bind("0.0.0.0") == default == default.with_bind("dex.example.com")
+    assert not default.with_bind("::").allows("[::]:80")
     for bad in ("*.example.com", "a/b", "x:y"):
         with pytest.raises(ConfigurationError, match="allowed_hosts"):
             HostAllowlist.from_settings(Settings(allowed_hosts=bad))

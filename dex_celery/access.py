@@ -166,9 +166,20 @@ class Credentials:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Credentials:
-        return cls(
-            MappingProxyType(parse_users(settings.web_users)), parse_tokens(settings.web_tokens)
-        )
+        """Both settings read; a name given twice (two tokens, or a token named like a person)
+        is a `ConfigurationError`: the name is what a decision and a session's owner record, so
+        it must say who it was."""
+        users = parse_users(settings.web_users)
+        tokens = parse_tokens(settings.web_tokens)
+        seen = set(users)
+        for token in tokens:
+            if token.name in seen:
+                raise ConfigurationError(
+                    f"setting web_tokens: the name {token.name!r} is used twice (by another "
+                    "token or a person in web_users); give every token its own name"
+                )
+            seen.add(token.name)
+        return cls(MappingProxyType(users), tokens)
 
     @property
     def tokens(self) -> Mapping[str, str]:

@@ -26,8 +26,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("dex_celery.web")
 
 
-def serve(dex: Dex, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Run the web app until interrupted."""
+def serve(
+    dex: Dex,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
+    """Run the web app until interrupted; over https when given a certificate and its key."""
     credentials = Credentials.from_settings(dex.settings)
     check_bind(host, credentials)
     hosts = HostAllowlist.from_settings(dex.settings).with_bind(host)
@@ -35,5 +43,13 @@ def serve(dex: Dex, *, host: str = "127.0.0.1", port: int = 8000, log_level: str
     if not credentials.required:
         log.warning("no DEX_WEB_USERS / DEX_WEB_TOKENS: serving %s without sign-in", host)
     log.info("answering requests for the hosts %s", ", ".join(hosts.names))
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, proxy_headers=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        proxy_headers=False,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )
     uvicorn.Server(config).run()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import re
+import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -273,3 +275,57 @@ def test_every_answer_carries_the_security_headers(
     assert "<style" not in page and " style=" not in page and "<script" not in page
     assert answers[-1].headers["content-type"].startswith("text/css")
     assert "font:" in answers[-1].text
+
+
+@dataclass
+class TlsWebServer(WebServer):
+    """`dex-celery web --ssl-certfile ... --ssl-keyfile ...`: the app itself serves https."""
+
+    cert: Path = Path()
+    key: Path = Path()
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            *super().command(),
+            "--ssl-certfile",
+            str(self.cert),
+            "--ssl-keyfile",
+            str(self.key),
+        ]
+
+    def _healthy(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"web app exited:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1, verify=False).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def test_cookies_are_secure_when_the_app_serves_tls(
+    env: dict[str, str], dex: Dex, tmp_path: Path
+) -> None:
+    """Finding 3, the other half: served over TLS by the app itself, the cookie is `Secure`."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+         "-keyout", str(key), "-out", str(cert), "-days", "1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    web = TlsWebServer(
+        {**env, "DEX_WEB_USERS": "alice:pw-a"}, tmp_path / "tls.log", cert=cert, key=key
+    )
+    web.start()
+    try:
+        signed = httpx.post(
+            f"{web.url}/login", data={"name": "alice", "password": "pw-a", "next": "/"},
+            verify=False, timeout=10,
+        )  # fmt: skip
+        assert signed.status_code == 303
+        assert "secure" in signed.headers["set-cookie"].lower()
+    finally:
+        web.stop()

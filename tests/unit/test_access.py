@@ -42,7 +42,9 @@ def test_a_bad_scope_is_a_configuration_error_naming_it(entry: str, named: str) 
         Credentials.from_settings(Settings(web_tokens=entry))
 
 
-@pytest.mark.parametrize("bad", ["prom", "prom:", ":tok", "a|b:tok", "a:b:metrics:x"])
+@pytest.mark.parametrize(
+    "bad", ["prom", "prom:", ":tok", "a|b:tok", "a:b:metrics:x", "prom:t1,prom:t2"]
+)
 def test_malformed_tokens_are_a_configuration_error(bad: str) -> None:
     with pytest.raises(ConfigurationError, match="web_tokens"):
         Credentials.from_settings(Settings(web_tokens=bad))
@@ -94,3 +96,8 @@ def test_throttle_per_name_and_per_address() -> None:
     assert throttle.retry_after("bob", "10.0.0.2") == 0
     now[0] += 60.5
     assert throttle.retry_after("alice", "10.0.0.1") == 0
+
+
+def test_a_token_may_not_be_named_like_a_person() -> None:
+    with pytest.raises(ConfigurationError, match="'alice' is used twice"):
+        Credentials.from_settings(Settings(web_users="alice:pw", web_tokens="alice:tok"))

@@ -185,4 +185,12 @@ def test_mcp_loopback_refuses_foreign_hosts_and_others_sessions(
         assert keys[0] != keys[1]
         assert keys[0].startswith("door.agent/") and keys[1].startswith("door.rival/")
         assert first.meta["dex-celery/status"] == "awaiting_approval"
+        # Guessing tokens is throttled like guessing passwords: 5 wrong, then 429.
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        codes = [
+            httpx.post(url, json=listing, headers={**accept, **bearer(f"guess-{i}")}).status_code
+            for i in range(12)
+        ]
+        assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}, codes
     assert dex.client().get_call(inproc).status is CallStatus.AWAITING_APPROVAL

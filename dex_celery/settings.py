@@ -71,13 +71,24 @@ DEFAULT_KEY_PREFIX = "dex"
 #: People who may sign in to `dex-celery web`: `name:password` pairs, comma-separated. Unset and
 #: without `web_tokens`, the web app serves only a loopback address, unauthenticated.
 DEFAULT_WEB_USERS: str | None = None
-#: Bearer tokens for scripts and Prometheus scrapes of `dex-celery web`: `name:token` pairs.
+#: Bearer tokens for scripts and Prometheus scrapes of `dex-celery web` and `dex-celery mcp`:
+#: `name:token` (scopes `metrics` and `calls:read`) or `name:token:scope+scope` entries,
+#: comma-separated (`dex_celery.access`, docs/security.md).
 DEFAULT_WEB_TOKENS: str | None = None
+#: Host names (optionally `name:port`) the web app and the MCP HTTP server answer to besides the
+#: loopback names, comma-separated; a request naming any other `Host` is refused (DNS rebinding).
+DEFAULT_ALLOWED_HOSTS: str | None = None
+#: Addresses (or networks) of reverse proxies whose `X-Forwarded-Proto` / `X-Forwarded-For` the
+#: web app believes, comma-separated; none: such headers are ignored.
+DEFAULT_WEB_TRUSTED_PROXIES: str | None = None
 #: Key that signs the web app's session cookies; random per process when unset (sign-ins then
 #: end when the web app restarts).
 DEFAULT_WEB_SECRET_KEY: str | None = None
 #: Port of a worker's own Prometheus endpoint (0: none; the web app's `/metrics` has the same).
 DEFAULT_WORKER_METRICS_PORT = 0
+#: Address that endpoint listens on: loopback unless set; beyond loopback it needs `web_users` or
+#: `web_tokens` (a token with the scope `metrics`), like the web app.
+DEFAULT_WORKER_METRICS_HOST = "127.0.0.1"
 #: Where beat sends webhooks (awaiting approval, outcome unknown, reconciliation reports):
 #: URLs, comma-separated. None: no webhooks.
 DEFAULT_WEBHOOK_URLS: str | None = None
@@ -129,10 +140,13 @@ class Settings:
     finished_ttl: int = DEFAULT_FINISHED_TTL
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
     task_events: bool = DEFAULT_TASK_EVENTS
-    web_users: str | None = DEFAULT_WEB_USERS
-    web_tokens: str | None = DEFAULT_WEB_TOKENS
-    web_secret_key: str | None = DEFAULT_WEB_SECRET_KEY
+    web_users: str | None = dataclasses.field(default=DEFAULT_WEB_USERS, repr=False)
+    web_tokens: str | None = dataclasses.field(default=DEFAULT_WEB_TOKENS, repr=False)
+    web_secret_key: str | None = dataclasses.field(default=DEFAULT_WEB_SECRET_KEY, repr=False)
+    allowed_hosts: str | None = DEFAULT_ALLOWED_HOSTS
+    web_trusted_proxies: str | None = DEFAULT_WEB_TRUSTED_PROXIES
     worker_metrics_port: int = DEFAULT_WORKER_METRICS_PORT
+    worker_metrics_host: str = DEFAULT_WORKER_METRICS_HOST
     webhook_urls: str | None = DEFAULT_WEBHOOK_URLS
     webhook_secret: str | None = DEFAULT_WEBHOOK_SECRET
     webhook_max_attempts: int = DEFAULT_WEBHOOK_MAX_ATTEMPTS

@@ -13,12 +13,35 @@ from dex_celery.ops.webhooks import delivery_status, render_status
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Serve https with this certificate (PEM); cookies are then Secure.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The certificate's private key (PEM).",
+)
 @pass_context
-def web(ctx: DexContext, host: str, port: int, log_level: str) -> None:
+def web(
+    ctx: DexContext,
+    host: str,
+    port: int,
+    log_level: str,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+) -> None:
     """Approvals, calls and unknown outcomes in a browser, and /metrics for Prometheus.
 
     Sign-in from DEX_WEB_USERS / DEX_WEB_TOKENS; without them only a loopback address is served.
+    Only requests naming a loopback Host, the bind address or DEX_ALLOWED_HOSTS are answered
+    (docs/security.md).
     """
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise click.UsageError("give both --ssl-certfile and --ssl-keyfile, or neither")
     try:
         # deferred: the web app's packages are an optional extra
         from dex_celery.web.server import serve
@@ -26,7 +49,14 @@ def web(ctx: DexContext, host: str, port: int, log_level: str) -> None:
         raise click.UsageError(
             f"the web app needs the web extra: pip install 'dex-celery[web]' ({e})"
         ) from e
-    serve(ctx.dex, host=host, port=port, log_level=log_level)
+    serve(
+        ctx.dex,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )
 
 
 @click.group("webhooks")

@@ -16,10 +16,21 @@ the outcome by asking again after the decision. Once answered, the next such req
 call.
 
 Tool annotations are derived from each tool's effect class (`annotations_for`).
+
+Who may call (S11.3): over HTTP the door of `mcp_http` checks the `Host`, authenticates the
+caller (the web app's `web_users` / `web_tokens`, scope `tools:call`) and refuses a bind beyond
+loopback without credentials. A call key is not a capability: a caller may request or follow
+calls only of sessions its identity owns (`store/owners.py`); naming another identity's session
+(or one begun in-process) is refused with the same answer whether or not it exists, and runs
+nothing. Calls
+without ids go to a session of the caller's own (`--session`, suffixed with the caller's name
+when credentials are configured).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import logging
 import uuid
@@ -33,14 +44,17 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+from dex_celery.access import Credentials, HostAllowlist, Identity, check_bind, local_identity
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.store.owners import SessionOwners
 from dex_celery.tools.definitions import mcp_hints
 from dex_celery.tools.tool import Tool
 
@@ -161,6 +175,14 @@ def still_running_text(record: ToolCallRecord, waited: float) -> str:
     )
 
 
+def not_yours_text(session_id: str) -> str:
+    """The answer for a session the caller does not own: the same whether or not it exists."""
+    return (
+        f"error: the session {session_id!r} is not one of yours: a caller may request or follow "
+        "only calls of sessions it began through this server; nothing was recorded or run"
+    )
+
+
 class DexMcpServer:
     """The MCP server of one `Dex`: its tools, each call requested through the ledger."""
 
@@ -172,9 +194,12 @@ class DexMcpServer:
         self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
         validate_id("session id", self.session_id)
         self.wait_timeout = wait_timeout
-        #: Calls without ids whose outcome was not given yet, by (tool, arguments): asking the
-        #: same again answers for that call instead of making a new one.
-        self._unanswered: dict[tuple[str, str], str] = {}
+        self.owners = SessionOwners(dex.runtime.store, redis_url=dex.settings.redis_url)
+        #: Who calls over stdio (and over HTTP without credentials): the OS user.
+        self.local = local_identity()
+        #: Calls without ids whose outcome was not given yet, by (caller, tool, arguments):
+        #: asking the same again answers for that call instead of making a new one.
+        self._unanswered: dict[tuple[str, str, str], str] = {}
         self.server: Server[Any] = Server(
             "dex-celery",
             instructions=(
@@ -188,15 +213,24 @@ class DexMcpServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=[mcp_tool(t) for t in self.dex.runtime.tools.values()])
+        return mcp_types.ListToolsResult(
+            tools=[mcp_tool(t) for t in self.dex.runtime.tools.values()]
+        )
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         arguments = params.arguments or {}
-        asked = (params.name, _canonical(arguments))
+        identity = self.identity_of(ctx)
+        asked = (identity.name, params.name, _canonical(arguments))
         try:
-            ids = call_ids(params.meta, self.session_id, self._unanswered.get(asked))
+            ids = call_ids(params.meta, self.default_session(identity), self._unanswered.get(asked))
+            validate_id("session id", ids.session_id)
+            if not await asyncio.to_thread(self.owners.claim, ids.session_id, identity.name):
+                log.warning("refused %s a call of session %r", identity.name, ids.session_id)
+                return _text_result(
+                    not_yours_text(ids.session_id), error=True, key=None, status="refused"
+                )
             record = await self.client.request_call(
                 ids.session_id, ids.turn_id, ids.tool_call_id, params.name, arguments
             )
@@ -210,6 +244,25 @@ class DexMcpServer:
             else:
                 self._unanswered.pop(asked, None)
         return result
+
+    def identity_of(self, ctx: ServerRequestContext[Any]) -> Identity:
+        """The caller the HTTP door authenticated (`mcp_http`), or the local user (stdio)."""
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        found = scope.get(IDENTITY_SCOPE_KEY) if isinstance(scope, dict) else None
+        return found if isinstance(found, Identity) else self.local
+
+    def default_session(self, identity: Identity) -> str:
+        """Where calls without ids go: `--session` for the local user, else a session of the
+        caller's own beside it (so no two callers share one)."""
+        if identity == self.local or identity.via == "loopback":
+            return self.session_id
+        mine = f"{self.session_id}.{identity.name}"
+        try:
+            return validate_id("session id", mine)
+        except InvalidId:
+            digest = hashlib.sha256(identity.name.encode()).hexdigest()[:16]
+            return f"{self.session_id}.{digest}"
 
     async def answer(self, record: ToolCallRecord) -> mcp_types.CallToolResult:
         """The record's text once the call has ended; at once if it waits for a person."""
@@ -243,14 +296,30 @@ class DexMcpServer:
                 read_stream, write_stream, self.server.create_initialization_options()
             )
 
+    def http_app(self, *, host: str, path: str, credentials: Credentials | None = None) -> Any:
+        """The streamable HTTP app behind the door (`mcp_http`): Host, Origin, authentication.
+
+        Raises `ConfigurationError` for a bind beyond loopback without credentials.
+        """
+        credentials = credentials or Credentials.from_settings(self.dex.settings)
+        check_bind(host, credentials, "the MCP server")
+        allowlist = HostAllowlist.from_settings(self.dex.settings).with_bind(host)
+        app = self.server.streamable_http_app(
+            streamable_http_path=path,
+            stateless_http=True,
+            host=host,
+            transport_security=SDK_TRANSPORT_SECURITY,
+        )
+        if not credentials.required:
+            log.warning("no DEX_WEB_USERS / DEX_WEB_TOKENS: serving MCP on %s without auth", host)
+        return guarded(app, credentials, allowlist)
+
     async def serve_http(self, *, host: str, port: int, path: str) -> None:
         # Deferred: uvicorn comes with the `mcp` extra and is needed for HTTP only.
         import uvicorn
 
-        app = self.server.streamable_http_app(
-            streamable_http_path=path, stateless_http=True, host=host
-        )
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+        app = self.http_app(host=host, path=path)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False)
         await uvicorn.Server(config).serve()
 
 
@@ -269,4 +338,6 @@ def serve(
     if transport == "stdio":
         anyio.run(server.serve_stdio)
     else:
+        # Refuse an open bind before anything starts (the CLI prints one `error:` line).
+        check_bind(host, Credentials.from_settings(dex.settings), "the MCP server")
         anyio.run(lambda: server.serve_http(host=host, port=port, path=path))

@@ -37,14 +37,19 @@ shown without their query string.
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 # defers an optional dependency: prometheus_client (extras `web` and `metrics`)
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from dex_celery.access import Credentials, HostAllowlist, Scope, check_bind, guarded_wsgi
 from dex_celery.engine import counters as stats
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops.webhooks import delivery_status
@@ -187,6 +192,13 @@ class DexCollector(Collector):
         yield from (delivered, retried, given_up, pending)
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on the worker's stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 def registry_for(source: RuntimeSource) -> CollectorRegistry:
     """A registry holding only dex-celery's collector (no process metrics of the scraper)."""
     registry = CollectorRegistry(auto_describe=False)
@@ -197,10 +209,28 @@ def registry_for(source: RuntimeSource) -> CollectorRegistry:
 def serve_worker_metrics(source: RuntimeSource) -> None:
     """Start the worker's own endpoint on `Settings.worker_metrics_port` (Celery `worker_init`).
 
-    It runs in the worker's main process only, so one port per worker host process.
+    It runs in the worker's main process only, so one port per worker host process. It is a
+    network door like the web app's `/metrics` (docs/security.md): it listens on
+    `worker_metrics_host` (loopback by default; beyond loopback only with credentials), answers
+    only allowed `Host` names, and with credentials configured asks for a token or person with
+    the scope `metrics`. Raises `ConfigurationError` for an open bind beyond loopback.
     """
     port = source.runtime.settings.worker_metrics_port
     if not port:
         return
-    start_http_server(port, registry=registry_for(source))
-    log.info("Prometheus metrics on port %d", port)
+    host = source.runtime.settings.worker_metrics_host
+    credentials = Credentials.from_settings(source.runtime.settings)
+    check_bind(host, credentials, "the worker's metrics port")
+    app = guarded_wsgi(
+        make_wsgi_app(registry_for(source)),
+        credentials,
+        HostAllowlist.from_settings(source.runtime.settings).with_bind(host),
+        Scope.METRICS,
+    )
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    httpd = make_server(host.strip("[]"), port, app, Server, handler_class=_QuietHandler)
+    threading.Thread(target=httpd.serve_forever, name="dex-metrics", daemon=True).start()
+    log.info("Prometheus metrics on %s port %d", host, port)

@@ -140,3 +140,14 @@ ledger_bindings = Table(
     Column("location", String(600), nullable=False),
     Column("bound_at", Float, nullable=False),
 )
+
+# Who began each session through a network door (`dex-celery mcp`): the identity's name. A call
+# key is not a capability (S11.3): a caller may request or follow calls only of sessions it owns
+# (`store/owners.py`). Sessions begun in-process (the Python API) have no row here.
+session_owners = Table(
+    "dex_session_owners",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("created_at", Float, nullable=False),
+)

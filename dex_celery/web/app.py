@@ -24,7 +24,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-import dex_celery.cli.main  # noqa: F401  (first: `cli` attaches `cli_calls`, which imports `cli`)
+from dex_celery.access import (
+    SECURITY_HEADERS,
+    HostAllowlist,
+    HostGuard,
+    LoginThrottle,
+    Scope,
+    TrustedProxies,
+    read_authorization,
+)
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
@@ -39,8 +47,8 @@ from dex_celery.web.auth import (
     SESSION_SECONDS,
     Credentials,
     Identity,
+    RedisRevocations,
     Signer,
-    header_identity,
     local_identity,
     safe_next,
     same_origin,
@@ -98,10 +106,20 @@ def parse_time(text: str | None) -> float | None:
 class WebApp:
     """Holds the deployment, the credentials and the signer; builds the Starlette app."""
 
-    def __init__(self, dex: Dex, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self, dex: Dex, credentials: Credentials | None = None, *, bind: str | None = None
+    ) -> None:
         self.dex = dex
         self.credentials = credentials or Credentials.from_settings(dex.settings)
-        self.signer = Signer(dex.settings.web_secret_key)
+        self.signer = Signer(
+            dex.settings.web_secret_key,
+            RedisRevocations(lambda: dex.redis, dex.settings.key_prefix),
+        )
+        hosts = HostAllowlist.from_settings(dex.settings)
+        #: `Host` names answered: loopback, `allowed_hosts`, and the bind address if it is one IP.
+        self.hosts = hosts.with_bind(bind) if bind else hosts
+        self.proxies = TrustedProxies.from_settings(dex.settings)
+        self.throttle = LoginThrottle()
         self.views = OperatorViews(dex.store)
         self.registry = registry_for(dex)
         self.env = jinja2.Environment(
@@ -115,12 +133,39 @@ class WebApp:
     # --- plumbing ------------------------------------------------------------------------------
 
     def identity(self, request: Request) -> Identity | None:
+        found = self.authenticate(request)
+        return found if isinstance(found, Identity) else None
+
+    def authenticate(self, request: Request) -> Identity | Response | None:
+        """The signed-in user, a token or Basic pair; a 429 while its name or address is
+        throttled; None if nobody is signed in."""
         if not self.credentials.required:
             return local_identity()
         found = self.signer.read_cookie(request.cookies.get(COOKIE))
         if found is not None and found.name in self.credentials.users:
             return found
-        return header_identity(self.credentials, request.headers.get("authorization"))
+        header = request.headers.get("authorization")
+        if not header:
+            return None
+        address = self.client_address(request)
+        auth = read_authorization(self.credentials, header)
+        wait = self.throttle.retry_after(auth.name, address)
+        if wait > 0:
+            return too_many(wait)
+        if auth.identity is None:
+            self.throttle.failed(auth.name, address)
+        return auth.identity
+
+    def scheme(self, request: Request) -> str:
+        """`https` if this request came over TLS, here or at a proxy the settings trust."""
+        peer = request.client.host if request.client else None
+        return self.proxies.scheme(
+            peer, request.url.scheme, request.headers.get("x-forwarded-proto")
+        )
+
+    def client_address(self, request: Request) -> str:
+        peer = request.client.host if request.client else None
+        return self.proxies.client(peer, request.headers.get("x-forwarded-for"))
 
     def page(
         self,
@@ -142,12 +187,17 @@ class WebApp:
         return HTMLResponse(html, status_code=status_code)
 
     def gate(
-        self, handler: Callable[[Request, Identity], Awaitable[Response] | Response]
+        self,
+        handler: Callable[[Request, Identity], Awaitable[Response] | Response],
+        scope: Scope | None = None,
     ) -> Callable[[Request], Awaitable[Response]]:
-        """Every non-public route: who is it (or 401 / sign-in), and for POSTs, CSRF + origin."""
+        """Every non-public route: who is it (or 401 / sign-in), may they (`scope`, else 403),
+        and for POSTs, CSRF + origin."""
 
         async def endpoint(request: Request) -> Response:
-            identity = self.identity(request)
+            identity = self.authenticate(request)
+            if isinstance(identity, Response):
+                return identity
             if identity is None:
                 if request.method == "GET" and request.url.path != "/metrics":
                     target = request.url.path + (
@@ -161,6 +211,11 @@ class WebApp:
                     "refused: authentication required\n",
                     status_code=401,
                     headers=challenge if request.method == "GET" else None,
+                )
+            if scope is not None and not identity.may(scope):
+                return PlainTextResponse(
+                    f"refused: {identity.name} may not do this (needs the scope {scope.value})\n",
+                    status_code=403,
                 )
             if request.method == "POST":
                 refusal = await self.check_post(request, identity)
@@ -186,7 +241,7 @@ class WebApp:
 
     def origin_ok(self, request: Request) -> bool:
         host = request.headers.get("host")
-        scheme = request.url.scheme
+        scheme = self.scheme(request)
         origin = request.headers.get("origin")
         if origin is not None:
             return same_origin(origin, host, scheme)
@@ -208,7 +263,12 @@ class WebApp:
         form = await request.form()
         name, password = str(form.get("name", "")), str(form.get("password", ""))
         target = safe_next(str(form.get("next", "/")))
+        address = self.client_address(request)
+        wait = self.throttle.retry_after(name, address)
+        if wait > 0:
+            return too_many(wait)
         if not self.credentials.check_password(name, password):
+            self.throttle.failed(name, address)
             return self.page(
                 request, "login.html", None, 401, next=target, error="wrong name or password"
             )
@@ -219,13 +279,15 @@ class WebApp:
             max_age=SESSION_SECONDS,
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=self.scheme(request) == "https",
         )
         return response
 
     def logout(self, request: Request, identity: Identity) -> Response:
+        """Sign-out on the server: the cookie's nonce is revoked, so a copy of it is refused."""
+        self.signer.revoke(identity)
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE)
+        response.delete_cookie(COOKIE, httponly=True, samesite="strict")
         return response
 
     # --- approvals -----------------------------------------------------------------------------
@@ -351,8 +413,17 @@ class WebApp:
     def metrics(self, request: Request, identity: Identity) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def stylesheet(self, request: Request) -> Response:
+        return Response(
+            (TEMPLATES / "dex.css").read_text(),
+            media_type="text/css",
+            headers={"cache-control": "max-age=300"},
+        )
+
     def build(self) -> Starlette:
+        """The app behind the `Host` check, every answer with the security headers."""
         gate = self.gate
+        read, decide = Scope.CALLS_READ, Scope.APPROVALS_DECIDE
 
         def home(request: Request, identity: Identity) -> Response:
             return RedirectResponse("/approvals", status_code=303)
@@ -363,15 +434,18 @@ class WebApp:
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", gate(self.logout), methods=["POST"]),
             Route("/healthz", lambda r: PlainTextResponse("ok\n")),
-            Route("/approvals", gate(self._threaded(self.approvals_page))),
-            Route("/approvals/decide", gate(self.decide), methods=["POST"]),
-            Route("/calls", gate(self._threaded(self.calls_page))),
-            Route("/calls/{key:path}", gate(self._threaded(self.call_page))),
-            Route("/unknowns", gate(self._threaded(self.unknowns_page))),
-            Route("/unknowns/reconcile", gate(self.reconcile), methods=["POST"]),
-            Route("/metrics", gate(self._threaded(self.metrics))),
+            Route("/static/dex.css", self.stylesheet),
+            Route("/approvals", gate(self._threaded(self.approvals_page), read)),
+            Route("/approvals/decide", gate(self.decide, decide), methods=["POST"]),
+            Route("/calls", gate(self._threaded(self.calls_page), read)),
+            Route("/calls/{key:path}", gate(self._threaded(self.call_page), read)),
+            Route("/unknowns", gate(self._threaded(self.unknowns_page), read)),
+            Route("/unknowns/reconcile", gate(self.reconcile, decide), methods=["POST"]),
+            Route("/metrics", gate(self._threaded(self.metrics), Scope.METRICS)),
         ]
-        return Starlette(routes=routes)
+        app = Starlette(routes=routes)
+        app.add_middleware(HostGuard, allowlist=self.hosts, headers=SECURITY_HEADERS)
+        return app
 
     @staticmethod
     def _threaded(
@@ -385,10 +459,23 @@ class WebApp:
         return run
 
 
+def too_many(wait: float) -> Response:
+    """429 for a throttled name or address, with when to try again."""
+    seconds = max(1, int(wait + 0.999))
+    return PlainTextResponse(
+        f"refused: too many failed sign-ins; try again in {seconds}s\n",
+        status_code=429,
+        headers={"Retry-After": str(seconds)},
+    )
+
+
 def _quote(text: str) -> str:
     return quote(text, safe="/")
 
 
-def create_app(dex: Dex, credentials: Credentials | None = None) -> Starlette:
-    """The ASGI app of `dex-celery web` (also for `uvicorn --factory`-style embedding)."""
-    return WebApp(dex, credentials).build()
+def create_app(
+    dex: Dex, credentials: Credentials | None = None, *, bind: str | None = None
+) -> Starlette:
+    """The ASGI app of `dex-celery web` (also for `uvicorn --factory`-style embedding); `bind`
+    is the address it listens on, answered as a `Host` too when it is one IP address."""
+    return WebApp(dex, credentials, bind=bind).build()

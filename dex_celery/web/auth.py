@@ -3,8 +3,12 @@
 - People sign in on `/login` with a name and password from `Settings.web_users`; the app sets a
   session cookie (`HttpOnly`, `SameSite=Strict`) holding the name, an expiry and a random nonce,
   signed with HMAC-SHA256 under `Settings.web_secret_key` (random per process when unset).
+- Signing out revokes the cookie's nonce (in the process and in Redis), so the cookie is refused
+  afterwards even if it was copied; a restart with a random `web_secret_key` ends every sign-in.
 - Scripts and Prometheus send `Authorization: Basic ...` (a `web_users` pair) or
-  `Authorization: Bearer <token>` (a `web_tokens` pair; the pair's name is the user).
+  `Authorization: Bearer <token>` (a `web_tokens` entry; its name is the user, its scopes what
+  it may do). Credentials, scopes and the `Host` check live in `dex_celery.access`, shared with
+  the MCP HTTP server.
 - Every POST must carry the form field `csrf`, an HMAC of the user and the session's nonce that
   only pages of this app show, and must not come with an `Origin` (or `Referer`) of another
   site. A forged cross-site form therefore fails three ways: no cookie (SameSite), no token, a
@@ -18,85 +22,115 @@ from __future__ import annotations
 
 import base64
 import binascii
-import getpass
 import hashlib
 import hmac
+import logging
 import secrets
+import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from dex_celery.errors import ConfigurationError
-from dex_celery.settings import Settings
+from dex_celery.access import (
+    Credentials,
+    Identity,
+    header_identity,
+    local_identity,
+)
+
+__all__ = [
+    "COOKIE",
+    "SESSION_SECONDS",
+    "Credentials",
+    "Identity",
+    "RedisRevocations",
+    "SharedRevocations",
+    "Signer",
+    "header_identity",
+    "local_identity",
+    "safe_next",
+    "same_origin",
+]
+
+log = logging.getLogger("dex_celery.web")
 
 COOKIE = "dex_session"
 #: How long a sign-in lasts.
 SESSION_SECONDS = 12 * 3600
 
 
-def _pairs(text: str | None, setting: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in (p.strip() for p in (text or "").split(",")):
-        if not item:
-            continue
-        name, sep, value = item.partition(":")
-        if not sep or not name.strip() or not value:
-            raise ConfigurationError(
-                f"setting {setting}: each entry must be name:value, got one without "
-                "a name or a value"
-            )
-        if "|" in name:
-            raise ConfigurationError(f"setting {setting}: names may not contain '|'")
-        out[name.strip()] = value
-    return out
+class SharedRevocations(Protocol):
+    """Where signed-out nonces are kept beyond this process: every web app of a deployment reads
+    them, so a cookie signed out at one replica is refused by the others, and after a restart
+    with a fixed `web_secret_key`. Either method may raise; the process's own list still holds.
+    """
+
+    def add(self, nonce: str, ttl: float) -> None: ...
+
+    def contains(self, nonce: str) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """Who may use the web app, from the settings."""
+class RedisRevocations:
+    """`SharedRevocations` in the deployment's Redis: `<prefix>:web:signed-out:<nonce>`, kept
+    until the cookie would have expired anyway."""
 
-    users: Mapping[str, str]
-    tokens: Mapping[str, str]  # token -> name
+    def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Credentials:
-        users = _pairs(settings.web_users, "web_users")
-        tokens = {token: name for name, token in _pairs(settings.web_tokens, "web_tokens").items()}
-        return cls(MappingProxyType(users), MappingProxyType(tokens))
+    def _key(self, nonce: str) -> str:
+        return f"{self.prefix}:web:signed-out:{nonce}"
 
-    @property
-    def required(self) -> bool:
-        return bool(self.users or self.tokens)
+    def add(self, nonce: str, ttl: float) -> None:
+        self.client().set(self._key(nonce), "1", ex=max(1, int(ttl) + 1))
 
-    def check_password(self, name: str, password: str) -> bool:
-        expected = self.users.get(name)
-        # Compare even for an unknown name, so timing does not tell which names exist.
-        ok = hmac.compare_digest((expected or "\0").encode(), password.encode())
-        return expected is not None and ok
-
-    def user_for_token(self, token: str) -> str | None:
-        for known, name in self.tokens.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                return name
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """A signed-in user. `nonce` ties the CSRF token to one sign-in (empty for header auth)."""
-
-    name: str
-    nonce: str = ""
-    via: str = "session"
+    def contains(self, nonce: str) -> bool:
+        return bool(self.client().exists(self._key(nonce)))
 
 
 class Signer:
-    """Signs and checks session cookies and CSRF tokens."""
+    """Signs and checks session cookies and CSRF tokens, and remembers signed-out cookies.
 
-    def __init__(self, secret_key: str | None) -> None:
+    A cookie carries a random nonce; signing out (`revoke`) records the nonce until the cookie
+    would have expired, and `read_cookie` refuses a revoked nonce, so a copied or replayed
+    cookie is dead after sign-out. Revocations live in this process, and in `shared` (Redis)
+    when the web app gives one.
+    """
+
+    def __init__(self, secret_key: str | None, shared: SharedRevocations | None = None) -> None:
         self.key = (secret_key or secrets.token_hex(32)).encode()
+        self.shared = shared
+        self._revoked: dict[str, float] = {}  # nonce -> when the cookie expires
+        self._lock = threading.Lock()
+
+    def revoke(self, identity: Identity, *, now: float | None = None) -> None:
+        """Sign-out: the cookie of `identity` (its nonce) is refused from now on."""
+        if not identity.nonce:
+            return
+        now = now or time.time()
+        expires = identity.expires or now + SESSION_SECONDS
+        with self._lock:
+            for nonce in [n for n, until in self._revoked.items() if until < now]:
+                del self._revoked[nonce]
+            self._revoked[identity.nonce] = expires
+        if self.shared is not None:
+            try:
+                self.shared.add(identity.nonce, max(1.0, expires - now))
+            except Exception as e:  # the process's list still refuses it here
+                log.warning("could not share the sign-out of a session: %s", e)
+
+    def revoked(self, nonce: str) -> bool:
+        with self._lock:
+            if nonce in self._revoked:
+                return True
+        if self.shared is None:
+            return False
+        try:
+            return self.shared.contains(nonce)
+        except Exception as e:
+            log.warning("could not read shared sign-outs: %s", e)
+            return False
 
     def _mac(self, text: str) -> str:
         return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
@@ -123,42 +157,15 @@ class Signer:
             name = base64.urlsafe_b64decode(user.encode()).decode()
         except (ValueError, binascii.Error, UnicodeDecodeError):
             return None
-        return Identity(name, nonce, "session")
+        if self.revoked(nonce):
+            return None
+        return Identity(name, nonce, "session", expires=float(expires))
 
     def csrf_token(self, identity: Identity) -> str:
         return self._mac(f"csrf|{identity.name}|{identity.nonce}")
 
     def check_csrf(self, identity: Identity, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(self.csrf_token(identity), str(token))
-
-
-def header_identity(credentials: Credentials, authorization: str | None) -> Identity | None:
-    """`Authorization: Basic ...` or `Bearer ...`, checked against the settings."""
-    if not authorization:
-        return None
-    scheme, _, value = authorization.partition(" ")
-    scheme = scheme.lower()
-    if scheme == "bearer":
-        name = credentials.user_for_token(value.strip())
-        return Identity(name, "", "token") if name else None
-    if scheme == "basic":
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True).decode()
-        except (ValueError, binascii.Error, UnicodeDecodeError):
-            return None
-        name, sep, password = decoded.partition(":")
-        if sep and credentials.check_password(name, password):
-            return Identity(name, "", "basic")
-    return None
-
-
-def local_identity() -> Identity:
-    """The user when no credentials are configured (loopback only): the server's OS user."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # no name for this uid (a container): still say it was local
-        user = "unknown"
-    return Identity(f"{user}@localhost", "", "loopback")
 
 
 def same_origin(origin: str | None, host: str | None, scheme: str) -> bool:

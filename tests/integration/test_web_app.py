@@ -31,7 +31,7 @@ def app(dex: Dex) -> WebApp:
 
 
 def signed_in(app: WebApp, name: str, password: str) -> TestClient:
-    client = TestClient(app.build(), follow_redirects=False)
+    client = TestClient(app.build(), base_url="http://localhost", follow_redirects=False)
     response = client.post("/login", data={"name": name, "password": password, "next": "/"})
     assert response.status_code == 303, response.text
     return client
@@ -133,7 +133,7 @@ def test_reconcile_one_session_reports_once(app: WebApp, dex: Dex) -> None:
 
 
 def test_metrics_need_credentials(app: WebApp) -> None:
-    anonymous = TestClient(app.build(), follow_redirects=False)
+    anonymous = TestClient(app.build(), base_url="http://localhost", follow_redirects=False)
     refused = anonymous.get("/metrics")
     assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
     assert anonymous.get("/metrics", auth=("alice", "pw-a")).status_code == 200

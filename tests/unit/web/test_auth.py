@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from dex_celery import Settings
+from dex_celery.access import TOKEN_DEFAULT_SCOPES
 from dex_celery.cli.main import EXIT_REFUSED, main
 from dex_celery.errors import ConfigurationError
 from dex_celery.web.auth import (
@@ -65,7 +66,9 @@ def test_passwords_and_tokens() -> None:
 
     assert header_identity(USERS, basic("bob:pw2")) == Identity("bob", "", "basic")
     assert header_identity(USERS, basic("bob:nope")) is None
-    assert header_identity(USERS, "Bearer tok") == Identity("prom", "", "token")
+    assert header_identity(USERS, "Bearer tok") == Identity(
+        "prom", "", "token", TOKEN_DEFAULT_SCOPES
+    )
     assert header_identity(USERS, "Bearer tok2") is None
     assert header_identity(USERS, "Basic !!!") is None
     assert header_identity(USERS, None) is None

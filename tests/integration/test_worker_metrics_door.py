@@ -1,0 +1,56 @@
+"""A worker's own metrics port is a network door too (S11.3, docs/security.md): loopback unless
+set otherwise, never beyond loopback without credentials, only allowed `Host` names, and with
+credentials configured only for a token or person with the scope `metrics`. Served here by
+`serve_worker_metrics` (what a worker's main process runs) on a real socket."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from dex_celery import Settings
+from dex_celery.errors import ConfigurationError
+from dex_celery.ops.metrics import serve_worker_metrics
+from tests.support.processes import free_port, wait_for
+from tests.support.toolapp import make_app
+
+
+def _up(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def test_worker_metrics_port_checks_host_token_and_scope(env: dict[str, str]) -> None:
+    port = free_port()
+    settings = Settings.from_env(
+        env,
+        worker_metrics_port=port,
+        web_tokens="prom:prom-tok,agent:agent-tok:tools:call",
+    )
+    _app, dex = make_app(settings)
+    dex.store.create_schema()
+    serve_worker_metrics(dex)
+    url = f"http://127.0.0.1:{port}/metrics"
+    wait_for(lambda: _up(url), timeout=10, what="the worker metrics port")
+
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer agent-tok"}).status_code == 403
+    ok = httpx.get(url, headers={"Authorization": "Bearer prom-tok"})
+    assert ok.status_code == 200 and "dex_metrics_source_up" in ok.text
+    forged = httpx.get(
+        url, headers={"Authorization": "Bearer prom-tok", "Host": "rebind.attacker.example"}
+    )
+    assert forged.status_code == 421
+
+
+def test_worker_metrics_port_stays_on_loopback_without_credentials(env: dict[str, str]) -> None:
+    _app, dex = make_app(
+        Settings.from_env(env, worker_metrics_port=free_port(), worker_metrics_host="0.0.0.0")
+    )
+    with pytest.raises(ConfigurationError, match="without authentication"):
+        serve_worker_metrics(dex)
+    assert Settings().worker_metrics_host == "127.0.0.1"

@@ -312,6 +312,34 @@ def _edge_tools(dex: Dex) -> None:
 
     @dex.tool(
         policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE,
+            requires_approval=False,
+            secret_arguments=("credentials",),
+        )
+    )
+    def leaky_nested(ctx: ToolContext, order: int, credentials: dict[str, Any]) -> Any:
+        """Puts leaves of a secret dict (a string, a list item, a number) into its error text."""
+        _note(ctx, "start")
+        logging.getLogger("tests.leaky").info("charging order %s", order)
+        raise ValueError(
+            f"login refused for {credentials['user']} with password {credentials['password']}, "
+            f"key {credentials['keys'][1]}, pin {credentials['pin']}"
+        )
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, secret_arguments=("credentials",)))
+    def nested_secret(ctx: ToolContext, query: str, credentials: dict[str, Any]) -> Any:
+        """Returns leaves of a secret dict: the result keeps its shape, not the values."""
+        _note(ctx, "start")
+        return {
+            "query": query,
+            "password_length": len(credentials["password"]),
+            "echo": f"used {credentials['password']}",
+            "keys": credentials["keys"],
+            "pin": credentials["pin"],
+        }
+
+    @dex.tool(
+        policy=ToolPolicy(
             effect=EffectClass.READ,
             max_attempts=3,
             backoff_initial=0.1,

@@ -282,6 +282,25 @@ def _async_tools(dex: Dex) -> None:
         _note(ctx, "end")
         return {"slept": seconds}
 
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, heartbeat_timeout=3.0
+        )
+    )
+    def heartbeating_write(ctx: ToolContext, seconds: float = 4.0) -> Any:
+        """A write that heartbeats as the README advises, and stops only when told to."""
+        _note(ctx, "start")
+        deadline = time.monotonic() + seconds
+        beats = 0
+        while time.monotonic() < deadline:
+            if not ctx.heartbeat():
+                _note(ctx, "fenced")
+                raise ToolError("the attempt was fenced; stopped")
+            beats += 1
+            time.sleep(0.05)
+        _note(ctx, "end")
+        return {"beats": beats}
+
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def sync_returns_coroutine(ctx: ToolContext) -> Any:
         """A plain function handing back a coroutine: refused, never a silent coroutine."""

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any
 
+import redis
 from celery import Celery, current_task
 from celery.exceptions import Ignore
 
@@ -31,7 +32,7 @@ from dex_celery.engine.task_events import (
     task_result,
 )
 from dex_celery.engine.tracing import Span, span
-from dex_celery.errors import DexError
+from dex_celery.errors import DexError, LedgerError
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
 from dex_celery.model.ids import CallKey, parse_task_id
@@ -42,6 +43,15 @@ from dex_celery.store.values import OutcomeRow, arguments_json
 from dex_celery.tools.tool import Tool, ToolContext
 
 log = logging.getLogger("dex_celery.engine.worker")
+
+#: What a heartbeat may meet on its way to Redis and try again within the lease: the client's
+#: connection, time-out and reply errors (a failover's READONLY, OOM: `LedgerError` from the
+#: script runner), and the socket's own `OSError`s. Never raised into a tool (`ToolContext`).
+TRANSIENT_LEDGER_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, OSError, LedgerError)
+#: Seconds before a tool's heartbeat that could not reach Redis is tried again; doubled per try
+#: up to `BEAT_RETRY_MAX`, and never past the attempt's lease.
+BEAT_RETRY_INITIAL = 0.05
+BEAT_RETRY_MAX = 0.5
 
 
 class HeartbeatPump:
@@ -60,10 +70,15 @@ class HeartbeatPump:
         self._thread: threading.Thread | None = None
         #: When the loop's next beat is due (monotonic clock); set by the loop.
         self._due = float("inf")
+        #: Per running key: when the last renewal Redis answered was sent (monotonic clock).
+        self._renewed_at: dict[str, float] = {}
 
     def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
         with self._lock:
             self._running[key] = (fence, ctx, heartbeat_timeout)
+            # The claim just granted the lease; counting from now is a little generous, by the
+            # claim's round trip, and the retry of `beat` stops a delay short of it.
+            self._renewed_at[key] = time.monotonic()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="dex-heartbeat", daemon=True
@@ -79,22 +94,62 @@ class HeartbeatPump:
     def remove(self, key: str) -> None:
         with self._lock:
             self._running.pop(key, None)
+            self._renewed_at.pop(key, None)
 
     def beat(self, key: str) -> bool:
-        """Renew one attempt now (a tool's own heartbeat); False if it was fenced."""
+        """Renew one attempt now (a tool's own heartbeat): True while the attempt is ours.
+
+        False once it was fenced, or once its lease ran out before Redis could be reached (the
+        sweeper may then judge it lost, so the tool must not go on as if it held it). A Redis
+        fault (a reset connection, a refused one, a time-out, a failover's read-only or
+        out-of-memory reply) is never raised to the tool: the renewal is tried again, with a
+        short backoff, for as long as the lease lasts (counted from the start of the last renewal
+        that Redis answered, so never longer than Redis's own lease).
+        """
         with self._lock:
             entry = self._running.get(key)
         if entry is None:
             return False
-        fenced = self.ledger.heartbeat([(key, entry[0])])
-        if key in fenced:
-            self._fence({key})
-            return False
-        return True
+        delay = BEAT_RETRY_INITIAL
+        while True:
+            started = time.monotonic()
+            try:
+                fenced = self.ledger.heartbeat([(key, entry[0])])
+            except TRANSIENT_LEDGER_ERRORS as e:
+                with self._lock:
+                    renewed = self._renewed_at.get(key)
+                if renewed is None:  # fenced or finished meanwhile
+                    return False
+                lapses = renewed + entry[2]
+                if time.monotonic() + delay >= lapses:
+                    log.warning(
+                        "attempt of %s: its lease lapsed while Redis could not be reached (%s); "
+                        "the tool is told to stop",
+                        key,
+                        type(e).__name__,
+                    )
+                    self._fence({key})
+                    return False
+                log.info("heartbeat of %s could not reach Redis (%s); trying again", key, e)
+                time.sleep(delay)
+                delay = min(delay * 2, BEAT_RETRY_MAX)
+                continue
+            if key in fenced:
+                self._fence({key})
+                return False
+            self._mark_renewed([key], started)
+            return True
+
+    def _mark_renewed(self, keys: list[str], started: float) -> None:
+        with self._lock:
+            for key in keys:
+                if key in self._running:
+                    self._renewed_at[key] = max(self._renewed_at.get(key, started), started)
 
     def _fence(self, keys: set[str]) -> None:
         with self._lock:
             for key in keys:
+                self._renewed_at.pop(key, None)
                 entry = self._running.pop(key, None)
                 if entry is not None:
                     entry[1].cancel()
@@ -128,9 +183,12 @@ class HeartbeatPump:
             if not batch:
                 continue
             try:
-                self._fence(self.ledger.heartbeat(batch))
+                fenced = self.ledger.heartbeat(batch)
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
                 log.exception("heartbeat failed; trying again at the next beat")
+                continue
+            self._fence(fenced)
+            self._mark_renewed([k for k, _ in batch if k not in fenced], last_beat)
 
 
 def owner_id() -> str:

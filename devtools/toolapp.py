@@ -287,9 +287,16 @@ def _async_tools(dex: Dex) -> None:
             effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, heartbeat_timeout=3.0
         )
     )
-    def heartbeating_write(ctx: ToolContext, seconds: float = 4.0) -> Any:
-        """A write that heartbeats as the README advises, and stops only when told to."""
+    def heartbeating_write(ctx: ToolContext, seconds: float = 4.0, hold: bool = False) -> Any:
+        """A write that heartbeats as the README advises, and stops only when told to.
+
+        `hold`: heartbeat for no time, then wait for the test's release file (`_hold`), so the
+        test decides the moment the tool returns (and the worker reports its end)."""
         _note(ctx, "start")
+        if hold:
+            _hold(ctx, 30.0)
+            _note(ctx, "end")
+            return {"beats": 0}
         deadline = time.monotonic() + seconds
         beats = 0
         while time.monotonic() < deadline:
@@ -379,6 +386,17 @@ def _edge_tools(dex: Dex) -> None:
         """Waits for approval; runs with the real card number once approved."""
         _note(ctx, "start")
         return {"card_length": len(card), "echo": f"charged {card}"}
+
+    @dex.tool(
+        policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("card",))
+    )
+    def guarded_profile(
+        ctx: ToolContext, order: int, card: dict[str, Any], note: dict[str, Any]
+    ) -> Any:
+        """Waits for approval; a secret dict (`card`) and a key named `secret` inside `note`:
+        every output shows both hidden the same way (dex_celery/tools/redact.py)."""
+        _note(ctx, "start")
+        return {"order": order}
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def big_read(ctx: ToolContext, size: int) -> Any:

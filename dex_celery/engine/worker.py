@@ -34,7 +34,7 @@ from dex_celery.engine.task_events import (
 from dex_celery.engine.tracing import Span, span
 from dex_celery.errors import DexError, LedgerError
 from dex_celery.ledger.durability import claim_shortfall
-from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
+from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, Step, StepKind
 from dex_celery.model.ids import CallKey, parse_task_id
 from dex_celery.model.policy import EffectClass
 from dex_celery.settings import Settings
@@ -91,10 +91,14 @@ class HeartbeatPump:
         if late:
             self._wake.set()
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: str) -> float:
+        """Stop renewing `key`; returns when its lease ends (monotonic clock; now if unknown)."""
         with self._lock:
-            self._running.pop(key, None)
-            self._renewed_at.pop(key, None)
+            entry = self._running.pop(key, None)
+            renewed = self._renewed_at.pop(key, None)
+        if entry is None or renewed is None:
+            return time.monotonic()
+        return renewed + entry[2]
 
     def beat(self, key: str) -> bool:
         """Renew one attempt now (a tool's own heartbeat): True while the attempt is ours.
@@ -278,11 +282,14 @@ class Worker:
             claim, refused = self._claim(key, attempt, fence, traced)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
+                lease_until = time.monotonic() + claim.heartbeat_timeout
             else:
-                cause, payload = self._execute(
+                cause, payload, lease_until = self._execute(
                     tool, call, attempt, claim, (arguments, sealed), fence
                 )
-            return self._finish(tool, call, attempt, arguments, fence, cause, payload, traced)
+            return self._finish(
+                tool, call, attempt, arguments, fence, cause, payload, traced, lease_until
+            )
 
     def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
         """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
@@ -320,9 +327,10 @@ class Worker:
         claim: Claim,
         given: tuple[str | dict[str, Any], str | None],
         fence: str,
-    ) -> tuple[Cause, str]:
+    ) -> tuple[Cause, str, float]:
         """Run the tool under this process's heartbeat pump (`invoke_attempt` runs it);
-        `given`: the message's arguments and sealed secrets."""
+        `given`: the message's arguments and sealed secrets. Returns the ledger's (cause,
+        payload) and when the attempt's lease ends (monotonic clock), for `_finish`."""
         pump = self.pump
         arguments, sealed = given
         key = call.key
@@ -343,8 +351,8 @@ class Worker:
                 )
                 running.set("cause", cause)
         finally:
-            pump.remove(key)
-        return cause, payload
+            lease_until = pump.remove(key)
+        return cause, payload, lease_until
 
     def _finish(
         self,
@@ -356,11 +364,12 @@ class Worker:
         cause: Cause,
         payload: str,
         traced: Span,
+        lease_until: float,
     ) -> str | None:
         """Finish in the ledger and act on the step: record, retry or keep a late result."""
         key = call.key
         with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
-            step = self.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+            step = self._finish_in_ledger(key, attempt, fence, cause, payload, lease_until)
             finishing.set("step", step.kind)
         traced.set("outcome", step.status if step.kind is StepKind.FINISHED else step.kind)
         late = step.kind is StepKind.LATE or step.late_result
@@ -389,6 +398,33 @@ class Worker:
                 "is kept as a late result and changes nothing"
             )
         return None
+
+    def _finish_in_ledger(
+        self, key: str, attempt: int, fence: str, cause: Cause, payload: str, lease_until: float
+    ) -> Step:
+        """`Ledger.finish`, tried again while Redis is briefly away, until the lease ends.
+
+        The tool has run: giving up at the first reset connection would leave its end unreported
+        and the lease to lapse into `outcome_unknown`. Repeating is safe: `finish.lua` answers a
+        repeat of the same fence's finish with a noop (the sweeper then records the outcome the
+        first run left). Past the lease the error is raised as before (the sweeper decides).
+        """
+        delay = BEAT_RETRY_INITIAL
+        while True:
+            try:
+                return self.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+            except TRANSIENT_LEDGER_ERRORS as e:
+                if time.monotonic() + delay >= lease_until:
+                    raise
+                log.warning(
+                    "attempt %d of %s ended, but Redis could not be reached to say so (%s); "
+                    "trying again",
+                    attempt,
+                    key,
+                    type(e).__name__,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, BEAT_RETRY_MAX)
 
     def _fence_write(self, key: str, attempt: int, fence: str, owner: str) -> bool:
         """The write fence (docs/ledger.md): a write runs only once its claim is committed in

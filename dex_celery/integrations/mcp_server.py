@@ -56,6 +56,7 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.owners import SessionOwners
 from dex_celery.tools.definitions import mcp_hints
+from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -161,8 +162,12 @@ def _text_result(
 
 
 def awaiting_approval_text(record: ToolCallRecord) -> str:
+    """What the model reads of a call that waits for a person: the call as the approver sees it
+    (its arguments by the one display rule, `shown_arguments`), and how to get its outcome."""
+    arguments = json.dumps(record_arguments(record), sort_keys=True, ensure_ascii=False)
     return (
-        f"The call {record.key} is waiting for a person's approval and has not run. Once it is "
+        f"The call {record.key} of {record.tool_name} with arguments {arguments} is waiting for "
+        "a person's approval and has not run. Once it is "
         f"decided, call the tool again with _meta {{{IDEMPOTENCY_META_KEY!r}: {record.key!r}}} "
         "to get its outcome; asking again never runs it twice."
     )

@@ -10,6 +10,7 @@ The broker goes straight to Redis, so only the ledger's link is cut.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from dex_celery import CallStatus, Dex
 from tests.support.crash import wait_finished
 from tests.support.processes import RedisServer, Worker, wait_for
 from tests.support.tcpproxy import TcpProxy
-from tests.support.toolapp import executions
+from tests.support.toolapp import LOG_ENV, executions
 
 #: Seconds the link is cut: shorter than the tool's 3 s lease, longer than several beats.
 BLIP = 1.0
@@ -53,3 +54,31 @@ def test_a_heartbeating_write_survives_a_blip_shorter_than_its_lease(
     assert [line.split()[0] for line in runs] == ["start", "end"], runs
     assert finished.attempts == 1
     assert "ConnectionError" not in (finished.error or "")
+
+
+def test_a_write_that_ends_during_a_blip_is_recorded_succeeded(
+    own_dex: Dex,
+    env: dict[str, str],
+    own_redis: RedisServer,
+    proxy: TcpProxy,
+    start_worker: Callable[..., Worker],
+) -> None:
+    """The same class of fault at the attempt's other end: the tool returns while the link is
+    cut, so the worker's report of its end (`finish`) meets a reset connection. Tried again
+    within the lease, the write is recorded succeeded, not left to lapse into outcome_unknown."""
+    start_worker(
+        concurrency=1,
+        extra_env={"DEX_REDIS_URL": proxy.url(), "DEX_BROKER_URL": own_redis.url},
+    )
+    key = own_dex.client().request_call("s1", "t1", "c1", "heartbeating_write", {"hold": True}).key
+    wait_for(lambda: executions(key), timeout=30, what="the write to start")
+
+    restored = proxy.blip(BLIP)
+    (Path(env[LOG_ENV]) / "release").touch()  # the tool returns while the link is cut
+    wait_for(lambda: len(executions(key)) == 2, timeout=10, what="the tool to return")
+    restored.join()
+
+    finished = wait_finished(own_dex, key, timeout=30)
+    assert finished.status is CallStatus.SUCCEEDED, finished.error
+    assert [line.split()[0] for line in executions(key)] == ["start", "end"]
+    assert finished.attempts == 1

@@ -344,9 +344,12 @@ def _edge_tools(dex: Dex) -> None:
         )
     )
     def leaky_nested(ctx: ToolContext, order: int, credentials: dict[str, Any]) -> Any:
-        """Puts leaves of a secret dict (a string, a list item, a number) into its error text."""
+        """Puts leaves of a secret dict (a string, a list item, a number) into its error text,
+        and logs and prints them first."""
         _note(ctx, "start")
-        logging.getLogger("tests.leaky").info("charging order %s", order)
+        logging.getLogger("tests.leaky").warning("charging order %s with %s", order, credentials)
+        # Celery logs a pool process's stdout: the print reaches the worker's log too.
+        print(f"about to log in with {credentials['password']}")
         raise ValueError(
             f"login refused for {credentials['user']} with password {credentials['password']}, "
             f"key {credentials['keys'][1]}, pin {credentials['pin']}"

@@ -205,6 +205,9 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     assert failed.sealed_arguments
 
     wait_for(lambda: "login refused" in worker.log(), timeout=10, what="the worker's error log")
+    # The tool's own log line and print (Celery logs a pool process's stdout) are kept, scrubbed.
+    assert "about to log in with ***" in worker.log()
+    assert "charging order 7 with ***" in worker.log()
     absent("the worker's log", worker.log())
     absent("SQL", everything_in_sql(dex))
     absent("Redis", everything_in_redis(broker))

@@ -12,7 +12,12 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
-from dex_celery.backend_errors import translating_backend_errors
+from dex_celery.backend_errors import (
+    backend_errors,
+    translated_async_iterator,
+    translated_iterator,
+    translating_backend_errors,
+)
 from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, UnknownCall
@@ -140,7 +145,12 @@ class DexClient:
         once caught up, unless `follow` (then waits for new events up to `timeout` seconds);
         `session_id` and `types` filter (`EventFilters`).
         """
-        return self.source.runtime.events.iterate(after, **filters)
+        settings = self.source.settings
+        return translated_iterator(
+            self.source.runtime.events.iterate(after, **filters),
+            settings.redis_url,
+            settings.database_url,
+        )
 
 
 class AsyncDexClient:
@@ -201,5 +211,9 @@ class AsyncDexClient:
     def events(
         self, after: str = START, **filters: Unpack[EventFilters]
     ) -> AsyncIterator[AgentEvent]:
-        """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
-        return self.sync.source.runtime.events.aiterate(after, **filters)
+        """`DexClient.events` as an async iterator: `async for event in client.events(...)`.
+        Redis failures while iterating are raised as `RedisUnavailable`, as everywhere else."""
+        settings = self.sync.source.settings
+        with backend_errors(settings.redis_url, settings.database_url):
+            events = self.sync.source.runtime.events.aiterate(after, **filters)
+        return translated_async_iterator(events, settings.redis_url, settings.database_url)

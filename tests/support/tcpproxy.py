@@ -80,9 +80,13 @@ class TcpProxy:
         self._open.set()
         self._flowing.set()
 
-    def blip(self, seconds: float) -> threading.Thread:
-        """`cut` now and `restore` after `seconds` (on a thread of its own; join it to wait)."""
-        self.cut()
+    def blip(self, seconds: float, *, drop: bool = False) -> threading.Thread:
+        """`cut` (or, with `drop`, `pause`) now and `restore` after `seconds` (on a thread of
+        its own; join it to wait)."""
+        if drop:
+            self.pause()
+        else:
+            self.cut()
 
         def later() -> None:
             time.sleep(seconds)

@@ -18,6 +18,7 @@ from dex_celery.arguments import check_arguments
 from dex_celery.errors import (
     ArgumentsTooLarge,
     CallConflict,
+    CommitUnconfirmed,
     InvalidArguments,
     PublishError,
     UnknownCall,
@@ -29,6 +30,7 @@ from dex_celery.outcomes import CallStatus, EndReason, error_text
 from dex_celery.policy import EffectClass, PolicySnapshot, resolve_policy
 from dex_celery.records import ToolCallRecord
 from dex_celery.redact import redacted_kwargs_repr
+from dex_celery.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.sealing import seal
 from dex_celery.sealing import split as split_secrets
 from dex_celery.settings import Settings
@@ -152,20 +154,30 @@ class Dispatcher:
         if not prepared:
             return []
         epoch = self.epoch.current()
-        results = self.store.insert_calls(
-            [n for n, _ in prepared],
-            epoch=epoch,
-            check=lambda new, known: same_call(new, known.tool_name, known.arguments),
-        )
+        try:
+            results = self.store.insert_calls(
+                [n for n, _ in prepared],
+                epoch=epoch,
+                check=lambda new, known: same_call(new, known.tool_name, known.arguments),
+            )
+        except CommitUnconfirmed as e:
+            raise recording_unconfirmed([n.key.key for n, _ in prepared], e) from e
         by_key = {n.key.key: args for n, args in prepared}
         sealed = {n.key.key: n.sealed for n, _ in prepared}
         to_start: list[ToolCallRecord] = []
-        for record, created in results:
-            if created:
-                self._announce_request(record)
-                if record.status is CallStatus.PENDING:
-                    to_start.append(record)
-        self._start_many(to_start, by_key, sealed)
+        try:
+            for record, created in results:
+                if created:
+                    self._announce_request(record)
+                    if record.status is CallStatus.PENDING:
+                        to_start.append(record)
+            self._start_many(to_start, by_key, sealed)
+        except Exception as e:
+            # The insert is committed: these calls exist and the sweeper will start them. An
+            # error that let the caller believe otherwise would make it ask under new ids and
+            # run a write twice (S11.2).
+            records = tuple(record for record, _ in results)
+            raise recorded_not_started(records, e, self.settings) from e
         return [record for record, _ in results]
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:

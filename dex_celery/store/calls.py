@@ -27,6 +27,7 @@ from dex_celery.records import (
     ToolCallRecord,
 )
 from dex_celery.store.base import StoreBase
+from dex_celery.store.commit import transaction
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import (
@@ -57,7 +58,9 @@ class CallRecords(StoreBase):
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
-        with self.engine.begin() as conn:
+        # `transaction`: a connection lost during the COMMIT raises `CommitUnconfirmed`, since
+        # the calls may then be recorded (and would run); the request says so (S11.2).
+        with transaction(self.engine) as conn:
             # Insert first, read back only what the insert skipped: a request is new almost
             # always, so the common path is one INSERT, not a SELECT before it. (A known call's
             # session exists already, so reading its default below writes nothing.)
@@ -201,6 +204,9 @@ class CallRecords(StoreBase):
         claim (the same fence again succeeds, for a retried command). Redis's claim says the
         attempt reached a worker; this row says whether a write may run, and it survives Redis
         going back in time (docs/ledger.md, "The write fence").
+
+        A connection lost during the COMMIT raises `CommitUnconfirmed` (the claim may exist);
+        any other exception means the claim was not made (`store/commit.py`).
         """
         values = {
             "b_key": key,
@@ -210,7 +216,7 @@ class CallRecords(StoreBase):
             "b_now": now,
             "b_owner": owner,
         }
-        with self.engine.begin() as conn:
+        with transaction(self.engine) as conn:
             return hot_statements(self.engine).claim_write.execute(conn, values) == 1
 
     def record_late_result(self, key: str, late: str) -> None:

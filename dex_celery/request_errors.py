@@ -31,10 +31,15 @@ def _calls(keys: Sequence[str]) -> str:
     return f"tool call {shown}" if len(keys) == 1 else f"tool calls {shown}"
 
 
+def translate_backend_error(error: BaseException, settings: Settings) -> BaseException:
+    """`error` as the backends' errors word it (password hidden), or itself."""
+    translated = translate(error, redis_url=settings.redis_url, database_url=settings.database_url)
+    return translated if translated is not None else error
+
+
 def cause_text(error: BaseException, settings: Settings) -> str:
     """The failure in one line, as the backends' errors word it (password hidden)."""
-    translated = translate(error, redis_url=settings.redis_url, database_url=settings.database_url)
-    return first_line(translated if translated is not None else error)
+    return first_line(translate_backend_error(error, settings))
 
 
 def recorded_not_started(
@@ -43,9 +48,7 @@ def recorded_not_started(
     """The request's insert is committed, but opening or publishing its calls failed."""
     keys = tuple(r.key for r in records)
     waiting = [r.key for r in records if r.status is CallStatus.AWAITING_APPROVAL]
-    approval = (
-        f" ({', '.join(waiting)} waiting for approval, as recorded)" if waiting else ""
-    )
+    approval = f" ({', '.join(waiting)} waiting for approval, as recorded)" if waiting else ""
     is_are = "is" if len(keys) == 1 else "are"
     message = (
         f"{_calls(keys)} {is_are} recorded, but could not be started{approval}: "

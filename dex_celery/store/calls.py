@@ -131,11 +131,13 @@ class CallRecords(StoreBase):
         from_statuses: Iterable[CallStatus] = (CallStatus.PENDING,),
         decision: ApprovalDecision | None = None,
         deadline_after: float | None = None,
+        effects: Iterable[EffectClass] | None = None,
     ) -> bool:
         """End a call and append its TOOL message, once. False if it had already ended.
 
         `deadline_after` (a person's rejection) also requires the approval deadline to be later
         than that time, so a rejection and the deadline's expiry cannot both claim the call.
+        `effects` also requires the call's recorded effect class to be one of them.
         """
         now = self.clock()
         values = _outcome_values(outcome, decision, now)
@@ -148,6 +150,8 @@ class CallRecords(StoreBase):
             query = query.where(tool_calls.c.approval_deadline > deadline_after)
         if outcome.did_not_run:
             query = query.where(tool_calls.c.claim_fence.is_(None))
+        if effects is not None:
+            query = query.where(tool_calls.c.effect.in_([e.value for e in effects]))
         with self.engine.begin() as conn:
             row = conn.execute(
                 query.values(**values).returning(tool_calls.c.tool_name, tool_calls.c.arguments)

@@ -183,3 +183,37 @@ def test_a_claim_whose_commit_is_unconfirmed_is_judged_from_sql_and_never_said_t
         assert record.claimed_by is None
         assert record.status is CallStatus.FAILED, (record.status, error)
         assert error.startswith(DID_NOT_RUN), error
+
+
+def test_a_write_whose_worker_died_in_its_claims_commit_ends_did_not_run_not_lost_after_start(
+    dex: Dex,
+    env: dict[str, str],
+    start_worker: Callable[..., Worker],
+    pg_behind_proxy: tuple[str, CuttableProxy],
+) -> None:
+    """The worker hangs in the COMMIT of its claim and is SIGKILLed there: the database rolls
+    the claim back, the lease lapses, and the record is judged from SQL (no claim: did not run).
+    The conditional update that records it waits for the dead transaction's row lock, so it
+    cannot overtake a claim that might still commit."""
+    url, proxy = pg_behind_proxy
+    own, own_env, truth = deployment(env, url, proxy)
+    worker = start_worker(concurrency=1, extra_env={**own_env, BLOCK_BEFORE_CLAIM_ENV: "1"})
+    key = own.client().request_call("s1", "t1", "w1", WRITE, {"seconds": 0}).key
+    held_before_claim([key])
+
+    proxy.hold_at_commit()
+    release_claims()
+    wait_for(lambda: proxy.trapped == 1, timeout=30, what="the claim's COMMIT to be held")
+    worker.kill_all()
+
+    with sweeping(own):
+        wait_ended(truth, key)
+
+    record = truth.get_call(key)
+    assert record is not None
+    assert executions(key) == [], "the tool ran"
+    assert record.claimed_by is None
+    error = record.error or ""
+    assert record.status is CallStatus.FAILED, (record.status, error)
+    assert error.startswith(DID_NOT_RUN), error
+    assert "after the tool started" not in error

@@ -7,6 +7,9 @@ The deployment (workers, sweeper, requester) is pointed at the proxy's port; the
 - `cut_at_commit(forward=...)`: the next COMMIT any client sends either reaches the server (which
   commits) while its answer never comes back, or is dropped; the connection is then closed.
   Either way the client cannot tell whether its transaction was applied.
+- `hold_at_commit()`: the next COMMIT is neither passed on nor answered, and the connection stays
+  open until its client goes away (then the server rolls the transaction back): a client that
+  hangs in its commit, to be killed there.
 
 Real sockets and a real server: nothing of the driver or SQLAlchemy is patched.
 """
@@ -45,8 +48,9 @@ class CuttableProxy:
     target_port: int
     target_host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
-    #: None: pass COMMITs; True / False: at the next COMMIT, forward it or drop it, then cut.
-    _commit_trap: bool | None = None
+    #: None: pass COMMITs; at the next COMMIT, "forward" or "drop" it and cut the connection,
+    #: or "hold" it (see the module's docstring).
+    _commit_trap: str | None = None
     #: How many COMMITs the trap caught (a test waits for 1).
     trapped: int = 0
     #: How many connections the proxy accepted and passed on.
@@ -85,7 +89,10 @@ class CuttableProxy:
             self.start()
 
     def cut_at_commit(self, *, forward: bool) -> None:
-        self._commit_trap = forward
+        self._commit_trap = "forward" if forward else "drop"
+
+    def hold_at_commit(self) -> None:
+        self._commit_trap = "hold"
 
     def stop(self) -> None:
         self.cut()
@@ -126,17 +133,29 @@ class CuttableProxy:
             if trap is not None and COMMIT in data:
                 self._commit_trap = None
                 pair.muted = True
-                if trap:
+                self.trapped += 1
+                if trap == "hold":
+                    self._swallow(pair)
+                    break
+                if trap == "forward":
                     with contextlib.suppress(OSError):
                         pair.server.sendall(data)
                     time.sleep(0.3)  # the server commits; its answer is not passed on
-                self.trapped += 1
                 break
             try:
                 pair.server.sendall(data)
             except OSError:
                 break
         self._drop(pair)
+
+    def _swallow(self, pair: _Pair) -> None:
+        """Read and drop what the client sends until it goes away."""
+        while True:
+            try:
+                if not pair.client.recv(65536):
+                    return
+            except OSError:
+                return
 
     def _downstream(self, pair: _Pair) -> None:
         while True:

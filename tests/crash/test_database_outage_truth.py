@@ -20,7 +20,16 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
-from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
+from dex_celery import (
+    DID_NOT_RUN,
+    BackendUnavailable,
+    CallStatus,
+    Dex,
+    DexError,
+    RecordingUnconfirmed,
+    RequestInFlight,
+    Settings,
+)
 from dex_celery.ids import CallKey
 from dex_celery.store.repository import Store
 from dex_celery.sweep import run_forever
@@ -217,3 +226,44 @@ def test_a_write_whose_worker_died_in_its_claims_commit_ends_did_not_run_not_los
     assert record.status is CallStatus.FAILED, (record.status, error)
     assert error.startswith(DID_NOT_RUN), error
     assert "after the tool started" not in error
+
+
+@pytest.mark.parametrize("commit_reaches_the_server", [True, False], ids=["applied", "dropped"])
+def test_a_request_whose_insert_commit_is_unconfirmed_says_so_and_the_same_ids_run_it_once(
+    dex: Dex,
+    env: dict[str, str],
+    start_worker: Callable[..., Worker],
+    pg_behind_proxy: tuple[str, CuttableProxy],
+    commit_reaches_the_server: bool,
+) -> None:
+    """The connection breaks during the COMMIT of the request's insert: the caller cannot know
+    whether the call is recorded, and the error says so (`RecordingUnconfirmed`), never that
+    nothing changed. Asking again with the same ids returns the call if it was recorded, or
+    records it now; either way the write runs once."""
+    url, proxy = pg_behind_proxy
+    own, own_env, truth = deployment(env, url, proxy)
+    client = own.client()
+    key = "s1/t1/w1"
+
+    proxy.cut_at_commit(forward=commit_reaches_the_server)
+    with pytest.raises(DexError) as raised:
+        client.request_call("s1", "t1", "w1", WRITE, {"seconds": 0})
+    error = raised.value
+    assert isinstance(error, RecordingUnconfirmed), f"{type(error).__name__}: {error}"
+    assert isinstance(error, RequestInFlight) and not isinstance(error, BackendUnavailable)
+    assert error.keys == (key,)
+    text = str(error)
+    assert "may or may not be recorded" in text
+    assert "same session, turn and tool-call ids" in text
+    assert "nothing" not in text.lower()
+    recorded = truth.get_call(key)
+    assert (recorded is not None) is commit_reaches_the_server
+
+    start_worker(extra_env=own_env)
+    with sweeping(own):
+        again = client.request_call("s1", "t1", "w1", WRITE, {"seconds": 0})
+        assert again.key == key
+        wait_ended(truth, key)
+    record = truth.get_call(key)
+    assert record is not None and record.status is CallStatus.SUCCEEDED, record
+    assert [line.split(" ")[0] for line in executions(key)] == ["start", "end"]

@@ -39,7 +39,7 @@ def translate_backend_error(error: BaseException, settings: Settings) -> BaseExc
 
 def cause_text(error: BaseException, settings: Settings) -> str:
     """The failure in one line, as the backends' errors word it (password hidden)."""
-    return first_line(translate_backend_error(error, settings))
+    return first_line(translate_backend_error(error, settings)).rstrip(".")
 
 
 def recorded_not_started(
@@ -63,7 +63,7 @@ def recorded_not_started(
 def recording_unconfirmed(keys: Sequence[str], error: BaseException) -> RecordingUnconfirmed:
     """The connection broke during the insert's COMMIT: the calls may or may not be recorded."""
     message = (
-        f"{_calls(keys)} may or may not be recorded: {first_line(error)}. If "
+        f"{_calls(keys)} may or may not be recorded: {first_line(error).rstrip('.')}. If "
         f"{'it is' if len(keys) == 1 else 'they are'}, the sweeper will start "
         f"{'it' if len(keys) == 1 else 'them'} once the database and Redis answer; asking again "
         f"records what is missing. {FOLLOW}"

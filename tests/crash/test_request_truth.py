@@ -231,3 +231,31 @@ def test_redis_killed_between_the_publishes_of_a_batch_names_every_call_and_each
             assert_ran_once_each(own, list(keys))
     finally:
         server.kill()
+
+
+def test_an_approval_while_redis_is_out_of_memory_returns_the_approved_call_which_runs_once(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """The approval is committed before the call is announced and opened in Redis: a refusal
+    there must not read as a failed approval (the approver would approve again, or believe the
+    call will not run). The sweeper starts the approved call once Redis has room."""
+    server = RedisServer(
+        tmp_path / "oom-redis",
+        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
+    ).start()
+    try:
+        own, own_env = dex_on(env, server)
+        client = own.client()
+        key = client.request_call("s1", "t1", "c1", "guarded_write", {"value": "ok"}).key
+        fillers = fill_until_out_of_memory(server)
+
+        approved = client.approve(key, "ops@example.com")
+        assert approved.status is CallStatus.PENDING
+        assert approved.approval is not None
+
+        redis.Redis.from_url(server.url).delete(*fillers)
+        start_worker(extra_env=own_env)
+        with sweeping(own):
+            assert_ran_once_each(own, [key])
+    finally:
+        server.kill()

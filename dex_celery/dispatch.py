@@ -177,7 +177,8 @@ class Dispatcher:
             # error that let the caller believe otherwise would make it ask under new ids and
             # run a write twice (S11.2).
             records = tuple(record for record, _ in results)
-            raise recorded_not_started(records, e, self.settings) from e
+            created_keys = {record.key for record, created in results if created}
+            raise recorded_not_started(records, created_keys, e, self.settings) from e
         return [record for record, _ in results]
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:

@@ -10,7 +10,7 @@ back, and that asking again with the same ids follows that same call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from dex_celery.backends import first_line, translate
 from dex_celery.errors import CallRecordedNotStarted, RecordingUnconfirmed
@@ -43,17 +43,27 @@ def cause_text(error: BaseException, settings: Settings) -> str:
 
 
 def recorded_not_started(
-    records: Sequence[ToolCallRecord], error: BaseException, settings: Settings
+    records: Sequence[ToolCallRecord],
+    new: Collection[str],
+    error: BaseException,
+    settings: Settings,
 ) -> CallRecordedNotStarted:
-    """The request's insert is committed, but opening or publishing its calls failed."""
+    """The request's insert is committed, but opening or publishing its calls failed.
+
+    `new`: the keys this request recorded (the others were recorded before and go on as they
+    were; the same ids are the same call, S2.3)."""
     keys = tuple(r.key for r in records)
-    waiting = [r.key for r in records if r.status is CallStatus.AWAITING_APPROVAL]
+    fresh = [r for r in records if r.key in new] or list(records)
+    named = [r.key for r in fresh]
+    waiting = [r.key for r in fresh if r.status is CallStatus.AWAITING_APPROVAL]
     approval = f" ({', '.join(waiting)} waiting for approval, as recorded)" if waiting else ""
-    is_are = "is" if len(keys) == 1 else "are"
+    before = [k for k in keys if k not in named]
+    earlier = f" ({_calls(before)} recorded before, going on as recorded)" if before else ""
+    is_are = "is" if len(named) == 1 else "are"
     message = (
-        f"{_calls(keys)} {is_are} recorded, but could not be started{approval}: "
+        f"{_calls(named)} {is_are} recorded, but could not be started{approval}{earlier}: "
         f"{cause_text(error, settings)}. "
-        f"{'It is' if len(keys) == 1 else 'They are'} not lost: once Redis answers again, the "
+        f"{'It is' if len(named) == 1 else 'They are'} not lost: once Redis answers again, the "
         f"sweeper starts what was not started (a call waiting for approval is started once "
         f"approved), so it will run, or end with a record saying it did not run. {FOLLOW}"
     )

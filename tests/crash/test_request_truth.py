@@ -158,6 +158,8 @@ def test_ledger_out_of_memory_in_a_batch_every_call_is_named_and_runs_once(
         keys = tuple(f"s1/t1/c{i}" for i in range(3))
         assert_truthful(raised.value, keys)
         assert isinstance(raised.value.__cause__, LedgerError | DexError)
+        assert "s1/t1/c1, s1/t1/c2 are recorded, but could not be started" in str(raised.value)
+        assert "tool call s1/t1/c0 recorded before" in str(raised.value)
 
         redis.Redis.from_url(server.url).delete(*fillers)
         start_worker(extra_env=own_env)

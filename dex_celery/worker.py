@@ -397,12 +397,13 @@ class Worker:
                 key, attempt, mode=LoseMode.UNCONFIRMED, fence=fence, detail=detail
             )
             self.dispatcher.apply(key, step)
-        except Exception:
+        except Exception as e:  # the database (or Redis) is still away: expected in an outage
             log.warning(
-                "could not record that attempt %d of %s did not start; the sweeper will",
+                "could not record yet that attempt %d of %s ran no tool code (%s); the sweeper "
+                "will, once the backends answer",
                 attempt,
                 key,
-                exc_info=True,
+                first_line(e),
             )
 
     def on_worker_lost(self, task_id: str, detail: str) -> None:

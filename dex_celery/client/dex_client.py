@@ -38,7 +38,8 @@ class DexClient:
     Get one with `Dex.client()`. Every method raises only dex-celery errors: bad input as
     `InvalidRequest` (nothing recorded), unknown names as `UnknownTool` / `UnknownCall` /
     `UnknownSession`, and Redis or database failures as `RedisUnavailable`,
-    `DatabaseUnavailable` or `SchemaMissing`.
+    `DatabaseUnavailable` or `SchemaMissing`. A request that fails after its calls were (or may
+    have been) recorded raises `RequestInFlight` instead: ask again with the same ids (S11.2).
     """
 
     def __init__(self, source: RuntimeSource) -> None:
@@ -82,13 +83,23 @@ class DexClient:
         tool_name: str,
         arguments: Mapping[str, Any] | str,
     ) -> ToolCallRecord:
-        """Record and dispatch one call; the same ids twice are one call (S2.3)."""
+        """Record and dispatch one call; the same ids twice are one call (S2.3).
+
+        Raises `RequestInFlight` (`CallRecordedNotStarted`, `RecordingUnconfirmed`) when the
+        call is recorded, or may be, but could not be started: it will run or be judged once
+        the backends answer, and asking again with the same ids returns it. Any other error
+        means nothing was recorded.
+        """
         return self.request_calls(
             [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments)]
         )[0]
 
     def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
-        """Several calls of one turn in one transaction; all are refused if one is bad."""
+        """Several calls of one turn in one transaction; all are refused if one is bad.
+
+        A failure after the transaction committed raises `CallRecordedNotStarted` naming every
+        call of the request (`keys`), as `request_call` does.
+        """
         return self.source.runtime.dispatcher.request(requests)
 
     def get_call(self, key: str) -> ToolCallRecord:

@@ -19,6 +19,7 @@ import redis
 from celery import Celery, current_task
 from celery.exceptions import Ignore
 
+from dex_celery.backend_errors import first_line, translate
 from dex_celery.engine import tracing
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.dispatch import Dispatcher, outcome_of
@@ -32,7 +33,7 @@ from dex_celery.engine.task_events import (
     task_result,
 )
 from dex_celery.engine.tracing import Span, span
-from dex_celery.errors import DexError, LedgerError
+from dex_celery.errors import CommitUnconfirmed, DexError, LedgerError
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, Step, StepKind
 from dex_celery.model.ids import CallKey, parse_task_id
@@ -435,7 +436,13 @@ class Worker:
         given up before any tool code, and, since the write may have run under the other
         claim, it is lost.
         """
-        if self.store.claim_write(key, attempt, fence=fence, owner=owner, now=self.ledger.now()):
+        now = self.ledger.now()
+        try:
+            claimed = self.store.claim_write(key, attempt, fence=fence, owner=owner, now=now)
+        except Exception as e:  # the database refused, or broke during the commit
+            self._give_up_unconfirmed(key, attempt, fence, e)
+            return False
+        if claimed:
             return True
         log.warning(
             "attempt %d of %s not run: the database holds another claim of it", attempt, key
@@ -451,6 +458,51 @@ class Worker:
         )
         self.dispatcher.apply(key, step)
         return False
+
+    def _give_up_unconfirmed(self, key: str, attempt: int, fence: str, error: Exception) -> None:
+        """The write's claim could not be committed in SQL: give the attempt up, no tool code.
+
+        The ledger ends it `outcome_unknown` with reason `claim_unconfirmed` and a detail that
+        says which of the two it was: the claim was never made (no connection, or a failure
+        before the COMMIT), or the connection broke during the COMMIT (`CommitUnconfirmed`:
+        the claim may exist). Recording it judges from SQL (`Dispatcher.record`): without a
+        claim there the call is `failed`, "the tool did not run"; with one, it stays unknown,
+        never "lost after the tool started". If the database is still away, the record waits
+        in the ledger's unrecorded index and the sweeper writes it once the database answers;
+        if Redis is away too, the lease lapses and the sweeper judges it the same way.
+        """
+        settings = self.settings
+        driver_error = error.__cause__ if isinstance(error, CommitUnconfirmed) else error
+        translated = translate(
+            driver_error or error,
+            redis_url=settings.redis_url,
+            database_url=settings.database_url,
+        )
+        cause = first_line(translated or driver_error or error)
+        if isinstance(error, CommitUnconfirmed):
+            detail = (
+                "the connection to the database broke while the worker committed its claim of "
+                f"this write, so it could not tell whether the claim was made: {cause}"
+            )
+        else:
+            detail = (
+                "the worker could not commit its claim of this write in the database, so the "
+                f"claim was never made: {cause}"
+            )
+        log.warning("attempt %d of %s not run: %s", attempt, key, detail)
+        try:
+            step = self.ledger.lose(
+                key, attempt, mode=LoseMode.UNCONFIRMED, fence=fence, detail=detail
+            )
+            self.dispatcher.apply(key, step)
+        except Exception as e:  # the database (or Redis) is still away: expected in an outage
+            log.warning(
+                "could not record yet that attempt %d of %s ran no tool code (%s); the sweeper "
+                "will, once the backends answer",
+                attempt,
+                key,
+                first_line(e),
+            )
 
     def on_worker_lost(self, task_id: str, detail: str) -> None:
         """Mark the attempt of a dead pool child lost now (or expired, if it died before its

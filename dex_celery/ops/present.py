@@ -107,6 +107,8 @@ ATTEMPT_STATES = {
     "heartbeat)",
     "expired": "it never reached a worker before its schedule-to-start deadline",
     "timed_out": "it ran past its start-to-close timeout and was cancelled",
+    "unconfirmed": "its worker could not commit its claim of this write in the database and "
+    "ran no tool code",
 }
 
 

@@ -26,6 +26,7 @@ from dex_celery import notify, stats
 from dex_celery.backends import first_line, require_existing_database, translate
 from dex_celery.outcomes import CallStatus
 from dex_celery.store.schema import tool_calls, unknown_outcomes
+from dex_celery.worker_starts import WorkerStart, read_starts, record_start
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -43,7 +44,7 @@ def stale_after(sweep_interval: float) -> float:
     return max(STALE_SWEEPS * sweep_interval, STALE_FLOOR)
 
 
-#: Seconds a worker waits for Celery's `inspect ping` replies in `status`.
+#: Seconds `status` waits for the workers' `inspect stats` replies.
 PING_TIMEOUT = 1.0
 
 
@@ -181,11 +182,66 @@ def _has_tables(dex: Dex) -> bool:
 
 
 def workers_section(dex: Dex) -> Section:
-    replies = dex.celery.control.ping(timeout=PING_TIMEOUT) or []
-    nodes = sorted(name for reply in replies for name in reply)
+    """The workers that answer (Celery's `inspect stats`: node, main pid, uptime), with how
+    often each node name was started (`worker_starts`: restarts by a supervisor show there),
+    and the recorded nodes that did not answer."""
+    replies: dict[str, Any] = dex.celery.control.inspect(timeout=PING_TIMEOUT).stats() or {}
+    starts = _worker_starts(dex)
+    now = dex.ledger.now() if starts else 0.0
+    nodes = sorted(replies)
+    workers: dict[str, dict[str, Any]] = {}
+    shown: list[str] = []
+    for node in nodes:
+        stats = replies[node] if isinstance(replies[node], dict) else {}
+        start = starts.get(node)
+        info = {
+            "pid": stats.get("pid"),
+            "uptime_seconds": stats.get("uptime"),
+            "starts": start.starts if start else None,
+            "restarts": start.restarts if start else None,
+        }
+        workers[node] = info
+        parts = [f"pid {info['pid']}"] if info["pid"] is not None else []
+        if info["uptime_seconds"] is not None:
+            parts.append(f"up {duration(float(info['uptime_seconds']))}")
+        if start is not None and start.restarts:
+            parts.append(f"restarted {start.restarts} time{'s' if start.restarts != 1 else ''}")
+        shown.append(f"{node} ({', '.join(parts)})" if parts else node)
+    silent = {
+        node: round(max(0.0, now - start.started_at), 3)
+        for node, start in sorted(starts.items())
+        if node not in replies
+    }
+    values = {"nodes": nodes, "workers": workers, "silent": silent}
     if not nodes:
-        return Section("workers", State.WARN, "no worker answered ping", {"nodes": []})
-    return Section("workers", State.OK, ", ".join(nodes), {"nodes": nodes})
+        detail = "no worker answered"
+        if silent:
+            detail += "; last seen starting: " + _silent_text(silent)
+        return Section("workers", State.WARN, detail, values)
+    detail = ", ".join(shown)
+    if silent:
+        detail += "; not answering: " + _silent_text(silent)
+    return Section("workers", State.OK, detail, values)
+
+
+def _worker_starts(dex: Dex) -> dict[str, WorkerStart]:
+    try:
+        return read_starts(dex)
+    except Exception:  # the broker answered; a Redis hiccup must not hide the workers
+        log.debug("could not read the workers' starts", exc_info=True)
+        return {}
+
+
+def _silent_text(silent: dict[str, float]) -> str:
+    return ", ".join(f"{node} (started {duration(age)} ago)" for node, age in silent.items())
+
+
+def duration(seconds: float) -> str:
+    """`42s`, `5m`, `3h`, `2d`: the largest unit that fits."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
 
 
 def _count(dex: Dex, query: Any) -> int:
@@ -310,6 +366,9 @@ def install_worker_checks(dex: Dex) -> None:
     def on_ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not dex.celery:
             return
+        node = getattr(sender, "hostname", None)
+        if node:
+            record_start(dex, str(node))
         watch = DeploymentWatch(dex)
         watch.start()
         signals.worker_shutting_down.connect(lambda **_: watch.stop(), weak=False)

@@ -74,18 +74,22 @@ def _served_or_died(dex: Dex, key: str, worker: Worker) -> bool:
     return worker.died() or (record is not None and record.finished)
 
 
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_a_cut_broker_link_leaves_the_worker_serving_calls(
     direct_dex: Dex,
     link_env: dict[str, str],
     proxy: TcpProxy,
     start_worker: Callable[..., Worker],
+    pool: str,
 ) -> None:
     """Cut three times, with a read (acknowledged late: unacknowledged while it runs) and a
     non-idempotent write in flight: the same worker main process is there after each cut, a
     write requested after the cut runs exactly once and succeeds, and the writes in flight
     during the cut never ran twice (S3.2), whatever their record says."""
     dex = direct_dex
-    worker = start_worker(concurrency=3, extra_env={**link_env, "DEX_REDIS_URL": proxy.url()})
+    worker = start_worker(
+        concurrency=3, extra_env={**link_env, "DEX_REDIS_URL": proxy.url()}, pool=pool
+    )
     main_pid = worker.pid
     client = dex.client()
     in_flight_writes: list[str] = []
@@ -124,6 +128,32 @@ def test_a_cut_broker_link_leaves_the_worker_serving_calls(
     assert "Unrecoverable error" not in worker.log()
     for key in in_flight_writes:
         assert len(lines(key, "start")) == 1, f"{key} ran more than once"
+
+
+def test_a_worker_started_while_its_link_is_down_serves_once_it_is_back(
+    direct_dex: Dex,
+    link_env: dict[str, str],
+    proxy: TcpProxy,
+    start_worker: Callable[..., Worker],
+) -> None:
+    """`broker_connection_retry_on_startup` and no retry limit: a worker that cannot reach
+    Redis when it starts waits for it rather than exiting, then serves a write once."""
+    dex = direct_dex
+    proxy.cut()
+    worker_env = {**link_env, "DEX_REDIS_URL": proxy.url()}
+    restore = threading.Timer(REFUSED_FOR * 2, proxy.restore)
+    restore.start()
+    try:
+        worker = start_worker(concurrency=1, extra_env=worker_env)
+    finally:
+        restore.join()
+    record = dex.client().request_call(
+        "s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0}
+    )
+    done = wait_finished(dex, record.key, timeout=60)
+    assert done.status is CallStatus.SUCCEEDED, done.error
+    assert len(lines(record.key, "start")) == 1
+    assert not worker.died()
 
 
 def test_the_proxy_resets_and_refuses(own_redis: RedisServer, tmp_path: Path) -> None:

@@ -116,4 +116,5 @@ def guard_closed_channels() -> None:
 
     setattr(_connparams, _GUARDED, True)
     _connparams.__doc__ = original.__doc__
+    _connparams.__wrapped__ = original  # type: ignore[attr-defined]  # Kombu's own, for tests
     channel_class._connparams = _connparams

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from dex_celery import CallStatus, Dex, Settings
+from dex_celery.stats import last_sweep
 from dex_celery.sweep import run_forever
 from tests.support.crash import lines, wait_finished, wait_started
-from tests.support.processes import RedisServer, Worker, wait_for
+from tests.support.processes import CeleryBeat, RedisServer, Worker, wait_for
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.toolapp import make_app
 
@@ -171,3 +172,33 @@ def test_the_proxy_resets_and_refuses(own_redis: RedisServer, tmp_path: Path) ->
         assert redis.Redis(port=link.port, socket_connect_timeout=1).ping()
     finally:
         link.stop()
+
+
+def test_beat_outlives_a_cut_link_and_sweeps_again(
+    dex: Dex, link_env: dict[str, str], proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """Beat (the reconcile schedule and the sweeper thread) reaches Redis through the proxy:
+    after a cut it is still running and its sweeper records sweeps again."""
+    _app, direct = make_app(Settings.from_env(link_env))
+    beat = CeleryBeat(
+        "devtools.toolapp", {**link_env, "DEX_REDIS_URL": proxy.url()}, tmp_path / "beat"
+    ).start()
+    try:
+        wait_for(lambda: last_sweep(direct.ledger), timeout=30, what="a first sweep")
+        for _ in range(2):
+            assert proxy.cut(subscribers_first=True) >= 0
+            deadline = time.monotonic() + REFUSED_FOR
+            while time.monotonic() < deadline and not beat.died():
+                time.sleep(0.05)
+            proxy.restore()
+            cut_at = direct.ledger.now()
+
+            def swept_after(since: float = cut_at) -> bool:
+                assert not beat.died(), f"beat exited:\n{beat.log()[-4000:]}"
+                sweep = last_sweep(direct.ledger)
+                return sweep is not None and sweep.finished_at > since
+
+            wait_for(swept_after, timeout=60, what="beat's sweeper to sweep after the cut")
+        assert not beat.died()
+    finally:
+        beat.stop()

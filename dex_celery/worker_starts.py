@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from dex_celery.errors import DexError
+
 if TYPE_CHECKING:
     from dex_celery.app import Dex
 
@@ -58,7 +60,7 @@ def record_start(dex: Dex, node: str, pid: int | None = None) -> WorkerStart | N
             node,
             json.dumps({"pid": start.pid, "started_at": start.started_at, "starts": start.starts}),
         )
-    except redis.RedisError as e:
+    except (redis.RedisError, DexError) as e:  # Redis away (the ledger's clock says so too)
         log.warning("could not record the start of worker %s: %s", node, e)
         return None
     return start

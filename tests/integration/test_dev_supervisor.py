@@ -8,6 +8,7 @@ a call then runs through the new one. Beat is killed the same way and comes back
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -19,12 +20,13 @@ from dex_celery import CallStatus, Settings
 from dex_celery.localstack import ping_app
 from dex_celery.supervise import Backoff
 from tests.integration.test_dev_demo import (  # noqa: F401 (`dev` is a fixture)
+    SCRIPT,
     alive,
     dev,
     group_alive,
     started_processes,
 )
-from tests.support.processes import wait_for
+from tests.support.processes import ROOT, wait_for
 
 READY = "Press Ctrl-C to stop."
 RESTARTED = re.compile(r"^restarted (\S+): pid (\d+) \(restart (\d+)\)$", re.MULTILINE)
@@ -90,6 +92,20 @@ def test_dev_restarts_a_killed_worker_and_beat(
     )
     # Nothing of the old worker is left: its orphaned pool children were ended.
     assert [pid for pid in old_group if alive(pid)] == []
+    # `status` shows the new pid and the restart of the same node name.
+    shown = subprocess.run(
+        [str(SCRIPT), "-A", "config.celery_app", "status", "--json"],
+        cwd=ROOT,
+        env={**env, "DEX_REDIS_URL": match.group(1)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    workers = json.loads(shown.stdout)["sections"]["workers"]
+    (node,) = workers["nodes"]
+    assert workers["workers"][node]["pid"] == new_pid
+    assert workers["workers"][node]["restarts"] == 1
+    assert "restarted 1 time" in workers["detail"]
 
     # A call runs through the new worker.
     from config.celery_app import create_app

@@ -66,7 +66,7 @@ def configure_celery(app: Celery, settings: Settings) -> None:
     not hold others back. A worker whose broker link breaks keeps reconnecting for as long as
     it takes, at start and later, and running tools go on meanwhile (their ledger lease and
     claim fence them, not the broker); its consumer survives Kombu's teardown of the lost link
-    (`dex_celery.consumer`, docs/reliability.md "Workers come back").
+    (`dex_celery.consumer`, docs/operations.md).
     """
     app.conf.update(
         task_serializer="json",

@@ -1,5 +1,5 @@
 """The worker's broker link: Celery's consumer and Kombu's Redis channel, made to outlive the
-teardown of a lost connection (issue 19, finding 8; docs/reliability.md, "Workers come back").
+teardown of a lost connection (issue 19, finding 8; docs/operations.md).
 
 When the link to a Redis broker breaks, Celery's consumer closes the lost connection and
 connects again. Kombu's redis transport then uses channels of the closed connection whose
@@ -54,7 +54,7 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]  # Celery ships no type hi
     def on_connection_error_after_connected(self, exc: BaseException) -> None:
         if not self.app.conf.worker_cancel_long_running_tasks_on_connection_loss:
             # Celery warns at every reconnect that a future default will cancel running tasks;
-            # dex-celery chose to keep them running (`configure_celery`): say that once instead.
+            # dex-celery chose to keep them running (`configure_celery`) and says so in one line.
             warnings.filterwarnings(
                 "ignore", message=CANCEL_WARNING, category=CPendingDeprecationWarning
             )
@@ -70,7 +70,7 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]  # Celery ships no type hi
             self.connection = None
             log.warning(
                 "consumer: closing the lost broker connection failed (%r); connecting again "
-                "anyway (docs/reliability.md, 'Workers come back')",
+                "anyway (docs/operations.md)",
                 teardown,
             )
             self._after_failed_teardown()

@@ -1,6 +1,5 @@
 """The worker's link to Redis (its broker and its ledger) is cut and comes back: the worker's
-main process survives and serves calls again (issue 19, finding 8; docs/reliability.md,
-"Workers come back").
+main process survives and serves calls again (issue 19, finding 8; docs/operations.md).
 
 The worker reaches a redis-server of this test's own through a TCP proxy the test cuts: every
 established connection is reset, new ones are refused for a few seconds, then accepted again.

@@ -1,5 +1,5 @@
 """`dex-celery dev` restarts a worker (and beat) whose main process exits (issue 19, "Workers come
-back"; docs/reliability.md).
+back"; docs/operations.md).
 
 The worker's main process is SIGKILLed, as the OOM killer would; `dev` says so on one line,
 ends what is left of the old worker's process group, starts a new worker after its backoff, and

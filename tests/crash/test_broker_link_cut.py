@@ -74,7 +74,7 @@ def _served_or_died(dex: Dex, key: str, worker: Worker) -> bool:
     return worker.died() or (record is not None and record.finished)
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
+@pytest.mark.parametrize("pool", ["prefork", "threads", "gevent"])
 def test_a_cut_broker_link_leaves_the_worker_serving_calls(
     direct_dex: Dex,
     link_env: dict[str, str],

@@ -26,7 +26,7 @@ from dex_celery import notify, stats
 from dex_celery.backends import first_line, require_existing_database, translate
 from dex_celery.outcomes import CallStatus
 from dex_celery.store.schema import tool_calls, unknown_outcomes
-from dex_celery.worker_starts import WorkerStart, read_starts, record_start
+from dex_celery.worker_starts import SILENT_WINDOW, WorkerStart, read_starts, record_start
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -210,7 +210,7 @@ def workers_section(dex: Dex) -> Section:
     silent = {
         node: round(max(0.0, now - start.started_at), 3)
         for node, start in sorted(starts.items())
-        if node not in replies
+        if node not in replies and now - start.started_at <= SILENT_WINDOW
     }
     values = {"nodes": nodes, "workers": workers, "silent": silent}
     if not nodes:

@@ -8,7 +8,8 @@ uptime of the current life come from the worker itself (Celery's `inspect stats`
 
 One hash (`KeySpace.worker_starts`): node name -> JSON `{"pid", "started_at", "starts"}`,
 written once per start by the worker's main process when it is ready (`worker_ready`), on the
-ledger's clock (S10.1). Nothing reads it on the path of a call.
+ledger's clock (S10.1). Nothing reads it on the path of a call. Starts older than
+`FORGET_AFTER` are dropped; `status` names silent nodes only within `SILENT_WINDOW`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
     from dex_celery.app import Dex
 
 log = logging.getLogger("dex_celery.worker_starts")
+
+#: `status` lists a node that does not answer only if it started within this many seconds: a
+#: worker that was retired (or a container replaced under a new name) fades from the report.
+SILENT_WINDOW = 24 * 3600.0
+#: A start recorded longer ago than this is dropped when another worker records its start, so
+#: the hash does not grow with every container name a deployment ever had.
+FORGET_AFTER = 30 * 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +56,8 @@ def record_start(dex: Dex, node: str, pid: int | None = None) -> WorkerStart | N
     (a worker that starts while Redis is away still serves calls; only the count misses one)."""
     key = dex.keys.worker_starts
     try:
-        previous = read_starts(dex).get(node)
+        known = read_starts(dex)
+        previous = known.get(node)
         start = WorkerStart(
             node=node,
             pid=os.getpid() if pid is None else pid,
@@ -60,6 +69,13 @@ def record_start(dex: Dex, node: str, pid: int | None = None) -> WorkerStart | N
             node,
             json.dumps({"pid": start.pid, "started_at": start.started_at, "starts": start.starts}),
         )
+        forgotten = [
+            other
+            for other, seen in known.items()
+            if other != node and start.started_at - seen.started_at > FORGET_AFTER
+        ]
+        if forgotten:
+            dex.redis.hdel(key, *forgotten)
     except (redis.RedisError, DexError) as e:  # Redis away (the ledger's clock says so too)
         log.warning("could not record the start of worker %s: %s", node, e)
         return None

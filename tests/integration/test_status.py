@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from dex_celery import Dex
+from dex_celery.health import workers_section
 from dex_celery.store import migrate
+from dex_celery.worker_starts import FORGET_AFTER, SILENT_WINDOW, read_starts, record_start
 from tests.integration.test_cli_like_celery import APP, dead_redis, one_error_line, run
 from tests.support.processes import Worker, wait_for
 from tests.support.toolapp import LOG_ENV
@@ -115,3 +117,25 @@ def test_status_shows_each_worker_its_pid_uptime_and_restarts(
     assert gone["nodes"] == []
     assert node in gone["silent"]
     assert node in gone["detail"]
+
+
+def test_retired_workers_fade_from_status_and_old_starts_are_dropped(dex: Dex) -> None:
+    """A node silent for more than a day is not listed; a start older than 30 days is dropped
+    when another worker records its start (the hash does not grow with every container)."""
+    now = dex.ledger.now()
+
+    def fake_start(node: str, age: float) -> None:
+        value = {"pid": 1, "started_at": now - age, "starts": 1}
+        dex.redis.hset(dex.keys.worker_starts, node, json.dumps(value))
+
+    fake_start("recent@h", 60.0)
+    fake_start("retired@h", SILENT_WINDOW + 60.0)
+    fake_start("ancient@h", FORGET_AFTER + 60.0)
+    section = workers_section(dex)
+    assert section.state.value == "warn"
+    assert list(section.values["silent"]) == ["recent@h"]
+    assert "recent@h (started 1m ago)" in section.detail
+
+    record_start(dex, "fresh@h", pid=4242)
+    assert set(read_starts(dex)) == {"recent@h", "retired@h", "fresh@h"}
+    assert read_starts(dex)["fresh@h"].starts == 1

@@ -25,7 +25,7 @@ from dex_celery.engine.counters import last_sweep
 from dex_celery.engine.sweep import run_forever
 from tests.support.crash import lines, wait_finished, wait_started
 from tests.support.processes import CeleryBeat, RedisServer, Worker, wait_for
-from tests.support.tcp_proxy import TcpProxy
+from tests.support.tcpproxy import TcpProxy
 from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.crash

@@ -5,6 +5,8 @@
 middlebox shows it) and refuses new ones until `restore()`; `pause()` instead keeps the
 connections but forwards nothing (packets dropped, then retransmitted) until `restore()`.
 `blip(seconds)` cuts and restores after `seconds`, without sleeping in the test's thread.
+`cut(subscribers_first=True)` resets the links that sent SUBSCRIBE / PSUBSCRIBE (Kombu's fanout
+and pidbox links) before the others: the order in which a broker-link cut kills a worker.
 
 Threads, not asyncio: the test process may be running an event loop of its own.
 """
@@ -12,6 +14,7 @@ Threads, not asyncio: the test process may be running an event loop of its own.
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import socket
 import struct
@@ -23,6 +26,8 @@ from typing import Self
 from tests.support.processes import free_port
 
 _BUFFER = 65536
+#: A SUBSCRIBE or PSUBSCRIBE command in a client's stream (RESP: `$9\r\nSUBSCRIBE\r\n`).
+_SUBSCRIBE = re.compile(rb"\r\nP?SUBSCRIBE\r\n", re.IGNORECASE)
 
 
 class TcpProxy:
@@ -31,8 +36,7 @@ class TcpProxy:
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
-        self._listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
-        self._listener.settimeout(0.1)
+        self._listener = self._listen()
         self._open = threading.Event()
         self._open.set()
         self._flowing = threading.Event()
@@ -40,10 +44,19 @@ class TcpProxy:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        #: Client sockets that subscribed to channels.
+        self._subscribers: set[socket.socket] = set()
+        #: Connections accepted and forwarded so far (a reconnecting client shows as new ones).
+        self.accepted = 0
         #: Connections reset by `cut`, and connections refused while cut (for the test's report).
         self.resets = 0
         self.refused = 0
         self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
+
+    def _listen(self) -> socket.socket:
+        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
+        listener.settimeout(0.1)
+        return listener
 
     def url(self, db: int = 0) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
@@ -62,22 +75,39 @@ class TcpProxy:
 
     # --- faults --------------------------------------------------------------------------------
 
-    def cut(self) -> None:
-        """Reset every connection and refuse new ones until `restore`."""
-        self._open.clear()
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._pairs)
+
+    def cut(self, *, subscribers_first: bool = False) -> int:
+        """Reset every connection and refuse new ones until `restore` (the listening socket is
+        closed, so a connect is refused at once, as with a server that went away); how many
+        were reset."""
+        with self._lock:
+            if self._open.is_set():
+                self._open.clear()
+                self._listener.close()
         with self._lock:
             pairs, self._pairs = self._pairs, []
+            subscribers, self._subscribers = self._subscribers, set()
+        if subscribers_first:
+            pairs.sort(key=lambda pair: pair[0] not in subscribers)
         for pair in pairs:
             for sock in pair:
                 _reset(sock)
             self.resets += 1
+        return len(pairs)
 
     def pause(self) -> None:
         """Keep the connections, forward nothing (both ways) until `restore`."""
         self._flowing.clear()
 
     def restore(self) -> None:
-        self._open.set()
+        with self._lock:
+            if not self._open.is_set() and not self._stop.is_set():
+                self._listener = self._listen()
+                self._open.set()
         self._flowing.set()
 
     def blip(self, seconds: float, *, drop: bool = False) -> threading.Thread:
@@ -96,23 +126,27 @@ class TcpProxy:
         thread.start()
         return thread
 
+    def stop(self) -> None:
+        self.close()
+
     def close(self) -> None:
-        self._stop.set()
         self.restore()
+        self._stop.set()
         self.cut()
-        self._listener.close()
         self._thread.join(timeout=5)
 
     # --- forwarding ----------------------------------------------------------------------------
 
     def _accept(self) -> None:
         while not self._stop.is_set():
+            if not self._open.wait(0.1):
+                continue
             try:
                 client, _ = self._listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
-                return
+            except OSError:  # closed by `cut`: wait for `restore`
+                continue
             if not self._open.is_set():
                 self.refused += 1
                 _reset(client)
@@ -124,6 +158,7 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._pairs.append((client, server))
+                self.accepted += 1
             threading.Thread(
                 target=self._pump, args=(client, server), name="tcp-proxy-pipe", daemon=True
             ).start()
@@ -141,6 +176,9 @@ class TcpProxy:
                     data = sock.recv(_BUFFER)
                     if not data:
                         return
+                    if sock is client and _SUBSCRIBE.search(data):
+                        with self._lock:
+                            self._subscribers.add(client)
                     peers[sock].sendall(data)
         except (OSError, ValueError):  # reset by `cut`, or closed by a peer
             return
@@ -150,6 +188,7 @@ class TcpProxy:
             with self._lock:
                 if (client, server) in self._pairs:
                     self._pairs.remove((client, server))
+                self._subscribers.discard(client)
 
 
 def _reset(sock: socket.socket) -> None:

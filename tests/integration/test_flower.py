@@ -27,7 +27,7 @@ from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import REDACTED
 from tests.support.processes import ROOT, Worker, free_port, wait_for
-from tests.support.toolapp import LOG_ENV
+from tests.support.toolapp import LOG_ENV, executions
 
 pytest.importorskip("flower", reason="flower is not installed (pip install 'dex-celery[flower]')")
 
@@ -255,7 +255,9 @@ def test_flower_state_and_result_match_the_records(
         killed = client.request_call(
             "f", "t3", "killed", "slow_non_idempotent_write", {"seconds": 60}
         ).key
-        wait_for(lambda: _running(dex, killed), timeout=30, what="the write to run")
+        # Killed once the tool itself runs (its own log says so): a worker killed between the
+        # ledger claim and the write fence's SQL claim ran no tool code and ends "did not run".
+        wait_for(lambda: executions(killed), timeout=30, what="the write's tool to start")
         entry = dex.ledger.read(killed)
         assert entry is not None
         os.kill(int(entry.owner.rpartition(":")[2]), signal.SIGKILL)

@@ -347,7 +347,7 @@ def _edge_tools(dex: Dex) -> None:
             approval_timeout=8.0,
         )
     )
-    def charge(ctx: ToolContext, order: str, seconds: float = 0.0) -> Any:
+    def charge_order(ctx: ToolContext, order: str, seconds: float = 0.0) -> Any:
         """Charges `order` (the repeat guard's reproduction, S5.4): one `charge` line per
         execution in the order's own side-effect log (`charges(order)`), whatever the call key;
         ignores its soft time limit, as tool code that cannot be stopped would."""

@@ -57,13 +57,17 @@ def test_a_timed_out_write_repeated_next_turn_runs_once(
     dex = swept
     start_worker(pool=pool)
     client = dex.client()
-    turn1 = client.request_call("s1", "t1", "call-1", "charge", {"order": "A-1", "seconds": 5})
+    turn1 = client.request_call(
+        "s1", "t1", "call-1", "charge_order", {"order": "A-1", "seconds": 5}
+    )
     failed = wait_finished(dex, turn1.key, timeout=30)
     assert failed.status is CallStatus.FAILED
     assert (failed.error or "").startswith(TIMEOUT_PREFIX), failed.error
     assert lines(turn1.key, "end") == [], "recorded while the tool still runs"
 
-    turn2 = client.request_call("s1", "t2", "call-1", "charge", {"order": "A-1", "seconds": 5})
+    turn2 = client.request_call(
+        "s1", "t2", "call-1", "charge_order", {"order": "A-1", "seconds": 5}
+    )
     assert turn2.status is CallStatus.AWAITING_APPROVAL, turn2
     assert turn2.repeat_of == turn1.key
     assert turn2.repeat_reason == f"an identical call {turn1.key} may still be running"
@@ -99,16 +103,20 @@ def test_a_killed_workers_unknown_write_holds_repeats_until_reconciled(
     "may have taken effect; its outcome is not reconciled yet" until the reconciliation reports
     it, which the waiting call is told of; the next repeat then passes and runs."""
     _app, checker = make_app(Settings.from_env(env))
-    checker.register_outcome_check("charge", lambda key, arguments: f"{key}: A-2 was charged")
+    checker.register_outcome_check("charge_order", lambda key, arguments: f"{key}: A-2 was charged")
     worker = start_worker()
     client = swept.client()
-    turn1 = client.request_call("s1", "t1", "call-1", "charge", {"order": "A-2", "seconds": 1.5})
+    turn1 = client.request_call(
+        "s1", "t1", "call-1", "charge_order", {"order": "A-2", "seconds": 1.5}
+    )
     wait_started(turn1.key)
     worker.kill_all()
     unknown = wait_finished(swept, turn1.key, timeout=30)
     assert unknown.status is CallStatus.OUTCOME_UNKNOWN, unknown
 
-    turn2 = client.request_call("s1", "t2", "call-1", "charge", {"order": "A-2", "seconds": 1.5})
+    turn2 = client.request_call(
+        "s1", "t2", "call-1", "charge_order", {"order": "A-2", "seconds": 1.5}
+    )
     assert turn2.status is CallStatus.AWAITING_APPROVAL
     assert turn2.repeat_reason == (
         f"an identical call {turn1.key} may have taken effect; its outcome is not reconciled yet"
@@ -118,7 +126,9 @@ def test_a_killed_workers_unknown_write_holds_repeats_until_reconciled(
     assert evidence["evidence"] == "reconciled"
 
     start_worker()
-    turn3 = client.request_call("s1", "t3", "call-1", "charge", {"order": "A-2", "seconds": 0})
+    turn3 = client.request_call(
+        "s1", "t3", "call-1", "charge_order", {"order": "A-2", "seconds": 0}
+    )
     assert turn3.status is CallStatus.PENDING and turn3.repeat_of is None
     assert wait_finished(swept, turn3.key, timeout=30).status is CallStatus.SUCCEEDED
     assert lines(turn2.key, "start") == []

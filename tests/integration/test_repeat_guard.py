@@ -73,13 +73,18 @@ def guarded(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
         policy=ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE, repeat_guard=True),
     )(_write)
     dex.tool(name="put_order", policy=ToolPolicy(effect=EffectClass.IDEMPOTENT_WRITE))(_write)
-    dex.register_outcome_check("charge", lambda key, arguments: f"{key} was charged once")
+    dex.register_outcome_check("charge_order", lambda key, arguments: f"{key} was charged once")
     dex.store.create_schema()
     return dex
 
 
 def _request(
-    dex: Dex, turn: str, tool: str = "charge", session: str = "s1", call: str = "c1", **args: Any
+    dex: Dex,
+    turn: str,
+    tool: str = "charge_order",
+    session: str = "s1",
+    call: str = "c1",
+    **args: Any,
 ) -> ToolCallRecord:
     arguments = args or {"order": "A-1"}
     return dex.client().request_call(session, turn, call, tool, arguments)
@@ -296,7 +301,7 @@ while not go.exists():
     time.sleep(0.001)
 out = {}
 for i in range(int(sys.argv[3])):
-    r = client.request_call(f"race-{i}", sys.argv[2], "c1", "charge", {"order": f"R-{i}"})
+    r = client.request_call(f"race-{i}", sys.argv[2], "c1", "charge_order", {"order": f"R-{i}"})
     out[r.key] = [r.status.value, r.repeat_of]
 print(json.dumps(out))
 """

@@ -22,13 +22,26 @@ from tests.support.processes import wait_for
 class RecordingLedger:
     def __init__(self) -> None:
         self.beats: dict[str, list[float]] = {}
+        self.fenced: set[str] = set()
+        self.held: dict[str, int] = {}
+        self.released: list[str] = []
         self.lock = threading.Lock()
 
     def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
         with self.lock:
             for key, _fence in running:
                 self.beats.setdefault(key, []).append(time.monotonic())
-        return set()
+            return {key for key, _ in running if key in self.fenced}
+
+    def hold_running(self, fenced: Sequence[tuple[str, float]]) -> None:
+        with self.lock:
+            for key, _timeout in fenced:
+                self.held.setdefault(key, 0)
+                self.held[key] += 1
+
+    def release_running(self, key: str) -> None:
+        with self.lock:
+            self.released.append(key)
 
     def times(self, key: str) -> list[float]:
         with self.lock:
@@ -74,3 +87,22 @@ def test_a_stream_of_new_attempts_does_not_postpone_the_next_beat() -> None:
     assert len(beats) >= 5, beats
     gaps = [b - a for a, b in itertools.pairwise(beats)]
     assert max(gaps) < 0.9, gaps
+
+
+def test_a_fenced_attempt_keeps_its_running_lease_until_released() -> None:
+    """S5.4: once the ledger says an attempt is fenced, the tool is cancelled and no longer
+    heartbeats, but while it goes on its running lease is renewed every beat; `release` (after
+    the late result is in SQL) drops it; an attempt never fenced costs no release."""
+    pump, ledger = _pump(0.6)
+    ctx = _ctx("s/t/fenced")
+    with ledger.lock:
+        ledger.fenced.add("s/t/fenced")
+    pump.add("s/t/fenced", "f1", ctx, 0.6)
+    wait_for(lambda: ctx.cancelled, timeout=5, what="the fenced attempt cancelled")
+    wait_for(lambda: ledger.held.get("s/t/fenced", 0) >= 3, timeout=5, what="three renewals")
+    pump.remove("s/t/fenced")  # the tool returned; the late result is being recorded
+    renewed = ledger.held["s/t/fenced"]
+    wait_for(lambda: ledger.held["s/t/fenced"] > renewed, timeout=5, what="renewed until released")
+    pump.release("s/t/fenced")
+    pump.release("s/t/plain")
+    assert ledger.released == ["s/t/fenced"]

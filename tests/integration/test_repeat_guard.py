@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from starlette.testclient import TestClient
 
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.engine.approvals import expire_approval
@@ -25,6 +26,8 @@ from dex_celery.ops.present import call_details, render_details
 from dex_celery.ops.webhooks import WebhookEvent, WebhookSender
 from dex_celery.store.schema import repeat_guards, tool_calls
 from dex_celery.store.values import Outcome
+from dex_celery.web.app import WebApp
+from dex_celery.web.auth import Credentials
 from tests.support.pg_schema import postgres_schema
 from tests.support.processes import wait_for
 from tests.support.toolapp import make_app
@@ -350,3 +353,18 @@ def test_two_requesters_racing_in_two_processes_one_passes_one_waits(
         assert passed[1] is None and held[1] == passed_key
         stored = guarded.store.get_call(passed_key)
         assert stored is not None and stored.status is CallStatus.PENDING
+
+
+def test_the_web_pages_say_why_a_held_call_waits(guarded: Dex) -> None:
+    """S5.4: the approvals page and the call's page show the reason and link the earlier call."""
+    first = _request(guarded, "t1")
+    second = _request(guarded, "t2")
+    app = WebApp(guarded, Credentials.from_settings(Settings(web_users="alice:pw-a")))
+    client = TestClient(app.build(), base_url="http://localhost", follow_redirects=False)
+    signed = client.post("/login", data={"name": "alice", "password": "pw-a", "next": "/"})
+    assert signed.status_code == 303
+    for path in ("/approvals", f"/calls/{second.key}"):
+        page = client.get(path)
+        assert page.status_code == 200
+        assert f"an identical call {first.key} {RUNNING}" in page.text, path
+        assert f'href="/calls/{first.key}"' in page.text, path

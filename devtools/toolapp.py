@@ -57,6 +57,12 @@ def executions(key: str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def charges(order: str) -> list[str]:
+    """The `charge` tool's side-effect log of one order: one line per charge it made."""
+    path = log_dir() / f"charges-{order}.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def _note(ctx: ToolContext, what: str) -> None:
     with log_file(ctx.idempotency_key).open("a") as f:
         f.write(f"{what} {ctx.attempt} {os.getpid()} {ctx.idempotency_key}\n")
@@ -400,6 +406,32 @@ def _edge_tools(dex: Dex) -> None:
         every output shows both hidden the same way (dex_celery/tools/redact.py)."""
         _note(ctx, "start")
         return {"order": order}
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE,
+            requires_approval=False,
+            start_to_close=2.0,
+            approval_timeout=8.0,
+        )
+    )
+    def charge_order(ctx: ToolContext, order: str, seconds: float = 0.0) -> Any:
+        """Charges `order` (the repeat guard's reproduction, S5.4): one `charge` line per
+        execution in the order's own side-effect log (`charges(order)`), whatever the call key;
+        ignores its soft time limit, as tool code that cannot be stopped would."""
+        _note(ctx, "start")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.05)
+            except Exception:  # SoftTimeLimitExceeded: keep going, like uncooperative code
+                continue
+        with (log_dir() / f"charges-{order}.log").open("a") as f:
+            f.write(f"charge {ctx.idempotency_key} {os.getpid()}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _note(ctx, "end")
+        return {"charged": order}
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def big_read(ctx: ToolContext, size: int) -> Any:

@@ -77,10 +77,13 @@ def _line(p: PendingApproval) -> str:
     arguments = json.dumps(p.arguments, sort_keys=True, ensure_ascii=False)
     if len(arguments) > 120:
         arguments = arguments[:117] + "..."
-    return (
+    line = (
         f"{p.key}  {p.tool_name}  {p.effect.value}  requested {format_utc(p.requested_at, millis=False)}  "
         f"deadline {format_utc(p.deadline, millis=False)}  {arguments}"
     )
+    if p.repeat is not None:
+        line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
+    return line
 
 
 def _state(record: ToolCallRecord) -> str:

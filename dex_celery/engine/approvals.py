@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
+from dex_celery.engine.repeats import repeat_evidence
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -32,6 +33,7 @@ from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
+from dex_celery.model.repeats import RepeatEvidence, held_rejection_note
 from dex_celery.model.times import format_utc
 from dex_celery.store.values import Outcome
 from dex_celery.tools.redact import record_arguments
@@ -72,9 +74,11 @@ class PendingApproval:
     effect: EffectClass
     requested_at: float
     deadline: float
+    #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
+    repeat: RepeatEvidence | None = None
 
     @classmethod
-    def of(cls, record: ToolCallRecord) -> PendingApproval:
+    def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
         return cls(
             key=record.key,
             session_id=record.session_id,
@@ -85,6 +89,7 @@ class PendingApproval:
             effect=record.effect,
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
+            repeat=repeat,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -98,6 +103,7 @@ class PendingApproval:
             "effect": self.effect.value,
             "requested_at": self.requested_at,
             "deadline": self.deadline,
+            "repeat": self.repeat.as_dict() if self.repeat is not None else None,
         }
 
 
@@ -105,6 +111,15 @@ def rejection_error(approver: str, reason: str | None) -> str:
     """The `error` of a call a person rejected; the TOOL message says it was a person."""
     text = f"rejected by {approver}"
     return f"{text}: {reason}" if reason else text
+
+
+def held_error(record: ToolCallRecord, error: str) -> str:
+    """A rejected call the repeat guard held back also tells the model that the earlier call
+    may have taken effect (S5.4), never that calling again is safe."""
+    if record.repeat_of is None:
+        return error
+    reason = record.repeat_reason or "it may still be running"
+    return f"{error}. {held_rejection_note(record.repeat_of, reason)}"
 
 
 #: Who decided a call whose approval deadline passed.
@@ -116,9 +131,10 @@ def expire_approval(store: Store, ledger: Ledger, record: ToolCallRecord, now: f
     `rejected`, decided by the system. One conditional update, so a person's decision and the
     expiry cannot both win; True if this call ended here.
     """
-    error = (
+    error = held_error(
+        record,
         "the approval deadline passed before anyone approved the call "
-        f"(deadline {format_utc(record.approval_deadline or now, millis=False)})"
+        f"(deadline {format_utc(record.approval_deadline or now, millis=False)})",
     )
     decision = ApprovalDecision("expired", APPROVAL_EXPIRED_BY, now, None)
     done = store.record_outcome(
@@ -170,6 +186,10 @@ class Approvals:
             raise self._refusal(key, now)
         self._announce(key, Decision.APPROVED, approver, note)
         record = self._get(key)
+        if record.repeat_of is not None:
+            # The person weighed the earlier call; the next identical request is judged
+            # against this one (S5.4).
+            self.store.take_repeat_slot(record)
         try:
             self.dispatcher.start(record)
         except Exception:
@@ -183,6 +203,9 @@ class Approvals:
         key, approver, reason = self._check(key, approver, reason, "reason")
         now = self.store.clock()
         error = rejection_error(approver, reason)
+        held = self.store.get_call(key)
+        if held is not None:
+            error = held_error(held, error)
         decision = ApprovalDecision(Decision.REJECTED.value, approver, now, reason)
         with span(tracing.RECORD, key=key, outcome=CallStatus.REJECTED):
             done = self.store.record_outcome(
@@ -210,7 +233,7 @@ class Approvals:
         records = self.store.pending_approvals(
             self.store.clock(), session_id=session_id, limit=limit
         )
-        return [PendingApproval.of(r) for r in records]
+        return [PendingApproval.of(r, repeat_evidence(self.store, r)) for r in records]
 
     # --- helpers -------------------------------------------------------------------------------
 

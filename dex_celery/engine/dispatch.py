@@ -31,11 +31,14 @@ from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus, EndReason, error_text, unclaimed_write_text
 from dex_celery.model.policy import EffectClass, PolicySnapshot, resolve_policy
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.repeats import RepeatHazard, judge_repeat
 from dex_celery.settings import Settings
+from dex_celery.store.repeats import RepeatCheck
 from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.tools.arguments import check_arguments
 from dex_celery.tools.redact import redacted_kwargs_repr
+from dex_celery.tools.repeat_digest import repeat_digest, secrets_digest
 from dex_celery.tools.sealing import seal
 from dex_celery.tools.sealing import split as split_secrets
 from dex_celery.tools.tool import TASK_PREFIX, Tool, find_tool
@@ -159,6 +162,7 @@ class Dispatcher:
                 [n for n, _ in prepared],
                 epoch=epoch,
                 check=lambda new, known: same_call(new, known.tool_name, known.arguments),
+                repeats=RepeatCheck(self._judge_repeat, hold_back),
             )
         except CommitUnconfirmed as e:
             raise recording_unconfirmed([n.key.key for n, _ in prepared], e) from e
@@ -194,11 +198,34 @@ class Dispatcher:
         check_arguments(tool, arguments)
         shown, secrets = split_secrets(arguments, tool.policy.secret_arguments)
         token = seal(secrets, settings.secret_key)
+        stored = arguments_json(shown)
+        digest = repeat_digest(tool.name, stored, secrets_digest(secrets, settings.secret_key))
 
         def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
             return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
 
-        return NewCall(key, tool.name, arguments_json(shown), resolve, sealed=token), shown
+        new = NewCall(key, tool.name, stored, resolve, sealed=token, repeat_digest=digest)
+        return new, shown
+
+    def _judge_repeat(
+        self, earlier: ToolCallRecord, reconciled: bool, window: float
+    ) -> RepeatHazard | None:
+        """The repeat guard's judgement of the last identical call that passed it (S5.4);
+        `window` is the new call's `repeat_window`. The ledger is asked only about a failed call
+        without a late result (a fenced attempt whose tool may go on), so the common cases cost
+        no Redis round trip."""
+        running = (
+            earlier.status is CallStatus.FAILED
+            and earlier.late_result is None
+            and self.ledger.still_running(earlier.key)
+        )
+        return judge_repeat(
+            earlier,
+            reconciled=reconciled,
+            still_running=running,
+            now=self.ledger.now(),
+            window=window,
+        )
 
     def _start_many(
         self,
@@ -245,10 +272,19 @@ class Dispatcher:
         if record.status is CallStatus.AWAITING_APPROVAL:
             events = self.ledger.events
             events.publish(EventType.TOOL_CALL_REQUESTED, record.key, effect=record.effect.value)
+            if record.repeat_of is not None:
+                events.publish(
+                    EventType.TOOL_CALL_REPEAT_HELD,
+                    record.key,
+                    earlier=record.repeat_of,
+                    reason=record.repeat_reason or "",
+                )
             events.publish(
                 EventType.TOOL_CALL_AWAITING_APPROVAL,
                 record.key,
                 deadline=str(record.approval_deadline or ""),
+                repeat_of=record.repeat_of or "",
+                reason=record.repeat_reason or "",
             )
 
     def start(
@@ -463,6 +499,16 @@ def admit(policy: PolicySnapshot, now: float) -> Admission:
     if policy.requires_approval:
         return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
     return Admission(policy, CallStatus.PENDING)
+
+
+def hold_back(admission: Admission, hazard: RepeatHazard, now: float) -> Admission:
+    """The repeat guard's admission (S5.4): a call identical to one that may still be running or
+    may have taken effect waits for a person, even where its policy needs none, until the
+    policy's approval timeout (a call that waits anyway keeps its deadline)."""
+    if admission.status is CallStatus.AWAITING_APPROVAL:
+        return admission
+    policy = admission.policy
+    return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
 
 
 def outcome_of(step: Step, result: str | None) -> Outcome:

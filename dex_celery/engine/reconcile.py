@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
+from dex_celery.engine.repeats import RECONCILED, announce_repeat_evidence
 from dex_celery.errors import (
     ConfigurationError,
     DuplicateOutcomeCheck,
@@ -305,6 +306,7 @@ class Reconciler:
             self.surface(record)
         if already_reported(key, user_text):
             self.repo.mark_reported(key, now=self.store.clock())
+            announce_repeat_evidence(self.store, self.events, key, RECONCILED)
             return Verdict.ALREADY_REPORTED, ""
         check = self.checks.get(record.tool_name)
         if check is None:
@@ -317,6 +319,7 @@ class Reconciler:
             return Verdict.ALREADY_REPORTED, ""
         log.info("reported the outcome of %s to session %s", key, record.session_id)
         self.events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
+        announce_repeat_evidence(self.store, self.events, key, RECONCILED)
         return Verdict.REPORTED, text
 
     def _ask(self, check: AnyOutcomeCheck, key: str, arguments: str) -> tuple[CheckAnswer, str]:

@@ -25,6 +25,7 @@ from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.dispatch import Dispatcher, outcome_of
 from dex_celery.engine.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.outcome_writer import OutcomeWriter
+from dex_celery.engine.repeats import LATE_RESULT, announce_repeat_evidence
 from dex_celery.engine.task_events import (
     AttemptFailed,
     announce_after_worker_lost,
@@ -59,13 +60,17 @@ class HeartbeatPump:
     """One thread per worker process renews the leases of every attempt it runs (S3.4).
 
     One script call per beat for all running attempts keeps the cost off the per-call path.
-    An attempt found fenced (timed out, presumed lost) gets `cancelled` and is no longer renewed.
+    An attempt found fenced (timed out, presumed lost) gets `cancelled` and is no longer renewed;
+    while its tool goes on regardless, the pump renews its running lease instead (the repeat
+    guard's "may still be running", S5.4) until the worker releases it (`release`).
     """
 
     def __init__(self, ledger: Ledger, interval: float) -> None:
         self.ledger = ledger
         self.interval = interval
         self._running: dict[str, tuple[str, ToolContext, float]] = {}
+        #: Fenced attempts whose tool this process still runs: key -> heartbeat timeout.
+        self._fenced: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,6 +105,17 @@ class HeartbeatPump:
         if entry is None or renewed is None:
             return time.monotonic()
         return renewed + entry[2]
+
+    def release(self, key: str) -> None:
+        """The attempt's end is in the record (a late result included): a fenced one no longer
+        runs, so its running lease goes. Costs nothing for an attempt never fenced."""
+        with self._lock:
+            was_fenced = self._fenced.pop(key, None) is not None
+        if was_fenced:
+            try:
+                self.ledger.release_running(key)
+            except Exception:  # it lapses by itself within a heartbeat timeout
+                log.exception("could not release the running lease of %s", key)
 
     def beat(self, key: str) -> bool:
         """Renew one attempt now (a tool's own heartbeat): True while the attempt is ours.
@@ -157,13 +173,15 @@ class HeartbeatPump:
                 self._renewed_at.pop(key, None)
                 entry = self._running.pop(key, None)
                 if entry is not None:
+                    self._fenced[key] = entry[2]
                     entry[1].cancel()
                     log.warning("attempt of %s was fenced; the tool is told to stop", key)
 
     def _interval_locked(self) -> float:
         """A third of the shortest heartbeat timeout among the running attempts' policies, at
         most `interval` (a third of the deployment's); `interval` when nothing runs."""
-        shortest = min((hb for _, _, hb in self._running.values()), default=None)
+        leases = [hb for _, _, hb in self._running.values()] + list(self._fenced.values())
+        shortest = min(leases, default=None)
         return self.interval if shortest is None else min(self.interval, shortest / 3)
 
     def _loop(self) -> None:
@@ -185,15 +203,18 @@ class HeartbeatPump:
             last_beat = time.monotonic()
             with self._lock:
                 batch = [(k, fence) for k, (fence, _, _) in self._running.items()]
-            if not batch:
+                fenced = list(self._fenced.items())
+            if not batch and not fenced:
                 continue
             try:
-                fenced = self.ledger.heartbeat(batch)
+                if fenced:
+                    self.ledger.hold_running(fenced)
+                refused = self.ledger.heartbeat(batch) if batch else set()
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
                 log.exception("heartbeat failed; trying again at the next beat")
                 continue
-            self._fence(fenced)
-            self._mark_renewed([k for k, _ in batch if k not in fenced], last_beat)
+            self._fence(refused)
+            self._mark_renewed([k for k, _ in batch if k not in refused], last_beat)
 
 
 def owner_id() -> str:
@@ -288,9 +309,13 @@ class Worker:
                 cause, payload, lease_until = self._execute(
                     tool, call, attempt, claim, (arguments, sealed), fence
                 )
-            return self._finish(
-                tool, call, attempt, arguments, fence, cause, payload, traced, lease_until
-            )
+            try:
+                return self._finish(
+                    tool, call, attempt, arguments, fence, cause, payload, traced, lease_until
+                )
+            finally:
+                # Only after a late result is in SQL: the guard must never see neither (S5.4).
+                self.pump.release(key)
 
     def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
         """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
@@ -380,6 +405,7 @@ class Worker:
             self.store.record_late_result(
                 key, json.dumps({"attempt": attempt, "cause": cause.value, "payload": payload})
             )
+            announce_repeat_evidence(self.store, self.ledger.events, key, LATE_RESULT)
         result = payload if cause is Cause.OK else None
         if step.kind is StepKind.FINISHED:
             # The ledger holds the outcome now; SQL gets it in the next batch of this process.

@@ -62,6 +62,12 @@ class KeySpace:
     def call(self, key: str) -> str:
         return f"{self.prefix}:call:{{{key}}}"
 
+    def running(self, key: str) -> str:
+        """The lease of a fenced attempt whose tool may still be running (the repeat guard,
+        S5.4): set by `time_out.lua`, renewed by the worker's heartbeat pump while the tool
+        runs, deleted when it returns, lapsing when the worker dies. Same hash slot as the call."""
+        return f"{self.prefix}:running:{{{key}}}"
+
     @property
     def queue_index(self) -> str:
         return f"{self.prefix}:idx:queue"

@@ -235,7 +235,9 @@ class Ledger:
         common = _load("_common.lua")
         self._scripts = {
             name: client.register_script(
-                _load(f"{name}.lua") if name in _STANDALONE else common + "\n" + _load(f"{name}.lua")
+                _load(f"{name}.lua")
+                if name in _STANDALONE
+                else common + "\n" + _load(f"{name}.lua")
             )
             for name in _SCRIPTS
         }
@@ -446,8 +448,32 @@ class Ledger:
         return Step.from_fields(f)
 
     def time_out(self, key: str, attempt: int | None, *, detail: str) -> Step:
-        f = self._run("time_out", self._ending_keys(key), (key, _n(attempt), self.jitter(), detail))
+        keys = (*self._ending_keys(key), self.keys.running(key))
+        f = self._run("time_out", keys, (key, _n(attempt), self.jitter(), detail))
         return Step.from_fields(f)
+
+    # --- fenced attempts still running (the repeat guard, S5.4) ----------------------------------
+
+    def hold_running(self, fenced: Sequence[tuple[str, float]]) -> None:
+        """Renew the running lease of fenced attempts whose tool this process still runs:
+        `(key, heartbeat_timeout)` pairs. Only an existing lease is renewed (`XX`)."""
+        if not fenced:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for key, timeout in fenced:
+            pipe.set(self.keys.running(key), "1", px=max(1, int(timeout * 1000)), xx=True)
+        pipe.execute()
+
+    def release_running(self, key: str) -> None:
+        """The fenced attempt's tool returned: it no longer runs."""
+        self.client.delete(self.keys.running(key))
+
+    def still_running(self, key: str) -> bool:
+        """Whether a fenced attempt of `key` may still be running: its lease has not lapsed."""
+        try:
+            return bool(self.client.exists(self.keys.running(key)))
+        except redis.RedisError as e:
+            raise LedgerError(f"could not read the running lease of {key}: {e}") from e
 
     def recorded(self, key: str, *, status: str, error: str) -> bool:
         return self.recorded_many([(key, status, error)])[0]

@@ -18,3 +18,9 @@ class EventType(StrEnum):
     TOOL_CALL_OUTCOME_UNKNOWN_SURFACED = "tool_call_outcome_unknown_surfaced"
     #: The reconcile beat job sent the real outcome of an unknown call to its session (S8.1).
     TOOL_CALL_OUTCOME_REPORTED = "tool_call_outcome_reported"
+    #: The repeat guard held a call back (S5.4): an identical earlier call may still be running
+    #: or may have taken effect. Carries the earlier call's key and the reason.
+    TOOL_CALL_REPEAT_HELD = "tool_call_repeat_held"
+    #: New evidence about the earlier call a held-back call repeats (its late result arrived, or
+    #: it was reconciled), published on the held-back call's key for its approver (S5.4).
+    TOOL_CALL_REPEAT_EVIDENCE = "tool_call_repeat_evidence"

@@ -25,7 +25,6 @@ class CallStatus(StrEnum):
         return self not in (CallStatus.AWAITING_APPROVAL, CallStatus.PENDING)
 
 
-
 #: Every error of a call that provably never ran starts with exactly this (S4.2).
 DID_NOT_RUN = "the tool did not run, so it is safe to call again"
 

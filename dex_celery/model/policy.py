@@ -106,6 +106,11 @@ class ToolPolicy:
         heartbeat_timeout: Seconds a running attempt's lease lasts without a heartbeat.
         approval_timeout: Seconds a call may wait for a decision before it is rejected.
         secret_arguments: Argument names whose values are redacted in every output.
+        repeat_guard: True makes a call identical to an earlier one of the session that may
+            still be running or may have taken effect wait for a person (S5.4); unset: on for
+            `non_idempotent_write` and `unclassified`, off for the retried classes.
+        repeat_window: Seconds after a `succeeded` call within which an identical call of the
+            session also waits for a person (S5.4); unset or 0: off.
     """
 
     effect: EffectClass | None = None
@@ -118,6 +123,8 @@ class ToolPolicy:
     heartbeat_timeout: float | None = None
     approval_timeout: float | None = None
     secret_arguments: tuple[str, ...] = ()
+    repeat_guard: bool | None = None
+    repeat_window: float | None = None
 
     def __post_init__(self) -> None:
         if self.effect is not None:
@@ -135,6 +142,8 @@ class ToolPolicy:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise PolicyError(f"{name} must be positive, got {value!r}")
+        if self.repeat_window is not None and self.repeat_window < 0:
+            raise PolicyError(f"repeat_window must not be negative, got {self.repeat_window!r}")
         if isinstance(self.secret_arguments, str):
             raise PolicyError("secret_arguments must be a tuple of argument names, not a string")
 
@@ -193,6 +202,10 @@ class PolicySnapshot:
     heartbeat_timeout: float
     approval_timeout: float
     secret_arguments: tuple[str, ...]
+    #: The repeat guard (S5.4). Defaults keep snapshots recorded before it readable: a call
+    #: recorded then was never guarded.
+    repeat_guard: bool = False
+    repeat_window: float = 0.0
 
     def to_json(self) -> str:
         # The field types are part of the key: 1 == 1.0 == True, but their JSON differs.
@@ -257,4 +270,6 @@ def resolve_policy(
         heartbeat_timeout=policy.heartbeat_timeout or settings.heartbeat_timeout,
         approval_timeout=policy.approval_timeout or settings.approval_timeout,
         secret_arguments=policy.secret_arguments,
+        repeat_guard=not effect.retryable if policy.repeat_guard is None else policy.repeat_guard,
+        repeat_window=float(policy.repeat_window or 0.0),
     )

@@ -72,6 +72,11 @@ class ToolCallRecord:
     claimed_at: float | None = None
     #: The secret argument values, sealed; `arguments` shows them as `***` (docs/secrets.md).
     sealed_arguments: str | None = field(default=None, repr=False)
+    #: Held back by the repeat guard (S5.4): the identical earlier call and why this one waits.
+    repeat_of: str | None = None
+    repeat_reason: str | None = None
+    #: Digest of tool and canonical arguments of a guarded call (`tools/repeat_digest.py`).
+    repeat_digest: str | None = field(default=None, repr=False)
 
     @property
     def effect(self) -> EffectClass:

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from dex_celery.engine.repeats import repeat_evidence
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
@@ -194,6 +195,8 @@ def call_details(source: RuntimeSource, record: ToolCallRecord) -> dict[str, Any
         ledger_epoch=record.ledger_epoch,
         messages=_messages_of(record, history),
     )
+    evidence = repeat_evidence(source.runtime.store, record)
+    details["repeat"] = evidence.as_dict() if evidence is not None else None
     return details
 
 
@@ -236,6 +239,9 @@ def render_details(d: dict[str, Any]) -> str:
     lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
         lines.append(_approval_line(d["approval_deadline"], d["approval"]))
+    if d.get("repeat"):
+        lines.append(f"repeat    held back: {d['repeat']['reason']}")
+        lines.append(f"          now: {d['repeat']['earlier_now']}")
     lines.extend(_attempt_lines(d["attempt_log"]))
     if d["late_result"] is not None:
         lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")

@@ -293,6 +293,9 @@ class WebhookSender:
             )
             if kind is WebhookEvent.AWAITING_APPROVAL:
                 body["approval_deadline"] = record.approval_deadline
+                # Held back by the repeat guard (S5.4): why, and the earlier call it repeats.
+                body["repeat_of"] = record.repeat_of
+                body["repeat_reason"] = record.repeat_reason
             if kind is WebhookEvent.OUTCOME_UNKNOWN:
                 body["error"] = record.error
         if kind is WebhookEvent.RECONCILIATION_REPORT:

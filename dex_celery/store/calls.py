@@ -21,7 +21,7 @@ from sqlalchemy import (
 
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.policy import EffectClass
+from dex_celery.model.policy import EffectClass, PolicySnapshot
 from dex_celery.model.records import (
     ApprovalDecision,
     ToolCallRecord,
@@ -30,13 +30,14 @@ from dex_celery.store.base import StoreBase
 from dex_celery.store.commit import transaction
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
 from dex_celery.store.hot import hot_statements
+from dex_celery.store.repeats import RepeatCheck, held_back_by, pass_guard, take_guard
 from dex_celery.store.rows import (
     call_record,
     tool_message_row,
 )
 from dex_celery.store.schema import messages, tool_calls
 from dex_celery.store.sessions import session_default
-from dex_celery.store.values import NewCall, Outcome, OutcomeRow
+from dex_celery.store.values import Admission, NewCall, Outcome, OutcomeRow
 
 
 class CallRecords(StoreBase):
@@ -50,11 +51,14 @@ class CallRecords(StoreBase):
         *,
         epoch: str,
         check: Callable[[NewCall, ToolCallRecord], None] | None = None,
+        repeats: RepeatCheck | None = None,
     ) -> list[tuple[ToolCallRecord, bool]]:
         """Record new calls in one transaction; a key already recorded returns its record (S2.3).
 
         Returns (record, created) per request, in order. `check(new, recorded)` is called for
         each request whose key is recorded already; what it raises rolls the whole batch back.
+        `repeats`: the repeat guard (S5.4) for new calls whose policy has it, in the same
+        transaction (`store/repeats.py`).
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
@@ -93,9 +97,12 @@ class CallRecords(StoreBase):
                         ledger_epoch=epoch,
                         requested_at=now,
                         approval_deadline=admission.approval_deadline,
+                        repeat_digest=new.repeat_digest if snapshot.repeat_guard else None,
                     )
                 )
             created = insert_many_ignore(conn, tool_calls, rows)
+            if repeats is not None:
+                self._guard_repeats(conn, [r for r in rows if r["key"] in created], repeats, now)
             # Recorded before, or by a concurrent request of the same calls that won (S2.3).
             known = self._calls_by_key(conn, [r["key"] for r in rows if r["key"] not in created])
             if check is not None:
@@ -110,6 +117,51 @@ class CallRecords(StoreBase):
             fresh.pop(key, None)
             known.setdefault(key, out[-1][0])
         return out
+
+    def _guard_repeats(
+        self, conn: Connection, rows: list[dict[str, Any]], repeats: RepeatCheck, now: float
+    ) -> None:
+        """Run the repeat guard for the new guarded calls; a held-back call's row (and `rows`'s
+        dict of it) becomes what `repeats.hold` decides. Slots are taken in one order (session,
+        digest) so two batches cannot deadlock on them."""
+        guarded = sorted(
+            (r for r in rows if r["repeat_digest"] is not None),
+            key=lambda r: (r["session_id"], r["repeat_digest"], r["key"]),
+        )
+        for row in guarded:
+            policy = PolicySnapshot.from_json(row["policy"])
+            hazard = pass_guard(
+                conn,
+                row["session_id"],
+                row["repeat_digest"],
+                row["key"],
+                repeats.judge,
+                policy.repeat_window,
+            )
+            if hazard is None:
+                continue
+            admitted = Admission(policy, CallStatus(row["status"]), row["approval_deadline"])
+            held = repeats.hold(admitted, hazard, now)
+            values = dict(
+                status=held.status.value,
+                approval_deadline=held.approval_deadline,
+                repeat_of=hazard.earlier,
+                repeat_reason=hazard.reason,
+            )
+            conn.execute(update(tool_calls).where(tool_calls.c.key == row["key"]).values(**values))
+            row.update(values)
+
+    def take_repeat_slot(self, record: ToolCallRecord) -> None:
+        """An approved held-back call becomes the holder of its slot (`store/repeats.py`)."""
+        if record.repeat_digest is None:
+            return
+        with self.engine.begin() as conn:
+            take_guard(conn, record.session_id, record.repeat_digest, record.key)
+
+    def held_back_by(self, earlier: str) -> list[str]:
+        """Calls waiting for approval because they repeat `earlier` (S5.4)."""
+        with self.engine.connect() as conn:
+            return held_back_by(conn, earlier)
 
     def _calls_by_key(self, conn: Connection, keys: Sequence[str]) -> dict[str, ToolCallRecord]:
         found: dict[str, ToolCallRecord] = {}

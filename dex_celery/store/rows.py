@@ -59,6 +59,9 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         sealed_arguments=row.get("sealed_arguments"),
         claimed_by=row.get("claimed_by"),
         claimed_at=row.get("claimed_at"),
+        repeat_of=row.get("repeat_of"),
+        repeat_reason=row.get("repeat_reason"),
+        repeat_digest=row.get("repeat_digest"),
     )
 
 

@@ -91,6 +91,12 @@ tool_calls = Table(
     Column("decided_by", String(200), nullable=True),
     Column("decided_at", Float, nullable=True),
     Column("decision_note", Text, nullable=True),
+    # The repeat guard (S5.4, `store/repeats.py`): the call's digest of tool and canonical
+    # arguments (set for guarded calls), and, for a call the guard held back, the earlier call
+    # it repeats and why it waits.
+    Column("repeat_digest", String(64), nullable=True),
+    Column("repeat_of", String(620), nullable=True),
+    Column("repeat_reason", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,
@@ -108,6 +114,26 @@ tool_calls = Table(
         sqlite_where=text("status = 'awaiting_approval'"),
         postgresql_where=text("status = 'awaiting_approval'"),
     ),
+    # The calls held back by the repeat guard, found by the earlier call they repeat when its
+    # late result arrives or it is reconciled; only those rows are in it.
+    Index(
+        "ix_dex_tool_calls_repeat_of",
+        "repeat_of",
+        sqlite_where=text("repeat_of IS NOT NULL"),
+        postgresql_where=text("repeat_of IS NOT NULL"),
+    ),
+)
+
+# The repeat guard's slots (S5.4): per session and digest of tool + canonical arguments, the call
+# that last passed the guard. The primary key is the guard's one indexed lookup, so its cost does
+# not grow with history, and the insert or compare-and-set of `holder` is what lets only one of
+# two identical requests racing in two processes pass.
+repeat_guards = Table(
+    "dex_repeat_guards",
+    metadata,
+    Column("session_id", String(200), primary_key=True),
+    Column("digest", String(64), primary_key=True),
+    Column("holder", String(620), nullable=False),
 )
 
 # One row per `outcome_unknown` call the reconcile beat job has surfaced (S8.4): it is what makes

@@ -40,6 +40,9 @@ class NewCall:
     resolve: Resolver
     #: The secret arguments, sealed (`dex_celery.tools.sealing`); None when the tool has none.
     sealed: str | None = None
+    #: Digest of tool and canonical arguments (`tools/repeat_digest.py`); the store keeps it
+    #: and runs the repeat guard only when the admitted policy has `repeat_guard` (S5.4).
+    repeat_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,13 +22,26 @@ from tests.support.processes import wait_for
 class RecordingLedger:
     def __init__(self) -> None:
         self.beats: dict[str, list[float]] = {}
+        self.fenced: set[str] = set()
+        self.held: dict[str, int] = {}
+        self.released: list[str] = []
         self.lock = threading.Lock()
 
     def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
         with self.lock:
             for key, _fence in running:
                 self.beats.setdefault(key, []).append(time.monotonic())
-        return set()
+            return {key for key, _ in running if key in self.fenced}
+
+    def hold_running(self, fenced: Sequence[tuple[str, float]]) -> None:
+        with self.lock:
+            for key, _timeout in fenced:
+                self.held.setdefault(key, 0)
+                self.held[key] += 1
+
+    def release_running(self, key: str) -> None:
+        with self.lock:
+            self.released.append(key)
 
     def times(self, key: str) -> list[float]:
         with self.lock:
@@ -90,6 +103,9 @@ class FlakyLedger:
             raise self.errors[self.calls % len(self.errors)]
         return set()
 
+    def hold_running(self, fenced: Sequence[tuple[str, float]]) -> None:
+        """The running lease of fenced attempts (S5.4): this ledger keeps none."""
+
 
 def _flaky_pump(ledger: FlakyLedger) -> HeartbeatPump:
     return HeartbeatPump(cast(Ledger, cast(Any, ledger)), 30.0)
@@ -132,3 +148,22 @@ def test_a_tool_heartbeat_says_false_once_the_lease_has_lapsed_unreached() -> No
     assert took <= 0.6, took
     assert ctx.cancelled
     assert ledger.calls >= 2
+
+
+def test_a_fenced_attempt_keeps_its_running_lease_until_released() -> None:
+    """S5.4: once the ledger says an attempt is fenced, the tool is cancelled and no longer
+    heartbeats, but while it goes on its running lease is renewed every beat; `release` (after
+    the late result is in SQL) drops it; an attempt never fenced costs no release."""
+    pump, ledger = _pump(0.6)
+    ctx = _ctx("s/t/fenced")
+    with ledger.lock:
+        ledger.fenced.add("s/t/fenced")
+    pump.add("s/t/fenced", "f1", ctx, 0.6)
+    wait_for(lambda: ctx.cancelled, timeout=5, what="the fenced attempt cancelled")
+    wait_for(lambda: ledger.held.get("s/t/fenced", 0) >= 3, timeout=5, what="three renewals")
+    pump.remove("s/t/fenced")  # the tool returned; the late result is being recorded
+    renewed = ledger.held["s/t/fenced"]
+    wait_for(lambda: ledger.held["s/t/fenced"] > renewed, timeout=5, what="renewed until released")
+    pump.release("s/t/fenced")
+    pump.release("s/t/plain")
+    assert ledger.released == ["s/t/fenced"]

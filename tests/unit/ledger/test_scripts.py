@@ -606,6 +606,26 @@ def test_time_out_only_after_the_close_deadline_and_fences(rig: Rig) -> None:
     assert rig.ledger.heartbeat([(key, "f1")]) == {key}
 
 
+def test_time_out_starts_the_fenced_attempts_running_lease(rig: Rig) -> None:
+    """S5.1, S5.4: in the same step that fences it, the timed-out attempt gets a running lease of
+    one heartbeat timeout (the repeat guard's "may still be running"); a refused time-out sets
+    none. The worker renews it (`hold_running`, only while it exists) and drops it on return."""
+    key = claimed(rig, EffectClass.NON_IDEMPOTENT_WRITE)
+    rig.ledger.time_out(key, None, detail="too early")
+    assert not rig.ledger.still_running(key)
+    rig.knobs.advance(S2C + 1)
+    finished(rig.ledger.time_out(key, None, detail="d"), "failed", "timed_out")
+    assert rig.ledger.still_running(key)
+    ttl = int(rig.client.pttl(rig.keys.running(key)))
+    assert 0 < ttl <= HB * 1000
+    rig.ledger.hold_running([(key, 60.0)])
+    assert int(rig.client.pttl(rig.keys.running(key))) > HB * 1000
+    rig.ledger.release_running(key)
+    assert not rig.ledger.still_running(key)
+    rig.ledger.hold_running([(key, 60.0)])  # never recreated once gone
+    assert not rig.ledger.still_running(key)
+
+
 def test_time_out_of_a_read_with_attempts_left_retries(rig: Rig) -> None:
     key = claimed(rig, EffectClass.READ)
     rig.knobs.advance(S2C + 1)

@@ -191,7 +191,9 @@ class DexTools(AbstractCapability[Any]):
             history[-1] = rewritten[id(request)]
         return request_context
 
-    async def _with_denials_recorded(self, ctx: RunContext[Any], request: ModelRequest) -> ModelRequest:
+    async def _with_denials_recorded(
+        self, ctx: RunContext[Any], request: ModelRequest
+    ) -> ModelRequest:
         parts = list(request.parts)
         changed = False
         for index, part in enumerate(parts):

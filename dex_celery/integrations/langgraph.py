@@ -165,13 +165,14 @@ class _Bridge:
             session = self.session_id(runtime)
         else:
             configurable = (runtime.config or {}).get("configurable") or {}
-            session = configurable.get("thread_id")
-            if not isinstance(session, str) or not session:
+            thread = configurable.get("thread_id")
+            if not isinstance(thread, str) or not thread:
                 raise ConfigurationError(
                     "the graph has no thread_id to use as the session id; run it with "
                     "config={'configurable': {'thread_id': ...}} or pass dex_tools(..., "
                     "session_id=...)"
                 )
+            session = thread
         messages = _messages(runtime.state)
         return session, turn_id(_ai_messages(messages, runtime.tool_call_id)), runtime.tool_call_id
 

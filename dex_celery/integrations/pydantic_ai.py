@@ -204,7 +204,8 @@ class DexTools(AbstractCapability[Any]):
             ):
                 text = await self._record_denial(ctx, part)
                 if text is not None and text != part.content:
-                    parts[index] = replace(part, content=text)
+                    denied: ToolReturnPart[Any] = part
+                    parts[index] = replace(denied, content=text)
                     changed = True
         return replace(request, parts=parts) if changed else request
 

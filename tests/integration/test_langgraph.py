@@ -208,3 +208,21 @@ def test_resume_values_read_as_decisions(value: Any, expected: Decision) -> None
 def test_other_resume_values_are_refused(value: Any) -> None:
     with pytest.raises(InvalidDecision):
         Decision.parse(value)
+
+
+def test_a_failed_call_is_error_text_for_the_model(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+    model = ScriptedChatModel(
+        turns=[tool_call("failing", {}, "call_fail"), AIMessage("It failed.")]
+    )
+    state = _agent(dex, model, ["failing"]).invoke(
+        {"messages": [HumanMessage("Try.")]}, _config("lg-fail")
+    )
+
+    assert state["messages"][-1].content == "It failed."
+    key = "lg-fail/turn-1/call_fail"
+    assert dex.client().get_call(key).status is CallStatus.FAILED
+    seen = model.tool_results()["call_fail"]
+    assert seen == "Error: the order does not exist" == tool_messages(dex, key)[0]

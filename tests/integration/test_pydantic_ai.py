@@ -207,3 +207,17 @@ def test_a_run_resumed_from_its_message_history_gets_the_same_record(
     assert script.tool_results()["call_w"] == '"once"' == tool_messages(dex, key)[0]
     assert len(lines(key, "start")) == 1  # the write ran once
     assert [r.key for r in dex.client().get_agent_snapshot("conv-resume").tool_calls] == [key]
+
+
+def test_a_failed_call_is_error_text_for_the_model(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+    script = Scripted([[call("failing", {}, "call_fail")], "It failed."])
+    result = agent_for(dex, script, ["failing"]).run_sync("Try.", conversation_id="conv-fail")
+
+    assert result.output == "It failed."
+    key = "conv-fail/turn-1/call_fail"
+    assert dex.client().get_call(key).status is CallStatus.FAILED
+    seen = script.tool_results()["call_fail"]
+    assert seen == "Error: the order does not exist" == tool_messages(dex, key)[0]

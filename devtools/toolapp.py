@@ -282,6 +282,32 @@ def _async_tools(dex: Dex) -> None:
         _note(ctx, "end")
         return {"slept": seconds}
 
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, heartbeat_timeout=3.0
+        )
+    )
+    def heartbeating_write(ctx: ToolContext, seconds: float = 4.0, hold: bool = False) -> Any:
+        """A write that heartbeats as the README advises, and stops only when told to.
+
+        `hold`: heartbeat for no time, then wait for the test's release file (`_hold`), so the
+        test decides the moment the tool returns (and the worker reports its end)."""
+        _note(ctx, "start")
+        if hold:
+            _hold(ctx, 30.0)
+            _note(ctx, "end")
+            return {"beats": 0}
+        deadline = time.monotonic() + seconds
+        beats = 0
+        while time.monotonic() < deadline:
+            if not ctx.heartbeat():
+                _note(ctx, "fenced")
+                raise ToolError("the attempt was fenced; stopped")
+            beats += 1
+            time.sleep(0.05)
+        _note(ctx, "end")
+        return {"beats": beats}
+
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def sync_returns_coroutine(ctx: ToolContext) -> Any:
         """A plain function handing back a coroutine: refused, never a silent coroutine."""
@@ -312,6 +338,37 @@ def _edge_tools(dex: Dex) -> None:
 
     @dex.tool(
         policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE,
+            requires_approval=False,
+            secret_arguments=("credentials",),
+        )
+    )
+    def leaky_nested(ctx: ToolContext, order: int, credentials: dict[str, Any]) -> Any:
+        """Puts leaves of a secret dict (a string, a list item, a number) into its error text,
+        and logs and prints them first."""
+        _note(ctx, "start")
+        logging.getLogger("tests.leaky").warning("charging order %s with %s", order, credentials)
+        # Celery logs a pool process's stdout: the print reaches the worker's log too.
+        print(f"about to log in with {credentials['password']}")
+        raise ValueError(
+            f"login refused for {credentials['user']} with password {credentials['password']}, "
+            f"key {credentials['keys'][1]}, pin {credentials['pin']}"
+        )
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, secret_arguments=("credentials",)))
+    def nested_secret(ctx: ToolContext, query: str, credentials: dict[str, Any]) -> Any:
+        """Returns leaves of a secret dict: the result keeps its shape, not the values."""
+        _note(ctx, "start")
+        return {
+            "query": query,
+            "password_length": len(credentials["password"]),
+            "echo": f"used {credentials['password']}",
+            "keys": credentials["keys"],
+            "pin": credentials["pin"],
+        }
+
+    @dex.tool(
+        policy=ToolPolicy(
             effect=EffectClass.READ,
             max_attempts=3,
             backoff_initial=0.1,
@@ -332,6 +389,17 @@ def _edge_tools(dex: Dex) -> None:
         """Waits for approval; runs with the real card number once approved."""
         _note(ctx, "start")
         return {"card_length": len(card), "echo": f"charged {card}"}
+
+    @dex.tool(
+        policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("card",))
+    )
+    def guarded_profile(
+        ctx: ToolContext, order: int, card: dict[str, Any], note: dict[str, Any]
+    ) -> Any:
+        """Waits for approval; a secret dict (`card`) and a key named `secret` inside `note`:
+        every output shows both hidden the same way (dex_celery/tools/redact.py)."""
+        _note(ctx, "start")
+        return {"order": order}
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def big_read(ctx: ToolContext, size: int) -> Any:

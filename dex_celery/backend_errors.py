@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -144,6 +144,33 @@ def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
 
     return call
+
+
+def translated_iterator(items: Iterator[T], redis_url: str, database_url: str) -> Iterator[T]:
+    """`items`, raising backend failures of each `next()` as dex-celery errors.
+
+    A method that hands back an iterator returns before any read happens: the reads (and their
+    failures) come on iteration, outside `translating_backend_errors`' reach."""
+    while True:
+        with backend_errors(redis_url, database_url):
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+        yield item
+
+
+async def translated_async_iterator(
+    items: AsyncIterator[T], redis_url: str, database_url: str
+) -> AsyncIterator[T]:
+    """`translated_iterator` for an async iterator."""
+    while True:
+        with backend_errors(redis_url, database_url):
+            try:
+                item = await items.__anext__()
+            except StopAsyncIteration:
+                return
+        yield item
 
 
 def require_existing_database(url: str) -> None:

@@ -8,6 +8,8 @@ than as a parallel hierarchy, the way Temporal's `ApplicationError(non_retryable
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DexError(Exception):
     """Base of every error dex-celery raises on purpose."""
@@ -100,7 +102,7 @@ class UnknownCall(DexError, LookupError):
 
 
 class ApprovalError(DexError):
-    """A decision on a call that cannot take it; nothing was changed.
+    """A decision on a call that cannot take it; the decision was not recorded.
 
     `key` names the call and `status` is the status it was found in, so a caller can tell the
     cases apart without parsing the message.
@@ -139,7 +141,8 @@ class AlreadyDecided(NotAwaitingApproval):
 
 
 class ApprovalDeadlinePassed(ApprovalError):
-    """The approval deadline passed before the decision arrived; the call is rejected."""
+    """The approval deadline passed before the decision arrived; the decision was not recorded
+    and the call is rejected (by this very call, if nothing had ended it yet)."""
 
 
 class InvalidDecision(InvalidRequest):
@@ -154,10 +157,12 @@ class LedgerError(DexError):
 
 
 class BackendUnavailable(DexError):
-    """Redis or the database could not be reached or used; nothing was changed by this call.
+    """Redis or the database could not be reached or used.
 
     Raised in place of redis-py and SQLAlchemy errors (`dex_celery.backend_errors`), so callers
-    catch one tree; the original error is the `__cause__`.
+    catch one tree; the original error is the `__cause__`. This error alone does not say that
+    nothing changed: a call whose earlier steps were committed before the failure says so with
+    its own error instead (a request whose calls were recorded raises `RequestInFlight`).
     """
 
 
@@ -169,8 +174,56 @@ class DatabaseUnavailable(BackendUnavailable):
     """The database did not answer, or refused the connection."""
 
 
+class CommitUnconfirmed(DatabaseUnavailable):
+    """The connection to the database broke while a transaction was being committed, so
+    whether it was applied is unknown until the database answers again. Raised by the store
+    where that difference matters (a request's insert, a write's claim), never for a failure
+    before the commit was sent: that one provably changed nothing."""
+
+
 class SchemaMissing(DatabaseUnavailable):
     """The database answers but has no dex-celery schema (run `dex-celery db upgrade`)."""
+
+
+# --- a request that raised after its calls were, or may have been, recorded (S11.2) ---------
+
+
+class RequestInFlight(DexError):
+    """`request_call` / `request_calls` raised after its calls were, or may have been, recorded.
+
+    Such a call is not lost and not refused: once Redis and the database answer again, the
+    sweeper starts it (or, for an attempt that never reached a worker, ends it with a record
+    saying so), as it does for any call recorded but not started. Follow it by asking again with
+    the same session, turn and tool-call ids: that returns this same call (S2.3) and never runs
+    it twice. Never ask under new ids: that is a second call, and a write would run twice.
+
+    `keys` are the idempotency keys of the calls concerned, so a caller can follow them with
+    `get_call` or `wait` once the backends answer.
+    """
+
+    def __init__(self, message: str, *, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
+class CallRecordedNotStarted(RequestInFlight):
+    """The calls are recorded (their insert was committed) but were not all started: Redis
+    refused or did not answer the ledger open or the publish (out of memory, gone). They will
+    run, or be judged, once the ledger is back; `records` are the calls as recorded
+    (`ToolCallRecord`s; typed loosely here because the exception tree imports nothing of the
+    package)."""
+
+    def __init__(
+        self, message: str, *, keys: tuple[str, ...] = (), records: tuple[Any, ...] = ()
+    ) -> None:
+        super().__init__(message, keys=keys)
+        self.records = records
+
+
+class RecordingUnconfirmed(RequestInFlight):
+    """The connection to the database broke while the request's insert was being committed:
+    the calls may or may not be recorded. If they are, they run as recorded; asking again with
+    the same ids finds out, and records them now if they were not."""
 
 
 class AppNotFound(ConfigurationError):

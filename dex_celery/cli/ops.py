@@ -27,6 +27,7 @@ from dex_celery.processes.localstack import (
     prepare_database,
     worker_answers,
 )
+from dex_celery.processes.supervise import Supervisor
 from dex_celery.settings import Settings
 
 #: Exit code of `dex-celery demo` for each way the demo ends.
@@ -35,6 +36,10 @@ DEMO_EXIT_CODES = {
     DemoResult.PREREQUISITE_MISSING: EXIT_USAGE,
     DemoResult.FAILED: EXIT_REFUSED,
 }
+
+
+#: Seconds between two looks of `dev` at the processes it started.
+SUPERVISE_INTERVAL = 0.5
 
 
 def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -51,7 +56,8 @@ def _raise_keyboard_interrupt(_signum: int, _frame: FrameType | None) -> None:
 @pass_context
 def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> None:
     """The whole local stack: Redis (the configured one, or a private redis-server), a prefork
-    worker and beat, and with --flower, Flower. Ctrl-C stops everything it started."""
+    worker and beat, and with --flower, Flower. A worker, beat or Flower that exits is started
+    again after a short, bounded delay. Ctrl-C stops everything it started."""
     echo = click.echo
     if not ctx.app_path:
         raise AppNotFound(NO_APP_HINT)
@@ -85,8 +91,12 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
         echo(f"worker {node} is ready; tools: {', '.join(sorted(ctx.dex.tools))}")
         echo(f"try:    DEX_REDIS_URL={stack.redis_url} dex-celery calls list")
         echo("Press Ctrl-C to stop.")
+        # A worker, beat or Flower that exits is started again (with a bounded backoff); the
+        # private Redis is not (dex_celery.processes.supervise).
+        supervisor = Supervisor(stack, echo=echo)
+        supervisor.watch()
         while True:
-            dead = stack.dead()
+            dead = supervisor.poll()
             if dead:
                 click.echo(
                     f"error: {dead[0].name} exited with code {dead[0].process.returncode}; "
@@ -95,7 +105,7 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
                 )
                 stack.stop()
                 ctx_exit(EXIT_REFUSED)
-            time.sleep(0.5)
+            time.sleep(SUPERVISE_INTERVAL)
     except KeyboardInterrupt:
         echo("\nstopping...")
         stack.stop()

@@ -1,7 +1,8 @@
 """`dex-celery status [--json]`: is this deployment working, section by section.
 
-Redis, the database and its schema revision, the workers answering ping (with their Celery
-node names, as Flower shows them), the last sweep, and the calls in flight, waiting for
+Redis, the database and its schema revision, the workers that answer (their Celery node names,
+as Flower shows them, main pids, uptimes and restarts under the same name, and the nodes that
+were started but no longer answer), the last sweep, and the calls in flight, waiting for
 approval and ended `outcome_unknown` but not reported yet. Exit code 0 when nothing failed
 (warnings included), 1 when a section failed (one `error:` line names them).
 """

@@ -16,7 +16,9 @@ without an id, one id twice) raises. Each result is
 keeps for the call (S4.4): the tool's JSON result, `Error: ...` (the did-not-run sentence where it
 applies, S4.2), the rejection, or `OUTCOME_UNKNOWN_TOOL_RESULT` (S4.5). A failed or unknown call
 is a result for the model to read, not an exception. If the wait runs out (`CallTimeout`), call
-again with the same tool calls to keep waiting.
+again with the same tool calls to keep waiting. If the request itself raises `RequestInFlight`
+(the calls are recorded, or may be, but Redis or the database failed before they were started),
+call again with the same tool calls too: the same ids follow the same calls (S11.2).
 """
 
 from __future__ import annotations

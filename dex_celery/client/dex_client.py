@@ -12,7 +12,12 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
-from dex_celery.backend_errors import translating_backend_errors
+from dex_celery.backend_errors import (
+    backend_errors,
+    translated_async_iterator,
+    translated_iterator,
+    translating_backend_errors,
+)
 from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, UnknownCall
@@ -33,7 +38,8 @@ class DexClient:
     Get one with `Dex.client()`. Every method raises only dex-celery errors: bad input as
     `InvalidRequest` (nothing recorded), unknown names as `UnknownTool` / `UnknownCall` /
     `UnknownSession`, and Redis or database failures as `RedisUnavailable`,
-    `DatabaseUnavailable` or `SchemaMissing`.
+    `DatabaseUnavailable` or `SchemaMissing`. A request that fails after its calls were (or may
+    have been) recorded raises `RequestInFlight` instead: ask again with the same ids (S11.2).
     """
 
     def __init__(self, source: RuntimeSource) -> None:
@@ -77,13 +83,23 @@ class DexClient:
         tool_name: str,
         arguments: Mapping[str, Any] | str,
     ) -> ToolCallRecord:
-        """Record and dispatch one call; the same ids twice are one call (S2.3)."""
+        """Record and dispatch one call; the same ids twice are one call (S2.3).
+
+        Raises `RequestInFlight` (`CallRecordedNotStarted`, `RecordingUnconfirmed`) when the
+        call is recorded, or may be, but could not be started: it will run or be judged once
+        the backends answer, and asking again with the same ids returns it. Any other error
+        means nothing was recorded.
+        """
         return self.request_calls(
             [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments)]
         )[0]
 
     def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
-        """Several calls of one turn in one transaction; all are refused if one is bad."""
+        """Several calls of one turn in one transaction; all are refused if one is bad.
+
+        A failure after the transaction committed raises `CallRecordedNotStarted` naming every
+        call of the request (`keys`), as `request_call` does.
+        """
         return self.source.runtime.dispatcher.request(requests)
 
     def get_call(self, key: str) -> ToolCallRecord:
@@ -140,7 +156,12 @@ class DexClient:
         once caught up, unless `follow` (then waits for new events up to `timeout` seconds);
         `session_id` and `types` filter (`EventFilters`).
         """
-        return self.source.runtime.events.iterate(after, **filters)
+        settings = self.source.settings
+        return translated_iterator(
+            self.source.runtime.events.iterate(after, **filters),
+            settings.redis_url,
+            settings.database_url,
+        )
 
 
 class AsyncDexClient:
@@ -201,5 +222,9 @@ class AsyncDexClient:
     def events(
         self, after: str = START, **filters: Unpack[EventFilters]
     ) -> AsyncIterator[AgentEvent]:
-        """`DexClient.events` as an async iterator: `async for event in client.events(...)`."""
-        return self.sync.source.runtime.events.aiterate(after, **filters)
+        """`DexClient.events` as an async iterator: `async for event in client.events(...)`.
+        Redis failures while iterating are raised as `RedisUnavailable`, as everywhere else."""
+        settings = self.sync.source.settings
+        with backend_errors(settings.redis_url, settings.database_url):
+            events = self.sync.source.runtime.events.aiterate(after, **filters)
+        return translated_async_iterator(events, settings.redis_url, settings.database_url)

@@ -11,7 +11,6 @@ with no ledger entry, which the sweeper's orphan check opens (same ledger epoch,
 
 from __future__ import annotations
 
-import json
 import logging
 import unicodedata
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
 from dex_celery.model.times import format_utc
 from dex_celery.store.values import Outcome
-from dex_celery.tools.redact import redact
+from dex_celery.tools.redact import record_arguments
 
 if TYPE_CHECKING:
     from dex_celery.engine.dispatch import Dispatcher
@@ -76,17 +75,13 @@ class PendingApproval:
 
     @classmethod
     def of(cls, record: ToolCallRecord) -> PendingApproval:
-        try:
-            arguments = json.loads(record.arguments)
-        except ValueError:  # stored arguments are canonical JSON; never expected
-            arguments = {}
         return cls(
             key=record.key,
             session_id=record.session_id,
             turn_id=record.turn_id,
             tool_call_id=record.tool_call_id,
             tool_name=record.tool_name,
-            arguments=redact(arguments, record.policy.secret_arguments),
+            arguments=record_arguments(record),
             effect=record.effect,
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,

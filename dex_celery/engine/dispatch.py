@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
+from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     ArgumentsTooLarge,
     CallConflict,
+    CommitUnconfirmed,
     InvalidArguments,
     PublishError,
     UnknownCall,
@@ -26,7 +28,7 @@ from dex_celery.errors import (
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
-from dex_celery.model.outcomes import CallStatus, EndReason, error_text
+from dex_celery.model.outcomes import CallStatus, EndReason, error_text, unclaimed_write_text
 from dex_celery.model.policy import EffectClass, PolicySnapshot, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.settings import Settings
@@ -152,20 +154,31 @@ class Dispatcher:
         if not prepared:
             return []
         epoch = self.epoch.current()
-        results = self.store.insert_calls(
-            [n for n, _ in prepared],
-            epoch=epoch,
-            check=lambda new, known: same_call(new, known.tool_name, known.arguments),
-        )
+        try:
+            results = self.store.insert_calls(
+                [n for n, _ in prepared],
+                epoch=epoch,
+                check=lambda new, known: same_call(new, known.tool_name, known.arguments),
+            )
+        except CommitUnconfirmed as e:
+            raise recording_unconfirmed([n.key.key for n, _ in prepared], e) from e
         by_key = {n.key.key: args for n, args in prepared}
         sealed = {n.key.key: n.sealed for n, _ in prepared}
         to_start: list[ToolCallRecord] = []
-        for record, created in results:
-            if created:
-                self._announce_request(record)
-                if record.status is CallStatus.PENDING:
-                    to_start.append(record)
-        self._start_many(to_start, by_key, sealed)
+        try:
+            for record, created in results:
+                if created:
+                    self._announce_request(record)
+                    if record.status is CallStatus.PENDING:
+                        to_start.append(record)
+            self._start_many(to_start, by_key, sealed)
+        except Exception as e:
+            # The insert is committed: these calls exist and the sweeper will start them. An
+            # error that let the caller believe otherwise would make it ask under new ids and
+            # run a write twice (S11.2).
+            records = tuple(record for record, _ in results)
+            created_keys = {record.key for record, created in results if created}
+            raise recorded_not_started(records, created_keys, e, self.settings) from e
         return [record for record, _ in results]
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
@@ -392,7 +405,14 @@ class Dispatcher:
         outcome = outcome_of(step, result)
         status, error = outcome.status.value, outcome.error
         with span(tracing.RECORD, key=key, outcome=outcome.status):
-            if not self.store.record_outcome(key, outcome):
+            unclaimed = unclaimed_write_outcome(step)
+            if unclaimed is not None and self.store.record_outcome(
+                key, unclaimed, effects=FENCED_EFFECTS
+            ):
+                # A write the database never saw claimed: no tool code ran (the write fence).
+                outcome = unclaimed
+                status, error = outcome.status.value, outcome.error
+            elif not self.store.record_outcome(key, outcome):
                 record = self.store.get_call(key)
                 if (
                     outcome.did_not_run
@@ -456,6 +476,40 @@ def outcome_of(step: Step, result: str | None) -> Outcome:
         attempts=step.attempt,
         attempt_log=step.log,
         did_not_run=reason is EndReason.DID_NOT_RUN,
+    )
+
+
+#: Effect classes whose attempts run only after their claim is committed in SQL (the write
+#: fence); the others keep a Redis-only claim, so SQL cannot say whether they ran.
+FENCED_EFFECTS = (EffectClass.NON_IDEMPOTENT_WRITE, EffectClass.UNCLASSIFIED)
+
+#: Ends after which a fenced write may be judged from SQL: the ledger cannot tell whether tool
+#: code ran (lost, timed out) or knows it did not (the claim was given up unconfirmed).
+_JUDGED_FROM_SQL = frozenset(
+    r.value for r in (EndReason.LOST, EndReason.TIMED_OUT, EndReason.CLAIM_UNCONFIRMED)
+)
+
+
+def unclaimed_write_outcome(step: Step) -> Outcome | None:
+    """What a FINISHED step becomes if its call is a write the database never saw claimed
+    (`did_not_run`, so the store writes it only while no claim exists); None when SQL cannot
+    improve on the ledger's word (a success, a tool's own error, a step that never reached a
+    worker, which says "did not run" already).
+
+    The write fence (docs/ledger.md) lets no tool code of a write run before its claim is
+    committed in SQL, and the conditional update that records this outcome requires that no
+    claim exists and the call is still pending, so a claim committed later changes no row and
+    its worker runs nothing. The ledger alone would call such a write "lost after the tool
+    started" (a worker killed, or cut off from the database, between its two claims).
+    """
+    if step.reason not in _JUDGED_FROM_SQL:
+        return None
+    return Outcome(
+        CallStatus.FAILED,
+        unclaimed_write_text(step.detail, max(step.attempt, 1)),
+        attempts=step.attempt,
+        attempt_log=step.log,
+        did_not_run=True,
     )
 
 

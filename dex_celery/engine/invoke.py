@@ -38,6 +38,7 @@ from dex_celery.errors import AttemptCancelled, DexError, ToolError, ToolLost
 from dex_celery.forks import after_fork
 from dex_celery.ledger.ledger import Cause
 from dex_celery.tools.arguments import check_arguments
+from dex_celery.tools.log_scrub import scrubbing
 from dex_celery.tools.sealing import Scrubber, unseal
 from dex_celery.tools.tool import Tool, ToolContext
 
@@ -358,9 +359,10 @@ def invoke_attempt(
         action = overtime_action(ledger, dispatcher, ctx.call.key, ctx.attempt, ctx)
         guard = watchdog().add(start_to_close + WATCHDOG_SLACK, action)
     try:
-        return invoke(
-            tool, ctx, kwargs, scrubber=scrubber, limit=settings.max_result_bytes, effect=effect
-        )
+        with scrubbing(scrubber):  # the tool's own log lines and prints, too (log_scrub.py)
+            return invoke(
+                tool, ctx, kwargs, scrubber=scrubber, limit=settings.max_result_bytes, effect=effect
+            )
     finally:
         if guard is not None:
             watchdog().remove(guard)

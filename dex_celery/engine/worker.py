@@ -15,9 +15,11 @@ import time
 import uuid
 from typing import Any
 
+import redis
 from celery import Celery, current_task
 from celery.exceptions import Ignore
 
+from dex_celery.backend_errors import first_line, translate
 from dex_celery.engine import tracing
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.dispatch import Dispatcher, outcome_of
@@ -31,9 +33,9 @@ from dex_celery.engine.task_events import (
     task_result,
 )
 from dex_celery.engine.tracing import Span, span
-from dex_celery.errors import DexError
+from dex_celery.errors import CommitUnconfirmed, DexError, LedgerError
 from dex_celery.ledger.durability import claim_shortfall
-from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, StepKind
+from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, Step, StepKind
 from dex_celery.model.ids import CallKey, parse_task_id
 from dex_celery.model.policy import EffectClass
 from dex_celery.settings import Settings
@@ -42,6 +44,15 @@ from dex_celery.store.values import OutcomeRow, arguments_json
 from dex_celery.tools.tool import Tool, ToolContext
 
 log = logging.getLogger("dex_celery.engine.worker")
+
+#: What a heartbeat may meet on its way to Redis and try again within the lease: the client's
+#: connection, time-out and reply errors (a failover's READONLY, OOM: `LedgerError` from the
+#: script runner), and the socket's own `OSError`s. Never raised into a tool (`ToolContext`).
+TRANSIENT_LEDGER_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, OSError, LedgerError)
+#: Seconds before a tool's heartbeat that could not reach Redis is tried again; doubled per try
+#: up to `BEAT_RETRY_MAX`, and never past the attempt's lease.
+BEAT_RETRY_INITIAL = 0.05
+BEAT_RETRY_MAX = 0.5
 
 
 class HeartbeatPump:
@@ -60,10 +71,15 @@ class HeartbeatPump:
         self._thread: threading.Thread | None = None
         #: When the loop's next beat is due (monotonic clock); set by the loop.
         self._due = float("inf")
+        #: Per running key: when the last renewal Redis answered was sent (monotonic clock).
+        self._renewed_at: dict[str, float] = {}
 
     def add(self, key: str, fence: str, ctx: ToolContext, heartbeat_timeout: float) -> None:
         with self._lock:
             self._running[key] = (fence, ctx, heartbeat_timeout)
+            # The claim just granted the lease; counting from now is a little generous, by the
+            # claim's round trip, and the retry of `beat` stops a delay short of it.
+            self._renewed_at[key] = time.monotonic()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="dex-heartbeat", daemon=True
@@ -76,25 +92,69 @@ class HeartbeatPump:
         if late:
             self._wake.set()
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: str) -> float:
+        """Stop renewing `key`; returns when its lease ends (monotonic clock; now if unknown)."""
         with self._lock:
-            self._running.pop(key, None)
+            entry = self._running.pop(key, None)
+            renewed = self._renewed_at.pop(key, None)
+        if entry is None or renewed is None:
+            return time.monotonic()
+        return renewed + entry[2]
 
     def beat(self, key: str) -> bool:
-        """Renew one attempt now (a tool's own heartbeat); False if it was fenced."""
+        """Renew one attempt now (a tool's own heartbeat): True while the attempt is ours.
+
+        False once it was fenced, or once its lease ran out before Redis could be reached (the
+        sweeper may then judge it lost, so the tool must not go on as if it held it). A Redis
+        fault (a reset connection, a refused one, a time-out, a failover's read-only or
+        out-of-memory reply) is never raised to the tool: the renewal is tried again, with a
+        short backoff, for as long as the lease lasts (counted from the start of the last renewal
+        that Redis answered, so never longer than Redis's own lease).
+        """
         with self._lock:
             entry = self._running.get(key)
         if entry is None:
             return False
-        fenced = self.ledger.heartbeat([(key, entry[0])])
-        if key in fenced:
-            self._fence({key})
-            return False
-        return True
+        delay = BEAT_RETRY_INITIAL
+        while True:
+            started = time.monotonic()
+            try:
+                fenced = self.ledger.heartbeat([(key, entry[0])])
+            except TRANSIENT_LEDGER_ERRORS as e:
+                with self._lock:
+                    renewed = self._renewed_at.get(key)
+                if renewed is None:  # fenced or finished meanwhile
+                    return False
+                lapses = renewed + entry[2]
+                if time.monotonic() + delay >= lapses:
+                    log.warning(
+                        "attempt of %s: its lease lapsed while Redis could not be reached (%s); "
+                        "the tool is told to stop",
+                        key,
+                        type(e).__name__,
+                    )
+                    self._fence({key})
+                    return False
+                log.info("heartbeat of %s could not reach Redis (%s); trying again", key, e)
+                time.sleep(delay)
+                delay = min(delay * 2, BEAT_RETRY_MAX)
+                continue
+            if key in fenced:
+                self._fence({key})
+                return False
+            self._mark_renewed([key], started)
+            return True
+
+    def _mark_renewed(self, keys: list[str], started: float) -> None:
+        with self._lock:
+            for key in keys:
+                if key in self._running:
+                    self._renewed_at[key] = max(self._renewed_at.get(key, started), started)
 
     def _fence(self, keys: set[str]) -> None:
         with self._lock:
             for key in keys:
+                self._renewed_at.pop(key, None)
                 entry = self._running.pop(key, None)
                 if entry is not None:
                     entry[1].cancel()
@@ -128,9 +188,12 @@ class HeartbeatPump:
             if not batch:
                 continue
             try:
-                self._fence(self.ledger.heartbeat(batch))
+                fenced = self.ledger.heartbeat(batch)
             except Exception:  # a Redis blip must not kill the thread; the lease has slack
                 log.exception("heartbeat failed; trying again at the next beat")
+                continue
+            self._fence(fenced)
+            self._mark_renewed([k for k, _ in batch if k not in fenced], last_beat)
 
 
 def owner_id() -> str:
@@ -220,11 +283,14 @@ class Worker:
             claim, refused = self._claim(key, attempt, fence, traced)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
+                lease_until = time.monotonic() + claim.heartbeat_timeout
             else:
-                cause, payload = self._execute(
+                cause, payload, lease_until = self._execute(
                     tool, call, attempt, claim, (arguments, sealed), fence
                 )
-            return self._finish(tool, call, attempt, arguments, fence, cause, payload, traced)
+            return self._finish(
+                tool, call, attempt, arguments, fence, cause, payload, traced, lease_until
+            )
 
     def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
         """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
@@ -262,9 +328,10 @@ class Worker:
         claim: Claim,
         given: tuple[str | dict[str, Any], str | None],
         fence: str,
-    ) -> tuple[Cause, str]:
+    ) -> tuple[Cause, str, float]:
         """Run the tool under this process's heartbeat pump (`invoke_attempt` runs it);
-        `given`: the message's arguments and sealed secrets."""
+        `given`: the message's arguments and sealed secrets. Returns the ledger's (cause,
+        payload) and when the attempt's lease ends (monotonic clock), for `_finish`."""
         pump = self.pump
         arguments, sealed = given
         key = call.key
@@ -285,8 +352,8 @@ class Worker:
                 )
                 running.set("cause", cause)
         finally:
-            pump.remove(key)
-        return cause, payload
+            lease_until = pump.remove(key)
+        return cause, payload, lease_until
 
     def _finish(
         self,
@@ -298,11 +365,12 @@ class Worker:
         cause: Cause,
         payload: str,
         traced: Span,
+        lease_until: float,
     ) -> str | None:
         """Finish in the ledger and act on the step: record, retry or keep a late result."""
         key = call.key
         with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
-            step = self.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+            step = self._finish_in_ledger(key, attempt, fence, cause, payload, lease_until)
             finishing.set("step", step.kind)
         traced.set("outcome", step.status if step.kind is StepKind.FINISHED else step.kind)
         late = step.kind is StepKind.LATE or step.late_result
@@ -332,6 +400,33 @@ class Worker:
             )
         return None
 
+    def _finish_in_ledger(
+        self, key: str, attempt: int, fence: str, cause: Cause, payload: str, lease_until: float
+    ) -> Step:
+        """`Ledger.finish`, tried again while Redis is briefly away, until the lease ends.
+
+        The tool has run: giving up at the first reset connection would leave its end unreported
+        and the lease to lapse into `outcome_unknown`. Repeating is safe: `finish.lua` answers a
+        repeat of the same fence's finish with a noop (the sweeper then records the outcome the
+        first run left). Past the lease the error is raised as before (the sweeper decides).
+        """
+        delay = BEAT_RETRY_INITIAL
+        while True:
+            try:
+                return self.ledger.finish(key, attempt, fence=fence, cause=cause, payload=payload)
+            except TRANSIENT_LEDGER_ERRORS as e:
+                if time.monotonic() + delay >= lease_until:
+                    raise
+                log.warning(
+                    "attempt %d of %s ended, but Redis could not be reached to say so (%s); "
+                    "trying again",
+                    attempt,
+                    key,
+                    type(e).__name__,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, BEAT_RETRY_MAX)
+
     def _fence_write(self, key: str, attempt: int, fence: str, owner: str) -> bool:
         """The write fence (docs/ledger.md): a write runs only once its claim is committed in
         SQL.
@@ -341,7 +436,13 @@ class Worker:
         given up before any tool code, and, since the write may have run under the other
         claim, it is lost.
         """
-        if self.store.claim_write(key, attempt, fence=fence, owner=owner, now=self.ledger.now()):
+        now = self.ledger.now()
+        try:
+            claimed = self.store.claim_write(key, attempt, fence=fence, owner=owner, now=now)
+        except Exception as e:  # the database refused, or broke during the commit
+            self._give_up_unconfirmed(key, attempt, fence, e)
+            return False
+        if claimed:
             return True
         log.warning(
             "attempt %d of %s not run: the database holds another claim of it", attempt, key
@@ -357,6 +458,51 @@ class Worker:
         )
         self.dispatcher.apply(key, step)
         return False
+
+    def _give_up_unconfirmed(self, key: str, attempt: int, fence: str, error: Exception) -> None:
+        """The write's claim could not be committed in SQL: give the attempt up, no tool code.
+
+        The ledger ends it `outcome_unknown` with reason `claim_unconfirmed` and a detail that
+        says which of the two it was: the claim was never made (no connection, or a failure
+        before the COMMIT), or the connection broke during the COMMIT (`CommitUnconfirmed`:
+        the claim may exist). Recording it judges from SQL (`Dispatcher.record`): without a
+        claim there the call is `failed`, "the tool did not run"; with one, it stays unknown,
+        never "lost after the tool started". If the database is still away, the record waits
+        in the ledger's unrecorded index and the sweeper writes it once the database answers;
+        if Redis is away too, the lease lapses and the sweeper judges it the same way.
+        """
+        settings = self.settings
+        driver_error = error.__cause__ if isinstance(error, CommitUnconfirmed) else error
+        translated = translate(
+            driver_error or error,
+            redis_url=settings.redis_url,
+            database_url=settings.database_url,
+        )
+        cause = first_line(translated or driver_error or error)
+        if isinstance(error, CommitUnconfirmed):
+            detail = (
+                "the connection to the database broke while the worker committed its claim of "
+                f"this write, so it could not tell whether the claim was made: {cause}"
+            )
+        else:
+            detail = (
+                "the worker could not commit its claim of this write in the database, so the "
+                f"claim was never made: {cause}"
+            )
+        log.warning("attempt %d of %s not run: %s", attempt, key, detail)
+        try:
+            step = self.ledger.lose(
+                key, attempt, mode=LoseMode.UNCONFIRMED, fence=fence, detail=detail
+            )
+            self.dispatcher.apply(key, step)
+        except Exception as e:  # the database (or Redis) is still away: expected in an outage
+            log.warning(
+                "could not record yet that attempt %d of %s ran no tool code (%s); the sweeper "
+                "will, once the backends answer",
+                attempt,
+                key,
+                first_line(e),
+            )
 
     def on_worker_lost(self, task_id: str, detail: str) -> None:
         """Mark the attempt of a dead pool child lost now (or expired, if it died before its

@@ -46,7 +46,7 @@ from mcp.server.stdio import stdio_server
 
 from dex_celery.access import Credentials, HostAllowlist, Identity, check_bind, local_identity
 from dex_celery.client.dex_client import AsyncDexClient
-from dex_celery.errors import CallTimeout, DexError, InvalidId
+from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
 from dex_celery.integrations.signature_schema import arguments_schema
@@ -56,6 +56,7 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.owners import SessionOwners
 from dex_celery.tools.definitions import mcp_hints
+from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -161,8 +162,12 @@ def _text_result(
 
 
 def awaiting_approval_text(record: ToolCallRecord) -> str:
+    """What the model reads of a call that waits for a person: the call as the approver sees it
+    (its arguments by the one display rule, `shown_arguments`), and how to get its outcome."""
+    arguments = json.dumps(record_arguments(record), sort_keys=True, ensure_ascii=False)
     return (
-        f"The call {record.key} is waiting for a person's approval and has not run. Once it is "
+        f"The call {record.key} of {record.tool_name} with arguments {arguments} is waiting for "
+        "a person's approval and has not run. Once it is "
         f"decided, call the tool again with _meta {{{IDEMPOTENCY_META_KEY!r}: {record.key!r}}} "
         "to get its outcome; asking again never runs it twice."
     )
@@ -234,6 +239,13 @@ class DexMcpServer:
             record = await self.client.request_call(
                 ids.session_id, ids.turn_id, ids.tool_call_id, params.name, arguments
             )
+        except RequestInFlight as e:
+            # Recorded (or maybe): asking again the same way must follow this call, not make a
+            # second one, even for a client that sends no ids (S11.2).
+            key = e.keys[0] if e.keys else None
+            if key is not None and not has_ids(params.meta):
+                self._unanswered[asked] = key
+            return _text_result(f"error: {e}", error=True, key=key, status="in_flight")
         except DexError as e:  # bad ids, unknown tool, bad arguments: nothing was recorded
             return _text_result(f"error: {e}", error=True, key=None, status="refused")
         result = await self.answer(record)

@@ -55,6 +55,7 @@ from dex_celery.errors import (
     ConfigurationError,
     DexError,
     InvalidRequest,
+    RequestInFlight,
     UnknownSession,
 )
 from dex_celery.integrations.framework_calls import Decisions, record_text, runtime_source
@@ -203,6 +204,15 @@ class _Bridge:
             )
         except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
             return f"Error: {e}"
+        except RequestInFlight as e:
+            # Recorded (or maybe): the model must not ask again under a new tool-call id, which
+            # would be a second call (S11.2).
+            return (
+                f"The call {', '.join(e.keys)} is recorded (or may be) but could not be started "
+                "yet; it will run, or end with a record saying it did not run, once the system "
+                "recovers, and its outcome will be in the session's history. Do not call the "
+                "tool again for the same purpose."
+            )
         if record.status is CallStatus.AWAITING_APPROVAL and await self.requires_approval(
             tool, ctx
         ):

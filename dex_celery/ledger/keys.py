@@ -35,6 +35,8 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:webhooks:pending`       | hash   | delivery id -> JSON of a webhook not yet delivered      |
 | `dex:webhooks:due`           | zset   | delivery id -> when its next try is due                 |
 | `dex:webhooks:stats`         | hash   | per URL: delivered, retries, given up, last error       |
+| `dex:worker_starts`          | hash   | worker node name -> JSON of its last start: pid, time,  |
+|                              |        | starts under that name (`dex-celery status`)            |
 
 `<key>` is the idempotency key `session/turn/call`; wrapping it in braces makes it the hash
 tag, so everything of one call lands in one slot if the data is ever sharded. The indexes are
@@ -126,3 +128,7 @@ class KeySpace:
     @property
     def webhook_stats(self) -> str:
         return f"{self.prefix}:webhooks:stats"
+
+    @property
+    def worker_starts(self) -> str:
+        return f"{self.prefix}:worker_starts"

@@ -62,6 +62,9 @@ class LoseMode(StrEnum):
     LAPSED = "lapsed"  # its lease ran out (the sweeper)
     WORKER_LOST = "worker_lost"  # the pool process that claimed it died (its parent says so)
     RELEASED = "released"  # its worker gave it up: the system of record refused the claim
+    #: Its worker gave it up before any tool code: the claim in the system of record could not
+    #: be committed, or its commit could not be confirmed (the write fence, `Worker`).
+    UNCONFIRMED = "unconfirmed"
 
 
 @dataclass(frozen=True, slots=True)

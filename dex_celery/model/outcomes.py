@@ -44,6 +44,8 @@ class EndReason(StrEnum):
     DID_NOT_RUN = "did_not_run"
     LOST = "lost"
     TIMED_OUT = "timed_out"
+    #: A write's worker could not commit (or confirm) its claim in SQL and ran no tool code.
+    CLAIM_UNCONFIRMED = "claim_unconfirmed"
 
 
 def error_text(status: CallStatus, reason: EndReason, detail: str, attempts: int) -> str:
@@ -60,6 +62,14 @@ def error_text(status: CallStatus, reason: EndReason, detail: str, attempts: int
             f"the tool ran past its start-to-close timeout and was cancelled ({tried}); the old "
             f"attempt may still finish, and its result will only be kept as evidence. {detail}"
         ).strip()
+    if reason is EndReason.CLAIM_UNCONFIRMED:
+        # Recorded only when the database shows a claim of the write (otherwise the call is
+        # "did not run", `unclaimed_write_text`): the worker's own attempt ran no tool code.
+        return (
+            f"the worker gave its attempt up before running any tool code ({detail}), but the "
+            f"database holds a claim of this write, so it cannot be called not run; the tool "
+            f"may or may not have taken effect ({tried})"
+        )
     if status is CallStatus.OUTCOME_UNKNOWN:
         return (
             f"the attempt was lost after the tool started ({detail or 'lost'}); "
@@ -68,6 +78,17 @@ def error_text(status: CallStatus, reason: EndReason, detail: str, attempts: int
     return (
         f"the attempt was lost after the tool started ({detail or 'lost'}) and no attempts are "
         f"left ({tried})"
+    )
+
+
+def unclaimed_write_text(detail: str, attempts: int) -> str:
+    """The error of a write the ledger could not finish cleanly (lost, timed out, or given up
+    before its claim) whose claim the database never committed: the write fence lets no tool
+    code run before that commit, so the tool did not run (S4.2, docs/ledger.md)."""
+    tried = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    return (
+        f"{DID_NOT_RUN}: the database holds no claim of this write, and a write runs only once "
+        f"its claim is committed there ({tried}; {detail or 'no claim'})"
     )
 
 

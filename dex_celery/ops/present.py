@@ -19,7 +19,7 @@ from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported
 from dex_celery.model.times import format_utc
-from dex_celery.tools.redact import redact
+from dex_celery.tools.redact import record_arguments
 
 
 def shorten(text: str | None, width: int) -> str:
@@ -46,17 +46,6 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def format_time(value: float | None) -> str:
     """UTC with the zone shown, as every command prints times."""
     return format_utc(value)
-
-
-def shown_arguments(record: ToolCallRecord) -> Any:
-    """The call's arguments with the values of its policy's secret arguments replaced."""
-    try:
-        value = json.loads(record.arguments)
-    except ValueError:
-        return record.arguments
-    if isinstance(value, dict):
-        return redact(value, record.policy.secret_arguments)
-    return value
 
 
 def call_summary(record: ToolCallRecord) -> dict[str, Any]:
@@ -118,6 +107,8 @@ ATTEMPT_STATES = {
     "heartbeat)",
     "expired": "it never reached a worker before its schedule-to-start deadline",
     "timed_out": "it ran past its start-to-close timeout and was cancelled",
+    "unconfirmed": "its worker could not commit its claim of this write in the database and "
+    "ran no tool code",
 }
 
 
@@ -191,7 +182,7 @@ def call_details(source: RuntimeSource, record: ToolCallRecord) -> dict[str, Any
     _calls, history = source.runtime.store.snapshot(record.session_id)
     details = call_summary(record)
     details.update(
-        arguments=shown_arguments(record),
+        arguments=record_arguments(record),  # the one display rule (tools/redact.py)
         result=record.result,
         policy=json.loads(record.policy.to_json()),
         approval_deadline=record.approval_deadline,

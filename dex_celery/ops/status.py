@@ -24,6 +24,7 @@ from sqlalchemy import inspect
 from dex_celery.backend_errors import first_line, require_existing_database, translate
 from dex_celery.engine import counters as stats
 from dex_celery.ops import webhooks as notify
+from dex_celery.processes.worker_starts import SILENT_WINDOW, WorkerStart, read_starts
 from dex_celery.store.schema import tool_calls
 from dex_celery.store.views import OperatorViews
 
@@ -43,7 +44,7 @@ def stale_after(sweep_interval: float) -> float:
     return max(STALE_SWEEPS * sweep_interval, STALE_FLOOR)
 
 
-#: Seconds a worker waits for Celery's `inspect ping` replies in `status`.
+#: Seconds `status` waits for the workers' `inspect stats` replies.
 PING_TIMEOUT = 1.0
 
 
@@ -183,11 +184,66 @@ def _has_tables(source: RuntimeSource) -> bool:
 
 
 def workers_section(source: RuntimeSource) -> Section:
-    replies = source.runtime.celery.control.ping(timeout=PING_TIMEOUT) or []
-    nodes = sorted(name for reply in replies for name in reply)
+    """The workers that answer (Celery's `inspect stats`: node, main pid, uptime), with how
+    often each node name was started (`worker_starts`: restarts by a supervisor show there),
+    and the recorded nodes that did not answer."""
+    replies: dict[str, Any] = source.runtime.celery.control.inspect(timeout=PING_TIMEOUT).stats() or {}
+    starts = _worker_starts(source)
+    now = source.runtime.ledger.now() if starts else 0.0
+    nodes = sorted(replies)
+    workers: dict[str, dict[str, Any]] = {}
+    shown: list[str] = []
+    for node in nodes:
+        stats = replies[node] if isinstance(replies[node], dict) else {}
+        start = starts.get(node)
+        info = {
+            "pid": stats.get("pid"),
+            "uptime_seconds": stats.get("uptime"),
+            "starts": start.starts if start else None,
+            "restarts": start.restarts if start else None,
+        }
+        workers[node] = info
+        parts = [f"pid {info['pid']}"] if info["pid"] is not None else []
+        if info["uptime_seconds"] is not None:
+            parts.append(f"up {duration(float(info['uptime_seconds']))}")
+        if start is not None and start.restarts:
+            parts.append(f"restarted {start.restarts} time{'s' if start.restarts != 1 else ''}")
+        shown.append(f"{node} ({', '.join(parts)})" if parts else node)
+    silent = {
+        node: round(max(0.0, now - start.started_at), 3)
+        for node, start in sorted(starts.items())
+        if node not in replies and now - start.started_at <= SILENT_WINDOW
+    }
+    values = {"nodes": nodes, "workers": workers, "silent": silent}
     if not nodes:
-        return Section("workers", State.WARN, "no worker answered ping", {"nodes": []})
-    return Section("workers", State.OK, ", ".join(nodes), {"nodes": nodes})
+        detail = "no worker answered"
+        if silent:
+            detail += "; last seen starting: " + _silent_text(silent)
+        return Section("workers", State.WARN, detail, values)
+    detail = ", ".join(shown)
+    if silent:
+        detail += "; not answering: " + _silent_text(silent)
+    return Section("workers", State.OK, detail, values)
+
+
+def _worker_starts(source: RuntimeSource) -> dict[str, WorkerStart]:
+    try:
+        return read_starts(source)
+    except Exception:  # the broker answered; a Redis hiccup must not hide the workers
+        log.debug("could not read the workers' starts", exc_info=True)
+        return {}
+
+
+def _silent_text(silent: dict[str, float]) -> str:
+    return ", ".join(f"{node} (started {duration(age)} ago)" for node, age in silent.items())
+
+
+def duration(seconds: float) -> str:
+    """`42s`, `5m`, `3h`, `2d`: the largest unit that fits."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
 
 
 def calls_section(source: RuntimeSource) -> Section:

@@ -47,7 +47,7 @@ from dex_celery.ledger.events import AgentEvent, EventType
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.times import format_utc
 from dex_celery.store.unknowns import UnknownOutcomes
-from dex_celery.tools.redact import redact
+from dex_celery.tools.redact import record_arguments
 
 if TYPE_CHECKING:
     from dex_celery.engine.runtime import RuntimeSource
@@ -285,15 +285,11 @@ class WebhookSender:
         }
         record = self.source.runtime.store.get_call(event.key) if event.key else None
         if record is not None:
-            try:
-                arguments = json.loads(record.arguments)
-            except ValueError:
-                arguments = {}
             body.update(
                 tool=record.tool_name,
                 effect_class=record.effect.value,
                 status=record.status.value,
-                arguments=redact(arguments, (*record.policy.secret_arguments, "secret")),
+                arguments=record_arguments(record),
             )
             if kind is WebhookEvent.AWAITING_APPROVAL:
                 body["approval_deadline"] = record.approval_deadline

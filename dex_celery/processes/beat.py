@@ -33,6 +33,8 @@ from dex_celery.processes.checks import check_or_exit
 
 log = logging.getLogger("dex_celery.processes.beat")
 
+#: How the log names each thread.
+_LABELS = {"dex-sweeper": "sweeper", "dex-reconcile": "reconcile loop"}
 #: Seconds beat's shutdown waits for a sweep or a reconcile run in progress to end.
 STOP_TIMEOUT = 10.0
 
@@ -79,10 +81,10 @@ class BeatServices:
             webhooks, self.webhooks = self.webhooks, None
         if webhooks is not None:
             webhooks.stop()
-        for thread in threads.values():
+            log.info("beat: the dex webhook sender stopped")
+        for name, thread in threads.items():
             thread.join(timeout)
-        if threads:
-            log.info("beat: the dex threads stopped")
+            log.info("beat: the dex %s stopped", _LABELS.get(name, name))
 
     @property
     def running(self) -> frozenset[str]:

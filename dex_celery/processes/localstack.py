@@ -131,6 +131,8 @@ class Service:
     args: Sequence[str]
     process: subprocess.Popen[bytes]
     stop_signal: signal.Signals = signal.SIGTERM
+    #: Its output goes to `<workdir>/<name>.log` even when the stack is not quiet.
+    stdout_to_file: bool = False
 
     @property
     def pid(self) -> int:
@@ -307,6 +309,23 @@ class LocalStack:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [cwd, env.get("PYTHONPATH", "")]))
         return env
 
+    def respawn(self, service: Service) -> Service:
+        """Start `service` again with the same command line, in its place in the stack: what
+        is left of its process group (pool children of a dead worker) is ended first, so two
+        generations of one worker never run side by side (`dex_celery.processes.supervise`)."""
+        service.stop()
+        index = self.services.index(service)
+        self.services.remove(service)
+        fresh = self._spawn(
+            service.name,
+            service.args,
+            stdout_to_file=service.stdout_to_file,
+            stop_signal=service.stop_signal,
+        )
+        self.services.remove(fresh)
+        self.services.insert(index, fresh)
+        return fresh
+
     def dead(self) -> list[Service]:
         return [s for s in self.services if not s.alive()]
 
@@ -328,7 +347,8 @@ class LocalStack:
         stop_signal: signal.Signals = signal.SIGTERM,
     ) -> Service:
         to_file = self.quiet or stdout_to_file
-        out = (self.workdir / f"{name}.log").open("wb") if to_file else None
+        # Appended to: a restarted service (`respawn`) keeps the log of its earlier runs.
+        out = (self.workdir / f"{name}.log").open("ab") if to_file else None
         try:
             process = subprocess.Popen(
                 list(args),
@@ -341,7 +361,7 @@ class LocalStack:
         finally:
             if out is not None:
                 out.close()
-        service = Service(name, args, process, stop_signal)
+        service = Service(name, args, process, stop_signal, stdout_to_file)
         self.services.append(service)
         shown = shlex.join(args)
         self.echo(f"started {name} pid {process.pid}: {shown}")

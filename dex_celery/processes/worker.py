@@ -2,6 +2,7 @@
 
 - `worker_init` (main process, before the pool starts): the Redis startup check
   (`processes.checks`), and the worker's own Prometheus port when `worker_metrics_port` is set;
+- `worker_ready`: the node's start is counted (`processes.worker_starts`, restarts in `status`);
 - `worker_ready` / `worker_shutting_down`: the deployment watch (`ops.status.DeploymentWatch`:
   a missing schema, a sweeper that stopped), started and stopped with the worker;
 - `task_failure` with `WorkerLostError`: the fast path for a pool child that died while its
@@ -24,6 +25,7 @@ from celery import Celery, signals
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.checks import check_or_exit
+from dex_celery.processes.worker_starts import record_start
 from dex_celery.tools.tool import TASK_PREFIX
 
 log = logging.getLogger("dex_celery.processes.worker")
@@ -53,6 +55,9 @@ class WorkerServices:
     def on_worker_ready(self, sender: Any = None, **_: Any) -> None:
         if not self._ours(sender) or self.watch is not None:
             return
+        node = getattr(sender, "hostname", None)
+        if node:
+            record_start(self.source, str(node))  # restarts show in `dex-celery status`
         self.watch = DeploymentWatch(self.source)
         self.watch.start()
 

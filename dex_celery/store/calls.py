@@ -27,6 +27,7 @@ from dex_celery.model.records import (
     ToolCallRecord,
 )
 from dex_celery.store.base import StoreBase
+from dex_celery.store.commit import transaction
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import (
@@ -57,7 +58,9 @@ class CallRecords(StoreBase):
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
-        with self.engine.begin() as conn:
+        # `transaction`: a connection lost during the COMMIT raises `CommitUnconfirmed`, since
+        # the calls may then be recorded (and would run); the request says so (S11.2).
+        with transaction(self.engine) as conn:
             # Insert first, read back only what the insert skipped: a request is new almost
             # always, so the common path is one INSERT, not a SELECT before it. (A known call's
             # session exists already, so reading its default below writes nothing.)
@@ -128,11 +131,13 @@ class CallRecords(StoreBase):
         from_statuses: Iterable[CallStatus] = (CallStatus.PENDING,),
         decision: ApprovalDecision | None = None,
         deadline_after: float | None = None,
+        effects: Iterable[EffectClass] | None = None,
     ) -> bool:
         """End a call and append its TOOL message, once. False if it had already ended.
 
         `deadline_after` (a person's rejection) also requires the approval deadline to be later
         than that time, so a rejection and the deadline's expiry cannot both claim the call.
+        `effects` also requires the call's recorded effect class to be one of them.
         """
         now = self.clock()
         values = _outcome_values(outcome, decision, now)
@@ -145,6 +150,8 @@ class CallRecords(StoreBase):
             query = query.where(tool_calls.c.approval_deadline > deadline_after)
         if outcome.did_not_run:
             query = query.where(tool_calls.c.claim_fence.is_(None))
+        if effects is not None:
+            query = query.where(tool_calls.c.effect.in_([e.value for e in effects]))
         with self.engine.begin() as conn:
             row = conn.execute(
                 query.values(**values).returning(tool_calls.c.tool_name, tool_calls.c.arguments)
@@ -201,6 +208,9 @@ class CallRecords(StoreBase):
         claim (the same fence again succeeds, for a retried command). Redis's claim says the
         attempt reached a worker; this row says whether a write may run, and it survives Redis
         going back in time (docs/ledger.md, "The write fence").
+
+        A connection lost during the COMMIT raises `CommitUnconfirmed` (the claim may exist);
+        any other exception means the claim was not made (`store/commit.py`).
         """
         values = {
             "b_key": key,
@@ -210,7 +220,7 @@ class CallRecords(StoreBase):
             "b_now": now,
             "b_owner": owner,
         }
-        with self.engine.begin() as conn:
+        with transaction(self.engine) as conn:
             return hot_statements(self.engine).claim_write.execute(conn, values) == 1
 
     def record_late_result(self, key: str, late: str) -> None:

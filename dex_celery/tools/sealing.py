@@ -10,6 +10,12 @@ process that has it (the requester, to seal; the worker, to open) can read the v
 Tool code may still put a secret into what it returns or raises (`int(api_token)`); a `Scrubber`
 built from the opened values replaces each exact value in the error text, the result, the late
 result and the worker's log lines before they leave the worker.
+
+A secret argument may be any JSON value. It is sealed whole (the stored arguments show the whole
+value as `***`), and the scrubber looks for each of its leaves (every string and number inside
+its dicts and lists, at any depth), not only for the whole value's text: a tool that puts
+`credentials["password"]` into its error must not leak it because the dict as a whole was not
+in the text. One length rule for every leaf, top-level or nested: `MIN_SCRUB_LENGTH`.
 """
 
 from __future__ import annotations
@@ -79,16 +85,19 @@ def open_arguments(
 
 
 class Scrubber:
-    """Replaces exact secret values in texts and JSON values with `***`."""
+    """Replaces exact secret values, and every leaf of a secret dict or list, in texts and JSON
+    values with `***`."""
 
     def __init__(self, secrets: Mapping[str, Any] | None = None) -> None:
         needles: set[str] = set()
         for value in (secrets or {}).values():
-            for text in _forms(value):
-                if len(text) >= MIN_SCRUB_LENGTH:
-                    needles.add(text)
+            for leaf in (value, *leaves(value)):
+                for text in _forms(leaf):
+                    if len(text) >= MIN_SCRUB_LENGTH:
+                        needles.add(text)
         # Longest first, so a value containing another is replaced whole.
         self._needles = sorted(needles, key=len, reverse=True)
+        self._exact = frozenset(needles)
 
     def __bool__(self) -> bool:
         return bool(self._needles)
@@ -105,11 +114,26 @@ class Scrubber:
             return value
         if isinstance(value, str):
             return self.text(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # A secret number returned as a number: `"pin": 7351902468` is a leaf too.
+            return REDACTED if str(value) in self._exact else value
         if isinstance(value, Mapping):
             return {self.value(k): self.value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         return value
+
+
+def leaves(value: Any) -> list[Any]:
+    """The strings and numbers inside a JSON-like value, at any depth (dict values, list and
+    tuple items); the value itself when it is one. Dict keys are names, not secrets."""
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in leaves(v)]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [leaf for v in value for leaf in leaves(v)]
+    if isinstance(value, bool) or value is None:
+        return []
+    return [value] if isinstance(value, str | int | float) else []
 
 
 def _forms(value: Any) -> list[str]:

@@ -105,7 +105,14 @@ class ToolContext:
         callback()
 
     def heartbeat(self, *, raise_if_cancelled: bool = False) -> bool:
-        """Renew this attempt's lease now; returns False (or raises) if it was fenced (S3.4)."""
+        """Renew this attempt's lease now (S3.4): True while the attempt is still ours.
+
+        False (or `AttemptCancelled` with `raise_if_cancelled=True`) once the attempt was fenced
+        (timed out, presumed lost) or its lease ran out before Redis could be reached: stop
+        then. A Redis fault shorter than the lease (a reset or refused connection, a time-out, a
+        failover) is never raised here: the renewal is tried again within the remaining lease,
+        so this call may block for up to the lease while Redis is away.
+        """
         alive = self._beat() if self._beat is not None else not self.cancelled
         if not alive:
             self.cancel()

@@ -41,7 +41,6 @@ from dex_celery.ops.metrics import registry_for
 from dex_celery.ops.present import call_details
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.views import CallSearch, OperatorViews
-from dex_celery.tools.redact import redact
 from dex_celery.web.auth import (
     COOKIE,
     SESSION_SECONDS,
@@ -58,8 +57,6 @@ if TYPE_CHECKING:
     from dex_celery.app import Dex
 
 TEMPLATES = Path(__file__).parent / "templates"
-#: Argument names always hidden, whatever the policy says (S10.4).
-ALWAYS_SECRET = ("secret",)
 
 
 def time_left(deadline: float | None, now: float) -> str:
@@ -81,14 +78,6 @@ def _utc(value: float | None) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def shown_arguments(text: str, secret_names: tuple[str, ...]) -> Any:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return redact(value, (*secret_names, *ALWAYS_SECRET)) if isinstance(value, dict) else value
 
 
 def parse_time(text: str | None) -> float | None:
@@ -299,7 +288,7 @@ class WebApp:
         rows = [
             {
                 "item": p,
-                "arguments": _json(redact(p.arguments, ALWAYS_SECRET)),
+                "arguments": _json(p.arguments),  # shown_arguments, in PendingApproval.of
                 "left": time_left(p.deadline, now),
             }
             for p in self.dex.approvals.pending(limit=500)
@@ -371,8 +360,7 @@ class WebApp:
                 raise UnknownCall(f"no tool call {key!r}")
         except DexError as e:
             return self.page(request, "error.html", identity, 404, error=str(e))
-        details = call_details(self.dex, record)
-        details["arguments"] = shown_arguments(record.arguments, record.policy.secret_arguments)
+        details = call_details(self.dex, record)  # arguments: tools/redact.shown_arguments
         unknown = UnknownOutcomes(self.dex.store).get(key)
         return self.page(
             request,

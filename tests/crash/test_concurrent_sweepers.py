@@ -65,10 +65,16 @@ def test_two_sweepers_move_each_due_item_once(
     for record, request in zip(records, requests, strict=True):
         group = int(request.turn_id[1:])
         expected[record.key] = (GROUPS[group][0], GROUPS[group][1])
-    for key, (_tool, ghost) in expected.items():
+    for key, (tool, ghost) in expected.items():
         if ghost:
-            claim = requester.ledger.claim(key, 1, owner="ghost:1", fence=uuid.uuid4().hex)
+            fence = uuid.uuid4().hex
+            claim = requester.ledger.claim(key, 1, owner="ghost:1", fence=fence)
             assert claim.ok, claim
+            if tool == WRITE:
+                # As a real worker does before any tool code of a write (the write fence):
+                # without this claim in SQL the write provably did not run (docs/ledger.md).
+                now = requester.ledger.now()
+                assert requester.store.claim_write(key, 1, fence=fence, owner="ghost:1", now=now)
     keys = requester.keys
     wait_for(
         lambda: (

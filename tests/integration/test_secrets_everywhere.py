@@ -2,6 +2,11 @@
 test 4): not in any SQL text column, not anywhere in Redis (ledger, events, the broker's queue
 and unacked hash), not in the worker's log, the events, the snapshot, the CLI, nor a real
 Flower's API. The issue's example: `int(api_token)` raising `ValueError` with the token in it.
+
+The same search runs for secrets of any shape (S11.1 in docs/secrets.md terms: every leaf of a
+dict or list under a secret argument; issue 19, finding 5): a password inside a dict, an item of
+a list inside it and a number, put by the tool into its error text and its result, searched in
+the same places and in the web app's pages.
 """
 
 from __future__ import annotations
@@ -64,8 +69,16 @@ def everything_in_sql(dex: Dex) -> str:
         )
 
 
-def assert_absent(where: str, text: str) -> None:
-    for secret in (TOKEN, OTHER):
+#: Leaves of a secret dict argument (`credentials`), each of which the tools put into texts.
+PASSWORD = "pw-7c6b5a49-nested-in-a-dict"
+LISTED = "key-3e2d1c0b-second-in-a-list"
+PIN = 7351902468
+CREDENTIALS = {"user": "bob", "password": PASSWORD, "keys": ["k-1", LISTED], "pin": PIN}
+NESTED = (PASSWORD, LISTED, str(PIN))
+
+
+def assert_absent(where: str, text: str, secrets: tuple[str, ...] = (TOKEN, OTHER)) -> None:
+    for secret in secrets:
         assert secret not in text, f"a secret value in {where}"
 
 
@@ -141,3 +154,98 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
         _, info = flower.get(f"/api/task/info/{urllib.request.quote(f'{key}#1', safe='')}")
         assert key in info
         assert_absent("Flower's task info", info)
+
+
+def test_a_secret_inside_a_dict_or_list_appears_nowhere(
+    dex: Dex,
+    env: dict[str, str],
+    start_worker: Callable[..., Worker],
+    flower: Flower,
+    monkeypatch: Any,
+) -> None:
+    """Issue 19, finding 5: `credentials={"user": ..., "password": ...}` under
+    `secret_arguments=["credentials"]`, the tool putting its leaves into its error and result."""
+    from dex_celery.web.app import WebApp
+    from tests.integration.test_web_app import CREDENTIALS as WEB_USERS
+    from tests.integration.test_web_app import signed_in
+
+    def absent(where: str, text: str) -> None:
+        assert_absent(where, text, NESTED)
+
+    client = dex.client()
+    broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
+    leaky = client.request_call(
+        "s1", "t1", "leaky", "leaky_nested", {"order": 7, "credentials": CREDENTIALS}
+    )
+    read = client.request_call(
+        "s1", "t1", "read", "nested_secret", {"query": "orders", "credentials": CREDENTIALS}
+    )
+    assert broker.llen("celery") == 2
+    absent("Redis with the messages queued", everything_in_redis(broker))
+    absent("SQL before the run", everything_in_sql(dex))
+
+    worker = start_worker()
+    _wait_until_flower_receives_events(dex, flower)
+    failed = wait_finished(dex, leaky.key, timeout=30)
+    succeeded = wait_finished(dex, read.key, timeout=30)
+
+    # The tools got the real values, and what they said keeps its shape with *** in place.
+    assert failed.status is CallStatus.FAILED
+    assert failed.error == ("ValueError: login refused for bob with password ***, key ***, pin ***")
+    assert succeeded.status is CallStatus.SUCCEEDED
+    result = json.loads(succeeded.result or "")
+    assert result == {
+        "query": "orders",
+        "password_length": len(PASSWORD),
+        "echo": "used ***",
+        "keys": ["k-1", "***"],
+        "pin": "***",
+    }
+    assert json.loads(failed.arguments) == {"order": 7, "credentials": "***"}
+    assert failed.sealed_arguments
+
+    wait_for(lambda: "login refused" in worker.log(), timeout=10, what="the worker's error log")
+    # The tool's own log line and print (Celery logs a pool process's stdout) are kept, scrubbed.
+    assert "about to log in with ***" in worker.log()
+    assert "charging order 7 with ***" in worker.log()
+    absent("the worker's log", worker.log())
+    absent("SQL", everything_in_sql(dex))
+    absent("Redis", everything_in_redis(broker))
+    absent("events", repr(list(client.events("0"))))
+    absent("the snapshot", repr(client.get_agent_snapshot("s1")))
+
+    monkeypatch.setattr(toolapp, "dex", dex)
+    runner = CliRunner()
+    for args in (
+        ["calls", "show", leaky.key],
+        ["calls", "show", leaky.key, "--json"],
+        ["calls", "show", read.key],
+        ["calls", "show", read.key, "--json"],
+        ["calls", "list", "--json"],
+        ["calls", "list"],
+    ):
+        output = runner.invoke(main, ["--app", "tests.support.toolapp:dex", *args])
+        assert output.exit_code == 0, output.output
+        absent(f"dex-celery {' '.join(args)}", output.output)
+
+    web = signed_in(WebApp(dex, WEB_USERS), "alice", "pw-a")
+    for path in ("/calls", "/calls?session=s1", f"/calls/{leaky.key}", f"/calls/{read.key}"):
+        page = web.get(path)
+        assert page.status_code == 200, path
+        absent(f"the web page {path}", page.text)
+
+    def flower_has_both() -> bool:
+        tasks = flower.tasks()
+        return all(
+            tasks.get(f"{k}#1", {}).get("state") in ("SUCCESS", "FAILURE")
+            for k in (leaky.key, read.key)
+        )
+
+    # Celery's task events (task-sent, -received, -failed, -succeeded) as Flower keeps them.
+    wait_for(flower_has_both, timeout=30, what="Flower to show both tasks")
+    _, listing = flower.get("/api/tasks")
+    absent("Flower's task list", listing)
+    for key in (leaky.key, read.key):
+        _, info = flower.get(f"/api/task/info/{urllib.request.quote(f'{key}#1', safe='')}")
+        assert key in info
+        absent("Flower's task info", info)

@@ -8,12 +8,24 @@ and `status` shows it with everything else an operator checks first.
 from __future__ import annotations
 
 import json
+import socket
+import uuid
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from dex_celery import Dex
+from dex_celery.ops.status import workers_section
+from dex_celery.processes.worker_starts import (
+    FORGET_AFTER,
+    SILENT_WINDOW,
+    read_starts,
+    record_start,
+)
 from dex_celery.store import migrate
 from tests.integration.test_cli_like_celery import APP, dead_redis, one_error_line, run
 from tests.support.processes import Worker, wait_for
+from tests.support.toolapp import LOG_ENV
 
 
 def test_a_worker_warns_without_schema_and_without_sweeper(
@@ -66,3 +78,69 @@ def test_status_with_redis_down_reports_it_and_exits_1(dex: Dex, env: dict[str, 
     assert "redis" in line
     assert "FAIL  redis" in result.stdout
     assert "database" in result.stdout  # the other sections are still there
+
+
+def test_status_shows_each_worker_its_pid_uptime_and_restarts(
+    dex: Dex, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 19, "Workers come back": a worker started again under its node name (as `dev`,
+    compose and systemd restart it) shows its new pid and one restart; once it is gone it is
+    listed as not answering, and the section warns."""
+    migrate.upgrade(dex.settings.database_url)
+    name = f"status-{uuid.uuid4().hex[:6]}@%h"
+    node = name.replace("%h", socket.gethostname())
+
+    def workers() -> dict[str, Any]:
+        result = run("-A", APP, "status", "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        section: dict[str, Any] = json.loads(result.stdout)["sections"]["workers"]
+        return section
+
+    pids = []
+    for life in (1, 2):
+        worker = Worker(env, Path(env[LOG_ENV]), 1, extra_args=["-n", name]).start()
+        try:
+            section = workers()
+            assert section["state"] == "ok", section
+            assert section["nodes"] == [node]
+            info = section["workers"][node]
+            assert info["pid"] == worker.pid
+            assert info["starts"] == life and info["restarts"] == life - 1
+            assert info["uptime_seconds"] is not None
+            assert f"pid {worker.pid}" in section["detail"]
+            if life == 2:
+                assert "restarted 1 time" in section["detail"]
+                text = run("-A", APP, "status", env=env)
+                assert f"{node} (pid {worker.pid}, up " in text.stdout
+            pids.append(worker.pid)
+        finally:
+            worker.kill_all()
+    assert pids[0] != pids[1]
+
+    gone = workers()
+    assert gone["state"] == "warn"
+    assert gone["nodes"] == []
+    assert node in gone["silent"]
+    assert node in gone["detail"]
+
+
+def test_retired_workers_fade_from_status_and_old_starts_are_dropped(dex: Dex) -> None:
+    """A node silent for more than a day is not listed; a start older than 30 days is dropped
+    when another worker records its start (the hash does not grow with every container)."""
+    now = dex.ledger.now()
+
+    def fake_start(node: str, age: float) -> None:
+        value = {"pid": 1, "started_at": now - age, "starts": 1}
+        dex.redis.hset(dex.keys.worker_starts, node, json.dumps(value))
+
+    fake_start("recent@h", 60.0)
+    fake_start("retired@h", SILENT_WINDOW + 60.0)
+    fake_start("ancient@h", FORGET_AFTER + 60.0)
+    section = workers_section(dex)
+    assert section.state.value == "warn"
+    assert list(section.values["silent"]) == ["recent@h"]
+    assert "recent@h (started 1m ago)" in section.detail
+
+    record_start(dex, "fresh@h", pid=4242)
+    assert set(read_starts(dex)) == {"recent@h", "retired@h", "fresh@h"}
+    assert read_starts(dex)["fresh@h"].starts == 1

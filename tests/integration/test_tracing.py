@@ -58,6 +58,8 @@ def test_spans_for_one_call_of_each_outcome(dex: Dex, exporter: InMemorySpanExpo
     # outcome_unknown: attempt 1 is claimed by a worker that dies before finishing (S4.3).
     lost = client.request_call("tr", "t1", "lost", "slow_non_idempotent_write", {"seconds": 1})
     assert dex.ledger.claim(lost.key, 1, owner="gone:1", fence="f1").ok
+    # ... and in SQL, as a real worker does before any tool code of a write (the write fence).
+    assert dex.store.claim_write(lost.key, 1, fence="f1", owner="gone:1", now=dex.ledger.now())
     sweeper = dex.sweeper
 
     def swept() -> bool:

@@ -106,6 +106,8 @@ def test_reconcile_one_session_reports_once(app: WebApp, dex: Dex) -> None:
     client = dex.client()
     key = client.request_call("s3", "t1", "c1", "slow_non_idempotent_write", {"seconds": 1}).key
     assert dex.ledger.claim(key, 1, owner="gone:1", fence="f").ok  # then its worker vanished
+    # (after its claim in SQL, as a real worker's before any tool code of a write)
+    assert dex.store.claim_write(key, 1, fence="f", owner="gone:1", now=dex.ledger.now())
 
     def swept() -> bool:
         dex.sweeper.sweep_once()

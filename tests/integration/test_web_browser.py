@@ -186,6 +186,9 @@ def test_sign_in_approve_reject_and_refusals_in_chromium(
         # `unserved_write` waits in a queue no worker reads, so the claim here is the only one.
         lost = client.request_call("web-s3", "t1", "c1", "unserved_write", {})
         assert dex.ledger.claim(lost.key, 1, owner="gone:1", fence="f1").ok
+        # ... and in SQL, as a real worker does before any tool code of a write.
+        now = dex.ledger.now()
+        assert dex.store.claim_write(lost.key, 1, fence="f1", owner="gone:1", now=now)
         wait_for(lambda: swept_unknown(dex, lost.key), timeout=20, what="the lost call",
                  interval=0.2)  # fmt: skip
         d.get(f"{web.url}/unknowns")

@@ -17,7 +17,6 @@ session (S8.1); a second pass sends nothing new (S8.2).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -45,6 +44,7 @@ from dex_celery.processes.localstack import (
     worker_answers,
 )
 from dex_celery.settings import Settings
+from dex_celery.tools.redact import record_arguments
 
 #: The module the demo's worker imports (`celery -A`): the order desk shipped in the package.
 APP_MODULE = "dex_celery.examples.orderdesk.app"
@@ -259,7 +259,7 @@ def _table(records: list[ToolCallRecord], scenario: Scenario) -> str:
     for r in sorted(
         records, key=lambda r: EXPECTED.index(r.status.value) if r.status.value in EXPECTED else 9
     ):
-        args = json.loads(r.arguments)
+        args = record_arguments(r)  # the one display rule (tools/redact.py)
         what = (r.result or "") if r.status is CallStatus.SUCCEEDED else (r.error or "")
         rows.append(
             [

@@ -30,6 +30,9 @@
 --   lost        the worker stopped after the claim     -> retry, else failed (read) or
 --               outcome_unknown (S4.3)
 --   timed_out   past start-to-close, fenced (S5.1)     -> retry, else failed
+--   unconfirmed a write's worker could not commit its SQL claim and gave the attempt up before
+--               any tool code                          -> outcome_unknown (claim_unconfirmed),
+--               judged from SQL when it is recorded (the write fence, docs/ledger.md)
 
 -- The epoch in force and the frozen time, in one read. The frozen time is nil in production
 -- (nothing writes the key), so `ledger_now` then asks TIME.
@@ -136,6 +139,9 @@ local function next_step(w, c, queue, lease, close, unrecorded, key, now, cause,
   end
   if cause == 'tool_error' then
     return terminal(w, c, unrecorded, key, now, 'failed', 'tool_error', detail)
+  end
+  if cause == 'unconfirmed' then
+    return terminal(w, c, unrecorded, key, now, 'outcome_unknown', 'claim_unconfirmed', detail)
   end
   if retryable_class and n < max then
     -- The retry is published at once; its claim waits until not_before on Redis's clock, so a

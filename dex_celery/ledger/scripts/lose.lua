@@ -10,6 +10,11 @@
 --   released    the worker holding `fence` gives the attempt up before running any tool code,
 --               because the system of record refused its claim (another claim of this write
 --               exists there, or the call has ended there): the tool may have run elsewhere.
+--   unconfirmed the worker holding `fence` gives the attempt up before running any tool code,
+--               because it could not commit its claim in the system of record (the database
+--               refused the connection, or the connection broke during the commit). The call
+--               ends `outcome_unknown` with reason `claim_unconfirmed`, which the dispatcher
+--               judges from SQL once the database answers: no claim there, "did not run".
 -- Replies kind = noop or the next step of _common.lua.
 local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
@@ -32,12 +37,14 @@ if c.state == 'running' then
   if mode == 'worker_lost' and (owner == '' or c.owner ~= owner) then
     return step
   end
-  if mode == 'released' and (fence == '' or c.fence ~= fence) then
+  if (mode == 'released' or mode == 'unconfirmed') and (fence == '' or c.fence ~= fence) then
     return step
   end
-  log_attempt(w, c, attempt, 'lost', now, detail)
-  put(w, c, 'state', 'lost', 'fence', '')
-  step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'lost', detail,
+  local cause = 'lost'
+  if mode == 'unconfirmed' then cause = 'unconfirmed' end
+  log_attempt(w, c, attempt, cause, now, detail)
+  put(w, c, 'state', cause, 'fence', '')
+  step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, cause, detail,
     jitter)
 elseif c.state == 'enqueued' and mode == 'worker_lost' then
   log_attempt(w, c, attempt, 'expired', now, detail)

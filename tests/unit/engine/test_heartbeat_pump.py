@@ -74,3 +74,61 @@ def test_a_stream_of_new_attempts_does_not_postpone_the_next_beat() -> None:
     assert len(beats) >= 5, beats
     gaps = [b - a for a, b in itertools.pairwise(beats)]
     assert max(gaps) < 0.9, gaps
+
+
+class FlakyLedger:
+    """Raises `errors` (in turn) for the first `failures` heartbeats, then answers."""
+
+    def __init__(self, failures: float, *errors: Exception) -> None:
+        self.failures = failures
+        self.errors = errors
+        self.calls = 0
+
+    def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.errors[self.calls % len(self.errors)]
+        return set()
+
+
+def _flaky_pump(ledger: FlakyLedger) -> HeartbeatPump:
+    return HeartbeatPump(cast(Ledger, cast(Any, ledger)), 30.0)
+
+
+def test_a_tool_heartbeat_rides_out_redis_errors_within_the_lease() -> None:
+    """Issue 19, finding 6 (unit view): connection, time-out, socket and reply errors are tried
+    again; the tool gets True, not redis-py's exception."""
+    import redis
+
+    from dex_celery.errors import LedgerError
+
+    ledger = FlakyLedger(
+        4,
+        redis.ConnectionError("Connection reset by peer"),
+        redis.TimeoutError("Timeout reading from socket"),
+        ConnectionRefusedError(111, "Connection refused"),
+        LedgerError("ledger script heartbeat failed: READONLY You can't write against a replica"),
+    )
+    pump = _flaky_pump(ledger)
+    ctx = ToolContext(CallKey.parse("s/t/c"), 1, beat=lambda: pump.beat("s/t/c"))
+    pump.add("s/t/c", "f", ctx, 5.0)
+    assert ctx.heartbeat() is True
+    assert ledger.calls == 5
+    assert not ctx.cancelled
+
+
+def test_a_tool_heartbeat_says_false_once_the_lease_has_lapsed_unreached() -> None:
+    """Redis away for longer than the lease: the tool is told to stop (False, cancelled), within
+    about the lease, and still never sees a Redis error."""
+    import redis
+
+    ledger = FlakyLedger(float("inf"), redis.ConnectionError("Connection refused"))
+    pump = _flaky_pump(ledger)
+    ctx = ToolContext(CallKey.parse("s/t/c"), 1, beat=lambda: pump.beat("s/t/c"))
+    started = time.monotonic()
+    pump.add("s/t/c", "f", ctx, 0.6)
+    assert ctx.heartbeat() is False
+    took = time.monotonic() - started
+    assert took <= 0.6, took
+    assert ctx.cancelled
+    assert ledger.calls >= 2

@@ -1,0 +1,77 @@
+"""`dex-celery mcp` tells an MCP client the truth when a request fails after its insert (S11.2).
+
+With the ledger's Redis out of memory, a write requested by a client that sends no ids is
+recorded but cannot be started. The answer says so (status `in_flight`, the call's key) instead
+of "refused", and asking again the same way follows that call rather than making a second one:
+once memory is freed the write runs once. A real `dex-celery mcp` over stdio, the SDK's client,
+a real redis-server with `maxmemory` and `noeviction`, a real worker and the tool's own log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import redis
+from mcp import Client
+
+from dex_celery import CallStatus, Dex
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_server import STATUS_META_KEY
+from tests.crash.test_request_truth import dex_on, fill_until_out_of_memory, sweeping
+from tests.integration.test_mcp_server import _server, _text
+from tests.support.crash import count_calls, lines, wait_finished
+from tests.support.processes import RedisServer, Worker
+
+WRITE = "slow_non_idempotent_write"
+
+
+def test_mcp_client_without_ids_is_told_the_call_is_recorded_and_asking_again_runs_it_once(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    server = RedisServer(
+        tmp_path / "oom-redis",
+        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
+    ).start()
+    try:
+        own, own_env = dex_on(env, server)
+        start_worker(extra_env=own_env)
+        fillers: list[str] = []
+
+        async def scenario(target: Any) -> dict[str, Any]:
+            seen: dict[str, Any] = {}
+            async with Client(target) as mcp:
+                # The server binds its ledger on its first call, while Redis has room.
+                seen["warm"] = await mcp.call_tool("echo", {"x": 1})
+                fillers.extend(await anyio.to_thread.run_sync(fill_until_out_of_memory, server))
+                seen["first"] = await mcp.call_tool(WRITE, {"seconds": 0})
+                await anyio.to_thread.run_sync(
+                    lambda: redis.Redis.from_url(server.url).delete(*fillers)
+                )
+                with sweeping(own):
+                    seen["again"] = await mcp.call_tool(WRITE, {"seconds": 0})
+            return seen
+
+        with _server("stdio", own_env) as target:
+            seen = anyio.run(scenario, target)
+
+        assert not seen["warm"].is_error, _text(seen["warm"])
+        first = seen["first"]
+        text = _text(first)
+        assert first.is_error
+        assert first.meta[STATUS_META_KEY] == "in_flight", text
+        key = first.meta[IDEMPOTENCY_META_KEY]
+        assert key in text and "recorded" in text, text
+        assert "nothing" not in text.lower()
+
+        again = seen["again"]
+        assert again.meta[IDEMPOTENCY_META_KEY] == key, "asking again made a second call"
+        done = wait_finished(own, key)
+        assert done.status is CallStatus.SUCCEEDED, (done.status, done.error)
+        assert [a for a, _pid, _k in lines(key, "start")] == [1]
+        assert count_calls(own) == 2  # the warm-up read and the one write
+    finally:
+        server.kill()
+

@@ -98,6 +98,17 @@ def in_flight_text(record: ToolCallRecord, timeout: float) -> str:
     )
 
 
+def request_in_flight_text(keys: Sequence[str]) -> str:
+    """What the model reads when a request is recorded (or may be) but not yet started (S11.2):
+    it must not ask again under a new tool-call id, which would be a second call."""
+    return (
+        f"The call {', '.join(keys)} is recorded (or may be) but could not be started yet; it "
+        "will run, or end with a record saying it did not run, once the system recovers, and "
+        "its outcome will be in the session's history. Do not call the tool again for the same "
+        "purpose."
+    )
+
+
 def record_text(record: ToolCallRecord) -> str:
     """The TOOL message of an ended call: exactly what the session history keeps (S4.4)."""
     return tool_output(record.status, record.result, record.error or "")

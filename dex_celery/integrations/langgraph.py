@@ -52,10 +52,16 @@ from langgraph.types import interrupt
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import ConfigurationError, InvalidDecision, InvalidRequest
+from dex_celery.errors import (
+    ConfigurationError,
+    InvalidDecision,
+    InvalidRequest,
+    RequestInFlight,
+)
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     Decisions,
+    request_in_flight_text,
     runtime_source,
     select_tools,
     turn_id,
@@ -186,6 +192,8 @@ class _Bridge:
             )
         except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
             return f"Error: {e}"
+        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
+            return request_in_flight_text(e.keys)
         if record.status is CallStatus.AWAITING_APPROVAL:
             decision = Decision.parse(interrupt(_interrupt_value(record, tool, arguments)))
             who = decision.decided_by or self.approver
@@ -204,6 +212,8 @@ class _Bridge:
             )
         except InvalidRequest as e:
             return f"Error: {e}"
+        except RequestInFlight as e:
+            return request_in_flight_text(e.keys)
         if record.status is CallStatus.AWAITING_APPROVAL:
             decision = Decision.parse(interrupt(_interrupt_value(record, tool, arguments)))
             who = decision.decided_by or self.approver

@@ -58,7 +58,12 @@ from dex_celery.errors import (
     RequestInFlight,
     UnknownSession,
 )
-from dex_celery.integrations.framework_calls import Decisions, record_text, runtime_source
+from dex_celery.integrations.framework_calls import (
+    Decisions,
+    record_text,
+    request_in_flight_text,
+    runtime_source,
+)
 from dex_celery.integrations.framework_calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.outcomes import CallStatus, tool_output
@@ -205,14 +210,7 @@ class _Bridge:
         except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
             return f"Error: {e}"
         except RequestInFlight as e:
-            # Recorded (or maybe): the model must not ask again under a new tool-call id, which
-            # would be a second call (S11.2).
-            return (
-                f"The call {', '.join(e.keys)} is recorded (or may be) but could not be started "
-                "yet; it will run, or end with a record saying it did not run, once the system "
-                "recovers, and its outcome will be in the session's history. Do not call the "
-                "tool again for the same purpose."
-            )
+            return request_in_flight_text(e.keys)
         if record.status is CallStatus.AWAITING_APPROVAL and await self.requires_approval(
             tool, ctx
         ):

@@ -57,11 +57,12 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import DexError, InvalidRequest
+from dex_celery.errors import DexError, InvalidRequest, RequestInFlight
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     Decisions,
     record_text,
+    request_in_flight_text,
     runtime_source,
     same_arguments,
     select_tools,
@@ -146,6 +147,8 @@ class DexTools(AbstractCapability[Any]):
             )
         except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
             return f"Error: {e}"
+        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
+            return request_in_flight_text(e.keys)
         if record.status is CallStatus.AWAITING_APPROVAL:
             if not ctx.tool_call_approved:
                 raise ApprovalRequired(

@@ -16,28 +16,34 @@ The idempotency key is built from the SDK's own ids (S2.1):
   resumes from a `RunState`; pin it with `RunConfig(trace_id=...)`), unless `session_id` is
   given (a string, or a function of the run context, e.g. your conversation id); with tracing
   disabled, an id made for the run (`run_<hex>`, not kept across a serialized `RunState`);
-- turn id: `turn-<n>`, the run's model-response count so far (the SDK keeps it in the run's
-  usage and restores it with a `RunState`), so turn 1 is the first model response;
+- turn id: `turn-<n>`, the run's model-response count so far, including the response that made
+  the call (the SDK keeps it in the run's usage and restores it with a `RunState`), so the first
+  model response is `turn-1` (the rule of every adapter, `framework_calls.turn_id`);
 - tool-call id: the model's `call_id`, which the SDK requires to be unique within a run.
 
 Approvals use the SDK's human-in-the-loop mechanism: a tool whose dex policy asks a person
-(S1.3) has `needs_approval`, so the run stops with an interruption. Approving it there
-(`state.approve(item)`, then `Runner.run(agent, state)`) records the decision in dex, by
-`approver`, and the call runs under its recorded policy (S6.2). Rejecting it there never
-requests the call: nothing is recorded in dex and nothing runs; the model reads the SDK's
-rejection message. A call found waiting for a person in dex anyway (decided elsewhere, e.g.
-`dex-celery approvals`) answers with that pending state and its key.
+(S1.3) has `needs_approval`, and when the model makes such a call it is requested in dex right
+then (its record waits, with its approval deadline, also in `dex-celery approvals`) and the run
+stops with an interruption. Approving it there (`state.approve(item)`, then
+`Runner.run(agent, state)`) records the decision in dex, by `approver`, and the call runs under
+its recorded policy (S6.2). Rejecting it there never runs it, and the record ends `rejected`:
+at once, by `approver`, when the run's `RunConfig(tool_error_formatter=dex_rejections(...))`
+is set (the model then reads the record's rejection text), otherwise at its approval deadline
+(decided by the system). A call found waiting for a person in dex anyway (decided elsewhere,
+e.g. `dex-celery approvals`) answers with that pending state and its key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents import FunctionTool, RunContextWrapper
+from agents.run_config import ToolErrorFormatterArgs
 from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
 
@@ -47,10 +53,18 @@ from dex_celery.errors import (
     ApprovalError,
     CallTimeout,
     ConfigurationError,
+    DexError,
     InvalidRequest,
     RequestInFlight,
     UnknownSession,
 )
+from dex_celery.integrations.framework_calls import (
+    Decisions,
+    record_text,
+    request_in_flight_text,
+    runtime_source,
+)
+from dex_celery.integrations.framework_calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass, resolve_policy
@@ -115,9 +129,17 @@ class _Bridge:
             return await self.invoke(tool, ctx, arguments)
 
         async def needs_approval(
-            ctx: RunContextWrapper[Any], _arguments: dict[str, Any], _call_id: str
+            ctx: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
         ) -> bool:
-            return await self.requires_approval(tool, ctx)
+            if not await self.requires_approval(tool, ctx):
+                return False
+            # Recorded now, while a person decides: a rejected call is never left unrecorded.
+            # A bad request raises InvalidRequest again when invoked, and the model reads it then.
+            with contextlib.suppress(InvalidRequest):
+                await self.client.request_call(
+                    self.run_id(ctx), self.turn_id(ctx), call_id, tool.name, arguments
+                )
+            return True
 
         return FunctionTool(
             name=tool.name,
@@ -160,7 +182,7 @@ class _Bridge:
 
     @staticmethod
     def turn_id(ctx: RunContextWrapper[Any]) -> str:
-        return f"turn-{ctx.usage.requests}"
+        return turn_rule(ctx.usage.requests)
 
     # --- approval ------------------------------------------------------------------------------
 
@@ -188,14 +210,7 @@ class _Bridge:
         except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
             return f"Error: {e}"
         except RequestInFlight as e:
-            # Recorded (or maybe): the model must not ask again under a new tool-call id, which
-            # would be a second call (S11.2).
-            return (
-                f"The call {', '.join(e.keys)} is recorded (or may be) but could not be started "
-                "yet; it will run, or end with a record saying it did not run, once the system "
-                "recovers, and its outcome will be in the session's history. Do not call the "
-                "tool again for the same purpose."
-            )
+            return request_in_flight_text(e.keys)
         if record.status is CallStatus.AWAITING_APPROVAL and await self.requires_approval(
             tool, ctx
         ):
@@ -218,6 +233,39 @@ class _Bridge:
                     "outcome will be in the session's history."
                 )
         return tool_output(record.status, record.result, record.error or "")
+
+
+def dex_rejections(
+    dex: RuntimeSource | DexClient | AsyncDexClient,
+    *,
+    session_id: SessionIdSource | None = None,
+    approver: str = DEFAULT_APPROVER,
+) -> Callable[[ToolErrorFormatterArgs[Any]], Any]:
+    """A `RunConfig(tool_error_formatter=...)` that records the SDK's rejections in dex.
+
+    A call rejected with `state.reject(item)` ends `rejected` in dex at once, by `approver`, and
+    the model reads the record's rejection text. Other tool errors keep the SDK's own message.
+    (A rejection with an explicit `rejection_message` bypasses formatters in the SDK: that call's
+    record ends `rejected` at its approval deadline.) Pass the same `session_id` as to
+    `dex_function_tools`.
+    """
+    source = runtime_source(dex)
+    bridge = _Bridge(source, session_id, approver, 0.0)
+    decisions = Decisions(source, "OpenAI Agents SDK")
+
+    async def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+        if args.kind != "approval_rejected" or args.tool_name not in source.runtime.tools:
+            return None
+        ctx = args.run_context
+        key = f"{bridge.run_id(ctx)}/{bridge.turn_id(ctx)}/{args.call_id}"
+        try:
+            record = await decisions.aclient.get_call(key)
+            record = await decisions.areject(record, approver, "rejected in the OpenAI Agents SDK")
+        except DexError:
+            return None
+        return record_text(record) if record.finished else None
+
+    return formatter
 
 
 def pending_text(record: ToolCallRecord) -> str:

@@ -16,7 +16,11 @@ from agents import Agent, RunConfig, Runner, gen_trace_id, set_trace_processors
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
-from dex_celery.integrations.openai_agents import DEFAULT_APPROVER, dex_function_tools
+from dex_celery.integrations.openai_agents import (
+    DEFAULT_APPROVER,
+    dex_function_tools,
+    dex_rejections,
+)
 from tests.support.crash import lines, tool_messages, wait_started
 from tests.support.processes import Worker
 
@@ -147,3 +151,46 @@ def test_without_tracing_the_run_gets_an_id_of_its_own(
     (first_session, first_turn, _), (second_session, second_turn, _) = (k.split("/") for k in keys)
     assert first_session == second_session and first_session.startswith("run_")
     assert (first_turn, second_turn) == ("turn-1", "turn-2")
+
+
+def test_a_call_rejected_in_the_sdk_is_recorded_rejected(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """The record exists while the person decides; `dex_rejections` ends it `rejected` by the
+    approver, and the model reads the record's rejection text. Without the formatter the record
+    is still there, waiting for its approval deadline."""
+    start_worker()
+    model = ScriptedModel(
+        [
+            [function_call("guarded_write", {"value": "no"}, call_id="call_no")],
+            [function_call("guarded_write", {"value": "no"}, call_id="call_kept")],
+            [assistant_message("Refused.")],
+        ]
+    )
+    agent = Agent(name="desk", model=model, tools=dex_function_tools(dex, ["guarded_write"]))
+    trace_id = gen_trace_id()
+    config = RunConfig(trace_id=trace_id, tool_error_formatter=dex_rejections(dex, approver="al"))
+    key = f"{trace_id}/turn-1/call_no"
+
+    async def run() -> Any:
+        first = await Runner.run(agent, "Send it.", run_config=config)
+        assert dex.client().get_call(key).status is CallStatus.AWAITING_APPROVAL
+        state = first.to_state()
+        for item in first.interruptions:
+            state.reject(item)
+        second = await Runner.run(agent, state, run_config=config)
+        return second
+
+    second = asyncio.run(run())
+
+    record = dex.client().get_call(key)
+    assert record.status is CallStatus.REJECTED
+    assert record.approval is not None and record.approval.decided_by == "al"
+    outputs = _outputs(model, 1)
+    assert outputs["call_no"] == tool_messages(dex, key)[0]
+    assert outputs["call_no"].startswith("The call was rejected and did not run")
+    assert lines(key, "start") == []
+    # The second call waits for a person in the second run; it has its record already.
+    assert [item.tool_name for item in second.interruptions] == ["guarded_write"]
+    kept = dex.client().get_call(f"{trace_id}/turn-2/call_kept")
+    assert kept.status is CallStatus.AWAITING_APPROVAL

@@ -13,16 +13,20 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agents import set_trace_processors
 from agents.testing import ScriptedModel, assistant_message, function_call
+from langchain_core.messages import AIMessage
 
 from dex_celery import Dex
 from tests.support.processes import ROOT
 
 BLOCK = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
 MODEL_LINE = 'model = "gpt-5.1"  # any model the SDK can use'
+PYDANTIC_MODEL_LINE = 'model = "openai:gpt-5.1"  # any model Pydantic AI can use'
+LANGCHAIN_MODEL_LINE = 'model = "openai:gpt-5.1"  # any chat model LangChain can use'
 
 
 def readme_files() -> dict[str, str]:
@@ -72,6 +76,8 @@ def test_readme_has_the_example_files() -> None:
         "ask.py",
         "use_over_mcp.py",
         "agent.py",
+        "pydantic_agent.py",
+        "langgraph_agent.py",
     }
     assert MODEL_LINE in files["agent.py"]
 
@@ -120,4 +126,69 @@ def test_readme_integration_examples_run(
         "call_lookup": '{"order_id": "A-3", "status": "open"}',
         "call_cancel": '{"result": "order A-3 cancelled"}',
     }
+    sys.modules.pop("tools_app", None)
+
+
+def _run_example(name: str, model_line: str, model: Any, folder: Path) -> tuple[str, list[str]]:
+    """Run the README's `name` with `model` in place of its model line; `input()` says "y"."""
+    asked: list[str] = []
+    source = readme_files()[name].replace(model_line, "model = SCRIPTED")
+    namespace = {
+        "__name__": "__main__",
+        "SCRIPTED": model,
+        "input": lambda prompt: asked.append(prompt) or "y",
+    }
+    exec(compile(source, str(folder / name), "exec"), namespace)
+    return name, asked
+
+
+def test_readme_pydantic_ai_and_langgraph_examples_run(
+    dex: Dex,
+    example: tuple[Path, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pydantic_ai.models.function import FunctionModel
+
+    from tests.integration.test_pydantic_ai import Scripted, call
+    from tests.support.langchain_model import ScriptedChatModel, tool_call
+
+    folder, _env = example
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "tools_app", raising=False)
+    assert PYDANTIC_MODEL_LINE in readme_files()["pydantic_agent.py"]
+    assert LANGCHAIN_MODEL_LINE in readme_files()["langgraph_agent.py"]
+
+    script = Scripted(
+        [
+            [call("lookup", {"order_id": "A-4"}, "call_lookup")],
+            [call("cancel", {"order_id": "A-4"}, "call_cancel")],
+            "Order A-4 is cancelled.",
+        ]
+    )
+    _name, asked = _run_example(
+        "pydantic_agent.py", PYDANTIC_MODEL_LINE, FunctionModel(script), folder
+    )
+    assert capsys.readouterr().out.strip().endswith("Order A-4 is cancelled.")
+    assert [p.split("(")[0] for p in asked] == ["Run cancel"]
+    assert script.tool_results() == {"call_cancel": '{"result": "order A-4 cancelled"}'}
+    assert dex.client().pending_approvals() == []  # decided in dex, not left waiting
+
+    chat = ScriptedChatModel(
+        turns=[
+            tool_call("lookup", {"order_id": "A-5"}, "call_lookup"),
+            tool_call("cancel", {"order_id": "A-5"}, "call_cancel"),
+            AIMessage("Order A-5 is cancelled."),
+        ]
+    )
+    _name, asked = _run_example("langgraph_agent.py", LANGCHAIN_MODEL_LINE, chat, folder)
+    assert capsys.readouterr().out.strip().endswith("Order A-5 is cancelled.")
+    assert [p.split("(")[0] for p in asked] == ["Run cancel"]
+    assert chat.tool_results() == {
+        "call_lookup": '{"order_id": "A-5", "status": "open"}',
+        "call_cancel": '{"result": "order A-5 cancelled"}',
+    }
+    record = dex.client().get_call("orders-desk-1/turn-2/call_cancel")
+    assert record.approval is not None and record.approval.decided_by == "me"
     sys.modules.pop("tools_app", None)

@@ -1,0 +1,182 @@
+"""What every agent-framework adapter does the same way: the turn rule, finding the tools, a
+person's decision, and the text the model reads for a call.
+
+The adapters (`openai_agents.py`, `pydantic_ai.py`, `langgraph.py`) only translate their
+framework's ids and approval mechanism into these calls, so the three agree on:
+
+- the turn id: `turn-<n>`, where `n` counts the model responses of the conversation up to and
+  including the one that made the call (the first model response is `turn-1`); every framework
+  keeps that count in what it resumes from (the SDK's run usage, Pydantic AI's message history,
+  LangGraph's checkpointed messages), so a resumed run asks for the same key (S2.1);
+- a decision: approving records the person in dex and dispatches the call under its recorded
+  policy (S6.2); rejecting records the call `rejected` with who decided, so no call a person
+  turned down is left without a record;
+- the text: exactly the record's TOOL message (S4.4), or a sentence saying the call is still
+  waiting for a person or still in flight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dex_celery.client.dex_client import AsyncDexClient, DexClient
+from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.errors import ApprovalError, CallTimeout, UnknownSession
+from dex_celery.model.outcomes import CallStatus, tool_output
+from dex_celery.model.policy import EffectClass, resolve_policy
+from dex_celery.model.records import ToolCallRecord
+from dex_celery.tools.tool import Tool, find_tool
+
+#: The note dex records with an approval given through a framework.
+APPROVED_NOTE = "approved in the {framework} run"
+#: The reason recorded when an approval came with changed arguments (see `changed_arguments`).
+CHANGED_ARGUMENTS_REASON = (
+    "the approval changed the call's arguments; an approval is of the arguments the model asked "
+    "for, so the call was not run (ask the model to call the tool again with the new arguments)"
+)
+
+
+def turn_id(model_responses: int) -> str:
+    """The turn id of a call made by the `model_responses`-th model response (1-based)."""
+    return f"turn-{max(model_responses, 1)}"
+
+
+def runtime_source(dex: RuntimeSource | DexClient | AsyncDexClient) -> RuntimeSource:
+    """The deployment behind a `Dex`, a `DexClient` or an `AsyncDexClient`."""
+    if isinstance(dex, AsyncDexClient):
+        return dex.sync.source
+    if isinstance(dex, DexClient):
+        return dex.source
+    return dex
+
+
+def select_tools(source: RuntimeSource, names: Sequence[str] | None) -> list[Tool]:
+    """The named registered tools (`UnknownTool` for a name not registered), or all of them."""
+    registered = source.runtime.tools
+    if names is None:
+        return list(registered.values())
+    return [find_tool(registered, name) for name in names]
+
+
+def requires_approval(source: RuntimeSource, tool: Tool, session_id: str) -> bool:
+    """What the call's policy snapshot will say (S1.3, S1.4), the session's default included."""
+    try:
+        session_default: EffectClass | None = source.runtime.store.get_session(
+            session_id
+        ).default_effect
+    except UnknownSession:
+        session_default = None
+    snapshot = resolve_policy(
+        tool.policy, tool.annotations, session_default, source.runtime.settings
+    )
+    return snapshot.requires_approval
+
+
+def same_arguments(requested: Mapping[str, Any], approved: Mapping[str, Any]) -> bool:
+    """Whether an approval's arguments are the ones the model asked for (as JSON values)."""
+    return json.dumps(requested, sort_keys=True, default=str) == json.dumps(
+        approved, sort_keys=True, default=str
+    )
+
+
+def pending_text(record: ToolCallRecord) -> str:
+    """What the model reads for a call still waiting for a person's decision."""
+    deadline = json.dumps(record.approval_deadline)
+    return (
+        f"The call {record.key} is waiting for a person's approval (deadline {deadline}) and has "
+        "not run."
+    )
+
+
+def in_flight_text(record: ToolCallRecord, timeout: float) -> str:
+    """What the model reads for a call that did not end within the adapter's wait."""
+    return (
+        f"The call {record.key} is still in flight after {timeout:g}s; its outcome will be in "
+        "the session's history."
+    )
+
+
+def request_in_flight_text(keys: Sequence[str]) -> str:
+    """What the model reads when a request is recorded (or may be) but not yet started (S11.2):
+    it must not ask again under a new tool-call id, which would be a second call."""
+    return (
+        f"The call {', '.join(keys)} is recorded (or may be) but could not be started yet; it "
+        "will run, or end with a record saying it did not run, once the system recovers, and "
+        "its outcome will be in the session's history. Do not call the tool again for the same "
+        "purpose."
+    )
+
+
+def record_text(record: ToolCallRecord) -> str:
+    """The TOOL message of an ended call: exactly what the session history keeps (S4.4)."""
+    return tool_output(record.status, record.result, record.error or "")
+
+
+class Decisions:
+    """A person's decisions on dex calls, made through a framework, for both client kinds."""
+
+    def __init__(self, source: RuntimeSource, framework: str) -> None:
+        self.client = DexClient(source)
+        self.aclient = AsyncDexClient(source)
+        self.note = APPROVED_NOTE.format(framework=framework)
+
+    def approve(self, record: ToolCallRecord, decided_by: str) -> ToolCallRecord:
+        """Approve a waiting call; one decided meanwhile (or expired) keeps its record."""
+        if record.status is not CallStatus.AWAITING_APPROVAL:
+            return record
+        try:
+            return self.client.approve(record.key, decided_by, self.note)
+        except ApprovalError:
+            return self.client.get_call(record.key)
+
+    def reject(self, record: ToolCallRecord, decided_by: str, reason: str | None) -> ToolCallRecord:
+        """Reject a waiting call: it ends `rejected`, with who decided, and never runs."""
+        if record.status is not CallStatus.AWAITING_APPROVAL:
+            return record
+        try:
+            return self.client.reject(record.key, decided_by, reason or None)
+        except ApprovalError:
+            return self.client.get_call(record.key)
+
+    async def aapprove(self, record: ToolCallRecord, decided_by: str) -> ToolCallRecord:
+        if record.status is not CallStatus.AWAITING_APPROVAL:
+            return record
+        try:
+            return await self.aclient.approve(record.key, decided_by, self.note)
+        except ApprovalError:
+            return await self.aclient.get_call(record.key)
+
+    async def areject(
+        self, record: ToolCallRecord, decided_by: str, reason: str | None
+    ) -> ToolCallRecord:
+        if record.status is not CallStatus.AWAITING_APPROVAL:
+            return record
+        try:
+            return await self.aclient.reject(record.key, decided_by, reason or None)
+        except ApprovalError:
+            return await self.aclient.get_call(record.key)
+
+    # --- the model's text -----------------------------------------------------------------
+
+    def text(self, record: ToolCallRecord, timeout: float) -> str:
+        """Wait for a dispatched call to end and return what the model reads of it."""
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            return pending_text(record)
+        if not record.finished:
+            try:
+                (record,) = self.client.wait([record.key], timeout=timeout)
+            except CallTimeout:
+                return in_flight_text(record, timeout)
+        return record_text(record)
+
+    async def atext(self, record: ToolCallRecord, timeout: float) -> str:
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            return pending_text(record)
+        if not record.finished:
+            try:
+                (record,) = await self.aclient.wait([record.key], timeout=timeout)
+            except CallTimeout:
+                return in_flight_text(record, timeout)
+        return record_text(record)

@@ -1,0 +1,260 @@
+"""dex tools as LangChain tools for LangGraph graphs: each tool call runs on a Celery worker.
+
+    from dex_celery.integrations.langgraph import dex_tools
+
+    agent = create_agent(model, dex_tools(dex, ["lookup", "cancel"]), checkpointer=saver)
+
+`dex_tools` returns LangChain `BaseTool`s (`StructuredTool`s) for `create_agent` or a `ToolNode`
+of your own graph; both sync (`invoke`) and async (`ainvoke`) graphs work. Each call the model
+makes is requested through the ledger (S2, S3) and waited for; the model reads exactly the
+record's TOOL message (S4.4) as the `ToolMessage`: the result, `Error: ...`, the rejection, or
+`OUTCOME_UNKNOWN_TOOL_RESULT` (S4.5). A failed or unknown call is text, never an exception.
+
+The idempotency key (S2.1):
+
+- session id: the graph's `thread_id` (`config["configurable"]["thread_id"]`), unless `session_id`
+  is given (a string, or a function of the tool's `ToolRuntime`);
+- turn id: `turn-<n>`, the count of AI messages in the graph's `messages` state up to and
+  including the one that made the call (`framework_calls.turn_id`): the state is what the
+  checkpointer keeps, so the count survives a crash;
+- tool-call id: the model's tool call `id`.
+
+LangGraph runs a node again from its start when a graph resumes (after `interrupt()`, or from
+its checkpoint after a crash). A dex tool asked again asks dex for the same key and gets the
+same record (S2.3): a write that ran or is running is waited for, never run a second time.
+
+Approvals use LangGraph's `interrupt()`: a call whose dex policy asks a person (S1.3) is
+requested in dex first (its record waits, with its deadline), then the graph stops with an
+interrupt whose value is `{"dex_key", "tool", "arguments", "approval_deadline"}`. Resume with
+`Command(resume=...)`, the decision being one of:
+
+- `True` / `False`;
+- `{"approved": bool, "decided_by": "alice", "reason": "..."}`;
+- LangChain's human-in-the-loop shape `{"type": "approve" | "reject", "message": "..."}`, with
+  `"decided_by"` beside it.
+
+Approving records who decided (`decided_by`, else `approver`) and runs the call; rejecting
+records it `rejected` with who decided and the reason, and the model reads the record's
+rejection text. An edit (`{"type": "edit", ...}`, or any `args` in the decision) is refused, as
+Pydantic AI's `override_args` is: the call is recorded `rejected` and the model may ask again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.prebuilt import ToolRuntime
+from langgraph.types import interrupt
+
+from dex_celery.client.dex_client import AsyncDexClient, DexClient
+from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.errors import (
+    ConfigurationError,
+    InvalidDecision,
+    InvalidRequest,
+    RequestInFlight,
+)
+from dex_celery.integrations.framework_calls import (
+    CHANGED_ARGUMENTS_REASON,
+    Decisions,
+    request_in_flight_text,
+    runtime_source,
+    select_tools,
+    turn_id,
+)
+from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.records import ToolCallRecord
+from dex_celery.tools.tool import Tool
+
+#: Who decided, in dex's record, when the resume value does not say.
+DEFAULT_APPROVER = "langgraph"
+
+SessionIdSource = str | Callable[[ToolRuntime], str]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A person's answer to a dex approval interrupt, read from `Command(resume=...)`."""
+
+    approved: bool
+    decided_by: str | None
+    reason: str | None
+    edited: bool = False
+
+    @classmethod
+    def parse(cls, value: Any) -> Decision:
+        """`InvalidDecision` for a resume value that is not one of the documented shapes."""
+        if isinstance(value, bool):
+            return cls(value, None, None)
+        if isinstance(value, Mapping):
+            by = value.get("decided_by")
+            reason = value.get("reason", value.get("message"))
+            if by is not None and not isinstance(by, str):
+                raise InvalidDecision("decided_by must be a string")
+            reason = reason if isinstance(reason, str) else None
+            kind = value.get("type")
+            if kind == "edit" or "args" in value or "edited_action" in value:
+                return cls(False, by, reason, edited=True)
+            if isinstance(value.get("approved"), bool):
+                return cls(bool(value["approved"]), by, reason)
+            if kind in ("approve", "accept"):
+                return cls(True, by, reason)
+            if kind in ("reject", "response"):
+                return cls(False, by, reason)
+        raise InvalidDecision(
+            "a dex approval is resumed with True/False, {'approved': bool, 'decided_by': ...} or "
+            f"{{'type': 'approve' | 'reject', ...}}, not {value!r}"
+        )
+
+
+def dex_tools(
+    dex: RuntimeSource | DexClient | AsyncDexClient,
+    names: Sequence[str] | None = None,
+    *,
+    session_id: SessionIdSource | None = None,
+    approver: str = DEFAULT_APPROVER,
+    wait_timeout: float = 300.0,
+) -> list[BaseTool]:
+    """LangChain tools of the named dex tools (all registered tools by default)."""
+    source = runtime_source(dex)
+    bridge = _Bridge(source, session_id, approver, wait_timeout)
+    return [bridge.tool(tool) for tool in select_tools(source, names)]
+
+
+class _Bridge:
+    def __init__(
+        self,
+        source: RuntimeSource,
+        session_id: SessionIdSource | None,
+        approver: str,
+        wait_timeout: float,
+    ) -> None:
+        self.decisions = Decisions(source, "LangGraph")
+        self.session_id = session_id
+        self.approver = approver
+        self.wait_timeout = wait_timeout
+
+    def tool(self, tool: Tool) -> BaseTool:
+        # `runtime: ToolRuntime` is how a ToolNode (and create_agent) hands a tool the graph's
+        # state, config and the tool call id; the model is shown only the tool's own schema.
+        def run(runtime: ToolRuntime, **arguments: Any) -> str:
+            return self.run(tool, runtime, arguments)
+
+        async def arun(runtime: ToolRuntime, **arguments: Any) -> str:
+            return await self.arun(tool, runtime, arguments)
+
+        return StructuredTool(
+            name=tool.name,
+            description=tool.description or tool.name,
+            args_schema=arguments_schema(tool),
+            func=run,
+            coroutine=arun,
+        )
+
+    # --- ids -----------------------------------------------------------------------------------
+
+    def ids(self, runtime: ToolRuntime) -> tuple[str, str, str]:
+        """`(session id, turn id, tool call id)` of the call this runtime belongs to."""
+        if not isinstance(runtime, ToolRuntime) or not runtime.tool_call_id:
+            raise ConfigurationError(
+                "dex tools run inside a LangGraph ToolNode (or create_agent), which hands them "
+                "the tool call id and the graph's state"
+            )
+        if isinstance(self.session_id, str):
+            session = self.session_id
+        elif self.session_id is not None:
+            session = self.session_id(runtime)
+        else:
+            configurable = (runtime.config or {}).get("configurable") or {}
+            thread = configurable.get("thread_id")
+            if not isinstance(thread, str) or not thread:
+                raise ConfigurationError(
+                    "the graph has no thread_id to use as the session id; run it with "
+                    "config={'configurable': {'thread_id': ...}} or pass dex_tools(..., "
+                    "session_id=...)"
+                )
+            session = thread
+        messages = _messages(runtime.state)
+        return session, turn_id(_ai_messages(messages, runtime.tool_call_id)), runtime.tool_call_id
+
+    # --- the call ------------------------------------------------------------------------------
+
+    def run(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
+        session, turn, call_id = self.ids(runtime)
+        try:
+            record = self.decisions.client.request_call(
+                session, turn, call_id, tool.name, arguments
+            )
+        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
+            return f"Error: {e}"
+        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
+            return request_in_flight_text(e.keys)
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            decision = Decision.parse(interrupt(_interrupt_value(record, tool, arguments)))
+            who = decision.decided_by or self.approver
+            if decision.approved:
+                record = self.decisions.approve(record, who)
+            else:
+                reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
+                record = self.decisions.reject(record, who, reason)
+        return self.decisions.text(record, self.wait_timeout)
+
+    async def arun(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
+        session, turn, call_id = self.ids(runtime)
+        try:
+            record = await self.decisions.aclient.request_call(
+                session, turn, call_id, tool.name, arguments
+            )
+        except InvalidRequest as e:
+            return f"Error: {e}"
+        except RequestInFlight as e:
+            return request_in_flight_text(e.keys)
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            decision = Decision.parse(interrupt(_interrupt_value(record, tool, arguments)))
+            who = decision.decided_by or self.approver
+            if decision.approved:
+                record = await self.decisions.aapprove(record, who)
+            else:
+                reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
+                record = await self.decisions.areject(record, who, reason)
+        return await self.decisions.atext(record, self.wait_timeout)
+
+
+def _interrupt_value(
+    record: ToolCallRecord, tool: Tool, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """What the graph's caller sees in the interrupt: enough to decide, nothing secret."""
+    shown = {
+        name: "***" if name in tool.policy.secret_arguments else value
+        for name, value in arguments.items()
+    }
+    return {
+        "dex_key": record.key,
+        "tool": tool.name,
+        "arguments": shown,
+        "approval_deadline": record.approval_deadline,
+    }
+
+
+def _messages(state: Any) -> Sequence[Any]:
+    if isinstance(state, Mapping):
+        return list(state.get("messages") or [])
+    if isinstance(state, list):
+        return state
+    return list(getattr(state, "messages", None) or [])
+
+
+def _ai_messages(messages: Sequence[Any], tool_call_id: str) -> int:
+    """AI messages up to and including the one that made `tool_call_id` (all if none did)."""
+    count = 0
+    for message in messages:
+        if isinstance(message, AIMessage):
+            count += 1
+            if any(call.get("id") == tool_call_id for call in message.tool_calls):
+                return count
+    return count

@@ -4,11 +4,14 @@
 its tools and registers each as a dex tool. A tool's effect class comes from its MCP
 annotations, read with MCP's own defaults for missing hints (`readOnlyHint` false,
 `destructiveHint` true, `idempotentHint` false, `openWorldHint` true), unless a `ToolPolicy`
-given here says otherwise (S1.4). The tool's `inputSchema` becomes the request-time argument
+given here says otherwise (S1.4), and only for a server marked `trust="annotations"`: by
+default a server is untrusted and its hints decide nothing (`McpTrust`). A write marked
+`destructiveHint: true` waits for approval by default (S1.3, `policy.approval_by_default`). The tool's `inputSchema` becomes the request-time argument
 check. The list is read when the process registers its tools, so a change on the server is
 picked up when workers (and requesters) restart.
 
-Each attempt opens its own connection on the worker and sends `tools/call` with the call's
+Each attempt uses this worker process's warm session of the server (`mcp_sessions`: one per
+server and process, reused, replaced when it breaks) and sends `tools/call` with the call's
 idempotency key in the request's `_meta` under `IDEMPOTENCY_META_KEY` (MCP has no standard key
 for it): a server can deduplicate on it. What can go wrong maps onto dex's outcomes:
 

@@ -190,6 +190,7 @@ def add_mcp_server(
     tools: Sequence[str] | None = None,
     connect_timeout: float = 30.0,
     trust: McpTrust | str = McpTrust.UNTRUSTED,
+    required: bool = False,
 ) -> list[Tool]:
     """List the server's tools and register each as a dex tool named `<prefix><tool name>`.
 
@@ -198,7 +199,9 @@ def add_mcp_server(
     gives itself. `policies` (by the server's tool name) and then `policy` (for every tool) beat
     the tool's annotations (S1.4). `trust` says whether the annotations are believed at all
     (`McpTrust`: untrusted by default, then every tool is `unclassified` unless a policy says
-    otherwise). `tools` keeps only the named tools. A server that cannot be
+    otherwise). `tools` keeps only the named tools. A server that cannot be listed is logged
+    and registers no tool (the process goes on with every other tool), unless `required=True`,
+    which raises `ConfigurationError` as below. A server that cannot be
     listed, a named tool it does not have, an invalid input schema, a name taken already or a
     policy refused by S1.6 raise `ConfigurationError` here, and then no tool is registered.
     """
@@ -217,9 +220,16 @@ def add_mcp_server(
     try:
         server_name, listed = run_sync(_list_tools(server))
     except Exception as e:
-        raise ConfigurationError(
+        error = ConfigurationError(
             f"cannot list the tools of MCP server {server.name!r} ({server.where}): {_describe(e)}"
-        ) from e
+        )
+        if required:
+            raise error from e
+        # One unreachable server must not stop the process (a worker, the CLI) from serving
+        # every other tool: its tools are simply not registered here, so a request for one is
+        # refused with the typed unknown-tool error, and nothing else is affected.
+        log.warning("%s; its tools are not registered in this process", error)
+        return []
     if name is None and server_name:
         server = replace(server, name=server_name)
     wanted = set(tools) if tools is not None else None

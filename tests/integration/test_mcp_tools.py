@@ -154,8 +154,11 @@ def test_registration_errors_register_nothing(mcp_dex: Dex, mcp_env: dict[str, s
         mcp_dex.add_mcp_server(command=command, env=env, prefix="a_", policies={"nope": None})
     with pytest.raises(ConfigurationError, match="'lookup' is registered already"):
         mcp_dex.add_mcp_server(command=command, env=env)  # same names, no prefix
+    dead = f"http://127.0.0.1:{free_port()}/mcp"
     with pytest.raises(ConfigurationError, match="cannot list the tools"):
-        mcp_dex.add_mcp_server("down", url=f"http://127.0.0.1:{free_port()}/mcp")
+        mcp_dex.add_mcp_server("down", url=dead, required=True)
+    # Not required (the default): one unreachable server registers nothing and breaks nothing.
+    assert mcp_dex.add_mcp_server("down", url=dead, connect_timeout=5) == []
     assert set(mcp_dex.tools) == before
     # The name defaults to the server's own; a prefix keeps a second copy apart.
     added = mcp_dex.add_mcp_server(command=command, env=env, prefix="b_", tools=["lookup"])

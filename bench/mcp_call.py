@@ -1,23 +1,29 @@
-"""Cost of one MCP tool attempt on a worker: the tool body of `dex.add_mcp_server`, called
-directly, against the test MCP server over stdio (a server process started per attempt) and over
-streamable HTTP (one running server).
+"""Cost of one MCP tool attempt's body on a worker, before and after warm sessions, against a
+native dex tool's body in the same run.
 
-    .venv/bin/python -m bench.mcp_call --calls 10
+- `native`: a plain dex tool body returning the same answer (the floor);
+- `cold`: what every attempt did before `mcp_sessions`: start and greet the server, call, close;
+- `warm`: the tool body of `dex.add_mcp_server` on this process's warm session (ping + call).
+
+Servers: the project's test server (`devtools.mcp_tools_server`, tool `lookup`) and the
+third-party `mcp-server-time` from PyPI (tool `get_current_time`), both over stdio.
+
+    .venv/bin/python -m bench.mcp_call --calls 50
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
+import functools
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
-from devtools.processes import ROOT, free_port, wait_for
-from dex_celery.integrations.mcp_client import McpServer, McpToolFunction
+from devtools.processes import ROOT
+from dex_celery.integrations.mcp_client import McpServer, McpToolFunction, run_sync
 from dex_celery.model.ids import CallKey
 from dex_celery.tools.tool import ToolContext
 
@@ -26,45 +32,58 @@ from dex_celery.tools.tool import ToolContext
 LOG_ENV = "DEX_TEST_MCP_LOG"
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _measure(name: str, body: McpToolFunction, calls: int) -> None:
-    ctx = ToolContext(CallKey.of("bench", "t", "c"), 1)
+def _median_ms(body: Callable[[], Any], calls: int) -> float:
     seconds = []
     for _ in range(calls):
         start = time.perf_counter()
-        body(ctx, order_id="A")
+        body()
         seconds.append(time.perf_counter() - start)
-    print(f"{name}: median {statistics.median(seconds):.3f}s, min {min(seconds):.3f}s per attempt")
+    return statistics.median(seconds) * 1e3
+
+
+def _cold(server: McpServer, tool: str, arguments: dict[str, Any]) -> Any:
+    async def once() -> Any:
+        async with server.client() as client:
+            return await client.call_tool(tool, arguments)
+
+    return run_sync(once())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=10)
-    calls = parser.parse_args().calls
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--cold-calls", type=int, default=10)
+    args = parser.parse_args()
+    ctx = ToolContext(CallKey.of("bench", "t", "c"), 1)
+
+    def native(ctx: ToolContext, order_id: str) -> dict[str, str]:
+        return {"order_id": order_id, "status": "open"}
+
+    native_ms = _median_ms(lambda: native(ctx, order_id="A"), args.calls)
     env = {"PYTHONPATH": str(ROOT), LOG_ENV: tempfile.mkdtemp(prefix="dex-bench-mcp-")}
-    command = (sys.executable, "-m", "devtools.mcp_tools_server")
-    _measure(
-        "stdio", McpToolFunction(McpServer("stdio", command=command, env=env), "lookup"), calls
-    )
-    port = free_port()
-    server = subprocess.Popen(
-        [*command, "--http", str(port)],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: _listening(port), timeout=30, what="the MCP HTTP server")
-        url = f"http://127.0.0.1:{port}/mcp"
-        _measure("http", McpToolFunction(McpServer("http", url=url), "lookup"), calls)
-    finally:
-        server.kill()
-        server.wait(timeout=10)
+    servers = [
+        (
+            McpServer("test", command=(sys.executable, "-m", "devtools.mcp_tools_server"), env=env),
+            "lookup",
+            {"order_id": "A"},
+        ),
+        (
+            McpServer("time", command=(sys.executable, "-m", "mcp_server_time")),
+            "get_current_time",
+            {"timezone": "Europe/Paris"},
+        ),
+    ]
+    print(f"native dex tool body: median {native_ms:.3f} ms")
+    for server, tool, arguments in servers:
+        cold = _median_ms(functools.partial(_cold, server, tool, arguments), args.cold_calls)
+        body = McpToolFunction(server, tool)
+        body(ctx, **arguments)  # opens the warm session
+        warm = _median_ms(functools.partial(body, ctx, **arguments), args.calls)
+        print(
+            f"{server.name} {tool}: cold (a server per attempt) {cold:.1f} ms, "
+            f"warm {warm:.2f} ms (warm - native {warm - native_ms:.2f} ms, "
+            f"cold/warm {cold / warm:.0f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@
 its tools and registers each as a dex tool. A tool's effect class comes from its MCP
 annotations, read with MCP's own defaults for missing hints (`readOnlyHint` false,
 `destructiveHint` true, `idempotentHint` false, `openWorldHint` true), unless a `ToolPolicy`
-given here says otherwise (S1.4). The tool's `inputSchema` becomes the request-time argument
+given here says otherwise (S1.4), and only for a server marked `trust="annotations"`: by
+default a server is untrusted and its hints decide nothing (`McpTrust`). A write marked
+`destructiveHint: true` waits for approval by default (S1.3, `policy.approval_by_default`). The tool's `inputSchema` becomes the request-time argument
 check. The list is read when the process registers its tools, so a change on the server is
 picked up when workers (and requesters) restart.
 
-Each attempt opens its own connection on the worker and sends `tools/call` with the call's
+Each attempt uses this worker process's warm session of the server (`mcp_sessions`: one per
+server and process, reused, replaced when it breaks) and sends `tools/call` with the call's
 idempotency key in the request's `_meta` under `IDEMPOTENCY_META_KEY` (MCP has no standard key
 for it): a server can deduplicate on it. What can go wrong maps onto dex's outcomes:
 
@@ -25,18 +28,17 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import math
 import shlex
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import httpx2
 import mcp_types
-from celery.exceptions import SoftTimeLimitExceeded
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -47,6 +49,7 @@ from dex_celery.errors import (
     ToolError,
     ToolLost,
 )
+from dex_celery.integrations.mcp_sessions import pool
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.model.policy import ToolPolicy, check_registration
 from dex_celery.tools.schema import check_schema
@@ -67,6 +70,35 @@ MCP_DEFAULT_HINTS: Mapping[str, bool] = MappingProxyType(
 )
 
 _T = TypeVar("_T")
+
+
+class McpTrust(StrEnum):
+    """How far a server's own tool annotations are believed (the MCP specification: clients
+    must treat annotations from untrusted servers as untrusted).
+
+    `annotations`: the hints decide each tool's effect class (S1.4), as for dex's own tools.
+    `untrusted` (the default): the hints decide nothing; every tool is `unclassified` (one
+    attempt, approval required, S1.3) unless a `ToolPolicy` or the session's default says
+    otherwise. The hints are still kept, under `UNTRUSTED_HINTS_KEY`, for people to read.
+    """
+
+    ANNOTATIONS = "annotations"
+    UNTRUSTED = "untrusted"
+
+    @classmethod
+    def parse(cls, value: McpTrust | str) -> McpTrust:
+        try:
+            return cls(value)
+        except ValueError as e:
+            allowed = ", ".join(c.value for c in cls)
+            raise ConfigurationError(
+                f"unknown MCP trust {value!r}; expected one of: {allowed}"
+            ) from e
+
+
+#: Where an untrusted server's hints are kept in a tool's annotations (read by nothing that
+#: decides: `effect_from_annotations` looks at the hint keys only).
+UNTRUSTED_HINTS_KEY = "dex-celery/untrusted-hints"
 
 #: The MCP SDK's own HTTP timeouts (connect/write/pool, and read: a response stream may idle).
 _HTTP_TIMEOUT = 30.0
@@ -157,18 +189,25 @@ def add_mcp_server(
     policies: Mapping[str, ToolPolicy] | None = None,
     tools: Sequence[str] | None = None,
     connect_timeout: float = 30.0,
+    trust: McpTrust | str = McpTrust.UNTRUSTED,
+    required: bool = False,
 ) -> list[Tool]:
     """List the server's tools and register each as a dex tool named `<prefix><tool name>`.
 
     The server is a stdio `command` (a list, or a string split like a shell would, plus `args`)
     or a streamable-HTTP `url` (with `headers` on every request); `name` (for messages and logs) defaults to the name the server
     gives itself. `policies` (by the server's tool name) and then `policy` (for every tool) beat
-    the tool's annotations (S1.4). `tools` keeps only the named tools. A server that cannot be
+    the tool's annotations (S1.4). `trust` says whether the annotations are believed at all
+    (`McpTrust`: untrusted by default, then every tool is `unclassified` unless a policy says
+    otherwise). `tools` keeps only the named tools. A server that cannot be listed is logged
+    and registers no tool (the process goes on with every other tool), unless `required=True`,
+    which raises `ConfigurationError` as below. A server that cannot be
     listed, a named tool it does not have, an invalid input schema, a name taken already or a
     policy refused by S1.6 raise `ConfigurationError` here, and then no tool is registered.
     """
     if isinstance(command, str):
         command = shlex.split(command)
+    trusted = McpTrust.parse(trust) is McpTrust.ANNOTATIONS
     server = McpServer(
         name=name or "mcp",
         command=(*(command or ()), *args),
@@ -181,9 +220,16 @@ def add_mcp_server(
     try:
         server_name, listed = run_sync(_list_tools(server))
     except Exception as e:
-        raise ConfigurationError(
+        error = ConfigurationError(
             f"cannot list the tools of MCP server {server.name!r} ({server.where}): {_describe(e)}"
-        ) from e
+        )
+        if required:
+            raise error from e
+        # One unreachable server must not stop the process (a worker, the CLI) from serving
+        # every other tool: its tools are simply not registered here, so a request for one is
+        # refused with the typed unknown-tool error, and nothing else is affected.
+        log.warning("%s; its tools are not registered in this process", error)
+        return []
     if name is None and server_name:
         server = replace(server, name=server_name)
     wanted = set(tools) if tools is not None else None
@@ -195,7 +241,13 @@ def add_mcp_server(
             f"(it lists: {', '.join(t.name for t in listed) or 'none'})"
         )
     prepared = [
-        _dex_tool(server, listed_tool, prefix, (policies or {}).get(listed_tool.name) or policy)
+        _dex_tool(
+            server,
+            listed_tool,
+            prefix,
+            (policies or {}).get(listed_tool.name) or policy,
+            trusted=trusted,
+        )
         for listed_tool in listed
         if wanted is None or listed_tool.name in wanted
     ]
@@ -214,16 +266,25 @@ def add_mcp_server(
 
 
 def _dex_tool(
-    server: McpServer, listed: mcp_types.Tool, prefix: str, policy: ToolPolicy | None
+    server: McpServer,
+    listed: mcp_types.Tool,
+    prefix: str,
+    policy: ToolPolicy | None,
+    *,
+    trusted: bool,
 ) -> Tool:
     tool_name = prefix + listed.name
     schema = dict(listed.input_schema)
     check_schema(tool_name, schema)
+    hints = hints_with_defaults(listed.annotations)
+    if not trusted:
+        own = {k: v for k, v in hints.items() if k not in MCP_DEFAULT_HINTS}
+        hints = {**own, UNTRUSTED_HINTS_KEY: dict(hints)}
     return Tool(
         name=tool_name,
         function=McpToolFunction(server, listed.name),
         policy=policy or ToolPolicy(),
-        annotations=MappingProxyType(hints_with_defaults(listed.annotations)),
+        annotations=MappingProxyType(hints),
         description=listed.description or listed.title or "",
         input_schema=MappingProxyType(schema),
     )
@@ -246,7 +307,8 @@ async def _list_tools(server: McpServer) -> tuple[str, list[mcp_types.Tool]]:
 
 
 class McpToolFunction:
-    """The body of one MCP tool on a worker: one connection and one `tools/call` per attempt."""
+    """The body of one MCP tool on a worker: one `tools/call` per attempt, on this process's warm
+    session of the server (`mcp_sessions`), opened by the first attempt that needs it."""
 
     def __init__(self, server: McpServer, tool_name: str) -> None:
         self.server = server
@@ -255,7 +317,9 @@ class McpToolFunction:
         self.__doc__ = f"MCP tool {tool_name!r} of server {server.name!r}"
 
     def __call__(self, ctx: ToolContext, **arguments: Any) -> Any:
-        return run_sync(self.call(ctx, arguments))
+        # Prefork's soft time limit (start-to-close, S5.1) lands in this waiting thread and
+        # cancels the call; a fenced attempt cancels it through `ctx`.
+        return pool().run(self.call(ctx, arguments), ctx.on_cancel)
 
     async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
         # `_meta` is an open map; the vendor keys are extra items of the TypedDict.
@@ -263,47 +327,33 @@ class McpToolFunction:
             mcp_types.RequestParamsMeta,
             {IDEMPOTENCY_META_KEY: ctx.idempotency_key, ATTEMPT_META_KEY: ctx.attempt},
         )
-        server, sent = self.server, False
-        result: mcp_types.CallToolResult | None = None
-        answered_with_error: MCPError | None = None
+        server, sessions = self.server, pool()
         try:
-            # The deadline covers starting and greeting the server only; the call itself runs
-            # under the policy's start-to-close limit (Celery's soft time limit).
-            with anyio.fail_after(server.connect_timeout) as connecting:
-                async with server.client() as client:
-                    connecting.deadline = math.inf
-                    sent = True  # from here on, the server may act on the call
-                    try:
-                        result = await client.call_tool(self.tool_name, arguments, meta=meta)
-                    except MCPError as e:
-                        # Kept apart from errors of closing the connection (which the SDK's
-                        # task groups may wrap in an exception group).
-                        answered_with_error = e
-        except SoftTimeLimitExceeded:
+            # Nothing is sent until the session answers (a warm one its ping, a new one the
+            # handshake), so failing here means the tool was not called.
+            client = await sessions.session(server)
+        except asyncio.CancelledError:
             raise
-        except BaseException as e:
-            if isinstance(e, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
-                raise
-            if _contains(e, SoftTimeLimitExceeded):
-                # The start-to-close limit fired inside the SDK's task groups: a time-out
-                # (S5.1), not a lost connection.
-                raise SoftTimeLimitExceeded() from e
-            if result is not None or answered_with_error is not None:
-                # The answer arrived; only closing the connection failed.
-                log.warning("closing the connection to MCP server %s failed: %s", server.name, e)
-            elif not sent:
-                raise self._unreachable(e) from e
-            else:
-                raise self._lost(e) from e
-        if answered_with_error is not None:
-            error = answered_with_error
+        except Exception as e:
+            raise self._unreachable(e) from e
+        session = sessions.current(server)
+        try:
+            result = await client.call_tool(self.tool_name, arguments, meta=meta)
+        except asyncio.CancelledError:
+            raise
+        except MCPError as error:
             if error.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                sessions.discard(server, session)
                 raise self._lost(error) from error
             # The server answered: it refused the request (unknown tool, bad params, ...).
             raise ToolError(
                 f"MCP server {server.name!r} refused the call of {self.tool_name!r}: "
                 f"{error.message}"
             ) from error
+        except Exception as e:
+            # From here on the server may have acted on the call: the attempt is lost.
+            sessions.discard(server, session)
+            raise self._lost(e) from e
         return self._value(result)
 
     def _unreachable(self, e: BaseException) -> RetryableToolError:
@@ -335,12 +385,6 @@ class McpToolFunction:
             block.model_dump(mode="json", by_alias=True, exclude_none=True)
             for block in result.content
         ]
-
-
-def _contains(e: BaseException, kind: type[BaseException]) -> bool:
-    if isinstance(e, BaseExceptionGroup):
-        return any(_contains(inner, kind) for inner in e.exceptions)
-    return isinstance(e, kind)
 
 
 def _json_or_text(text: str) -> Any:

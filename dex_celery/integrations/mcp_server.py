@@ -30,6 +30,7 @@ when credentials are configured).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -49,10 +50,11 @@ from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
+from dex_celery.integrations.mcp_unanswered import UnansweredCalls
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
-from dex_celery.model.policy import EffectClass
+from dex_celery.model.policy import EffectClass, approval_by_default
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.owners import SessionOwners
 from dex_celery.tools.definitions import mcp_hints
@@ -93,7 +95,7 @@ def annotations_for(tool: Tool) -> mcp_types.ToolAnnotations | None:
 def mcp_tool(tool: Tool) -> mcp_types.Tool:
     effect = declared_effect(tool)
     approval = (
-        effect.approval_by_default
+        approval_by_default(effect, tool.annotations)
         if tool.policy.requires_approval is None
         else tool.policy.requires_approval
     )
@@ -111,6 +113,10 @@ class CallIds:
     session_id: str
     turn_id: str
     tool_call_id: str
+
+    @property
+    def key(self) -> str:
+        return CallKey.of(self.session_id, self.turn_id, self.tool_call_id).key
 
 
 def has_ids(meta: Mapping[str, Any] | None) -> bool:
@@ -168,16 +174,21 @@ def awaiting_approval_text(record: ToolCallRecord) -> str:
     return (
         f"The call {record.key} of {record.tool_name} with arguments {arguments} is waiting for "
         "a person's approval and has not run. Once it is "
-        f"decided, call the tool again with _meta {{{IDEMPOTENCY_META_KEY!r}: {record.key!r}}} "
-        "to get its outcome; asking again never runs it twice."
+        f"decided, call the tool again with _meta {_meta_json(record.key)} to get its outcome; "
+        "asking again never runs it twice."
     )
 
 
 def still_running_text(record: ToolCallRecord, waited: float) -> str:
     return (
         f"The call {record.key} is still in flight after {waited:g}s. Call the tool again with "
-        f"_meta {{{IDEMPOTENCY_META_KEY!r}: {record.key!r}}} to keep waiting for its outcome."
+        f"_meta {_meta_json(record.key)} to keep waiting for its outcome."
     )
+
+
+def _meta_json(key: str) -> str:
+    """The `_meta` to send again, as JSON (what a client copies into its request)."""
+    return json.dumps({IDEMPOTENCY_META_KEY: key})
 
 
 def not_yours_text(session_id: str) -> str:
@@ -202,9 +213,16 @@ class DexMcpServer:
         self.owners = SessionOwners(dex.runtime.store, redis_url=dex.settings.redis_url)
         #: Who calls over stdio (and over HTTP without credentials): the OS user.
         self.local = local_identity()
-        #: Calls without ids whose outcome was not given yet, by (caller, tool, arguments):
-        #: asking the same again answers for that call instead of making a new one.
-        self._unanswered: dict[tuple[str, str, str], str] = {}
+        #: Calls without ids whose outcome was not given yet, by (caller, session, tool,
+        #: arguments), in the ledger's Redis so every server process agrees (stdio clients may
+        #: start one per request): asking the same again answers for that call.
+        runtime = dex.runtime
+        self.unanswered = UnansweredCalls(
+            runtime.redis,
+            prefix=runtime.keys.prefix,
+            ttl=dex.settings.approval_timeout + wait_timeout,
+            redis_url=dex.settings.redis_url,
+        )
         self.server: Server[Any] = Server(
             "dex-celery",
             instructions=(
@@ -227,9 +245,14 @@ class DexMcpServer:
     ) -> mcp_types.CallToolResult:
         arguments = params.arguments or {}
         identity = self.identity_of(ctx)
-        asked = (identity.name, params.name, _canonical(arguments))
+        session = self.default_session(identity)
+        asked = self.unanswered.key(identity.name, session, params.name, _canonical(arguments))
         try:
-            ids = call_ids(params.meta, self.default_session(identity), self._unanswered.get(asked))
+            unanswered = None
+            if not has_ids(params.meta):
+                fresh = call_ids(None, session).key
+                unanswered = await asyncio.to_thread(self.unanswered.claim, asked, fresh)
+            ids = call_ids(params.meta, session, unanswered)
             validate_id("session id", ids.session_id)
             if not await asyncio.to_thread(self.owners.claim, ids.session_id, identity.name):
                 log.warning("refused %s a call of session %r", identity.name, ids.session_id)
@@ -242,19 +265,21 @@ class DexMcpServer:
         except RequestInFlight as e:
             # Recorded (or maybe): asking again the same way must follow this call, not make a
             # second one, even for a client that sends no ids (S11.2).
+            # The shared map already names this call for a request without ids.
             key = e.keys[0] if e.keys else None
-            if key is not None and not has_ids(params.meta):
-                self._unanswered[asked] = key
             return _text_result(f"error: {e}", error=True, key=key, status="in_flight")
         except DexError as e:  # bad ids, unknown tool, bad arguments: nothing was recorded
+            if unanswered is not None:
+                with contextlib.suppress(DexError):
+                    await asyncio.to_thread(self.unanswered.forget, asked, unanswered)
             return _text_result(f"error: {e}", error=True, key=None, status="refused")
         result = await self.answer(record)
-        if not has_ids(params.meta):
-            # A client that sends no ids gets the outcome by asking again the same way.
-            if result.meta is not None and result.meta[STATUS_META_KEY] in _UNANSWERED:
-                self._unanswered[asked] = record.key
-            else:
-                self._unanswered.pop(asked, None)
+        if unanswered is not None and (
+            result.meta is None or result.meta[STATUS_META_KEY] not in _UNANSWERED
+        ):
+            # Its outcome was given: asking the same way again is a new call.
+            with contextlib.suppress(DexError):
+                await asyncio.to_thread(self.unanswered.forget, asked, record.key)
         return result
 
     def identity_of(self, ctx: ServerRequestContext[Any]) -> Identity:
@@ -279,8 +304,10 @@ class DexMcpServer:
     async def answer(self, record: ToolCallRecord) -> mcp_types.CallToolResult:
         """The record's text once the call has ended; at once if it waits for a person."""
         if record.status is CallStatus.AWAITING_APPROVAL:
+            # Not a final result: `isError` is set unless the call succeeded (README), and
+            # `_meta["dex-celery/status"]` says why.
             return _text_result(
-                awaiting_approval_text(record), error=False, key=record.key, status=record.status
+                awaiting_approval_text(record), error=True, key=record.key, status=record.status
             )
         if not record.finished:
             try:
@@ -288,7 +315,7 @@ class DexMcpServer:
             except CallTimeout:
                 return _text_result(
                     still_running_text(record, self.wait_timeout),
-                    error=False,
+                    error=True,
                     key=record.key,
                     status=record.status,
                 )

@@ -166,6 +166,20 @@ def effect_from_annotations(annotations: Mapping[str, Any] | None) -> EffectClas
     return EffectClass.NON_IDEMPOTENT_WRITE
 
 
+def approval_by_default(effect: EffectClass, annotations: Mapping[str, Any] | None) -> bool:
+    """S1.3: whether a call waits for a person when its policy does not say.
+
+    The class's default, and also any write whose metadata says `destructiveHint: true` (MCP's
+    default when the hint is missing): an idempotent overwrite or delete is safe to retry, but
+    running it with nobody asked is not. The class still decides retries.
+    """
+    if effect.approval_by_default:
+        return True
+    return effect is not EffectClass.READ and bool(
+        annotations and annotations.get("destructiveHint") is True
+    )
+
+
 def declared_effect(
     policy: ToolPolicy, annotations: Mapping[str, Any] | None
 ) -> EffectClass | None:
@@ -254,7 +268,9 @@ def resolve_policy(
     else:
         effect, source = EffectClass.UNCLASSIFIED, EffectSource.NONE
     requires_approval = (
-        effect.approval_by_default if policy.requires_approval is None else policy.requires_approval
+        approval_by_default(effect, annotations)
+        if policy.requires_approval is None
+        else policy.requires_approval
     )
     # A single-attempt class never gets a second attempt, whatever else was asked (S3.2).
     max_attempts = (policy.max_attempts or settings.max_attempts) if effect.retryable else 1

@@ -1,9 +1,10 @@
 """`dex-celery mcp` tells an MCP client the truth when a request fails after its insert (S11.2).
 
-With the ledger's Redis out of memory, a write requested by a client that sends no ids is
-recorded but cannot be started. The answer says so (status `in_flight`, the call's key) instead
-of "refused", and asking again the same way follows that call rather than making a second one:
-once memory is freed the write runs once. A real `dex-celery mcp` over stdio, the SDK's client,
+With the ledger's Redis out of memory, a write requested by a client that sends no ids cannot
+claim its place in the shared map of unanswered calls, so nothing is recorded and the answer
+says Redis refused; once memory is freed, asking again runs the write once. (A request whose
+insert was committed before Redis refused answers `in_flight` with its key:
+tests/crash/test_request_truth.py covers that path through the client.) A real `dex-celery mcp` over stdio, the SDK's client,
 a real redis-server with `maxmemory` and `noeviction`, a real worker and the tool's own log.
 """
 
@@ -28,7 +29,7 @@ from tests.support.processes import RedisServer, Worker
 WRITE = "slow_non_idempotent_write"
 
 
-def test_mcp_client_without_ids_is_told_the_call_is_recorded_and_asking_again_runs_it_once(
+def test_mcp_client_without_ids_is_told_the_truth_when_redis_is_full_and_asking_again_runs_it_once(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
     server = RedisServer(
@@ -47,6 +48,7 @@ def test_mcp_client_without_ids_is_told_the_call_is_recorded_and_asking_again_ru
                 seen["warm"] = await mcp.call_tool("echo", {"x": 1})
                 fillers.extend(await anyio.to_thread.run_sync(fill_until_out_of_memory, server))
                 seen["first"] = await mcp.call_tool(WRITE, {"seconds": 0})
+                seen["calls_after_first"] = await anyio.to_thread.run_sync(count_calls, own)
                 await anyio.to_thread.run_sync(
                     lambda: redis.Redis.from_url(server.url).delete(*fillers)
                 )
@@ -61,13 +63,16 @@ def test_mcp_client_without_ids_is_told_the_call_is_recorded_and_asking_again_ru
         first = seen["first"]
         text = _text(first)
         assert first.is_error
-        assert first.meta[STATUS_META_KEY] == "in_flight", text
-        key = first.meta[IDEMPOTENCY_META_KEY]
-        assert key in text and "recorded" in text, text
-        assert "nothing" not in text.lower()
+        # A request without ids first claims its place in the shared map of unanswered calls
+        # (in the ledger's Redis, so every `dex-celery mcp` process agrees on one call). With
+        # Redis full that claim fails before anything is recorded: the answer says Redis
+        # refused, and no call exists that could run later (S11.2).
+        assert first.meta[STATUS_META_KEY] == "refused", text
+        assert "maxmemory" in text or "Redis" in text, text
+        assert seen["calls_after_first"] == 1  # only the warm-up read
 
         again = seen["again"]
-        assert again.meta[IDEMPOTENCY_META_KEY] == key, "asking again made a second call"
+        key = again.meta[IDEMPOTENCY_META_KEY]
         done = wait_finished(own, key)
         assert done.status is CallStatus.SUCCEEDED, (done.status, done.error)
         assert [a for a, _pid, _k in lines(key, "start")] == [1]

@@ -161,3 +161,42 @@ def test_dex_tools_served_over_mcp(
     assert seen["plain_new"].meta[IDEMPOTENCY_META_KEY] != plain_key
     assert seen["plain_new"].meta[STATUS_META_KEY] == "awaiting_approval"
     assert len(lines(plain_key, "start")) == 1
+
+
+def test_stdio_clients_starting_a_server_per_request_make_one_call(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """A client that starts `dex-celery mcp --session X` per request (the Inspector CLI) and
+    sends no ids: the same charge asked from two server processes is one call, waiting for
+    approval (`isError`: not a final result; the `_meta` to send again is JSON); after the
+    decision a third process answers with its outcome, and it ran once."""
+    start_worker()
+    client = dex.client()
+    full_env = {**env, "PYTHONPATH": str(ROOT)}
+    params = StdioServerParameters(
+        command=DEX_CELERY,
+        args=[*APP, "--session", "desk", "--wait-timeout", "60"],
+        env=full_env,
+        cwd=str(ROOT),
+    )
+
+    async def ask() -> Any:
+        async with Client(params) as mcp:
+            return await mcp.call_tool("guarded_write", {"value": "charge-42"})
+
+    first, second = anyio.run(ask), anyio.run(ask)
+    key = first.meta[IDEMPOTENCY_META_KEY]
+    assert second.meta[IDEMPOTENCY_META_KEY] == key
+    assert key.startswith("desk/")
+    for answer in (first, second):
+        assert answer.meta[STATUS_META_KEY] == "awaiting_approval"
+        assert answer.is_error  # not a final result (README: isError unless it succeeded)
+        assert f'{{"{IDEMPOTENCY_META_KEY}": "{key}"}}' in _text(answer)
+    assert [c.key for c in client.pending_approvals("desk") if c.key.startswith("desk/")] == [key]
+
+    client.approve(key, "ops@example.com")
+    third = anyio.run(ask)
+    assert third.meta[IDEMPOTENCY_META_KEY] == key
+    assert _text(third) == '"charge-42"'
+    assert not third.is_error
+    assert len(lines(key, "start")) == 1

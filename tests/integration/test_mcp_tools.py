@@ -66,10 +66,14 @@ def mcp_dex(mcp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
 def start_mcp_worker(mcp_env: dict[str, str]) -> Iterator[Callable[..., CeleryWorker]]:
     workers: list[CeleryWorker] = []
 
-    def start(extra_env: dict[str, str] | None = None) -> CeleryWorker:
+    def start(extra_env: dict[str, str] | None = None, concurrency: int = 2) -> CeleryWorker:
         folder = Path(mcp_env[LOG_ENV]) / "worker"
         worker = CeleryWorker(
-            "tests.support.mcpapp", {**mcp_env, **(extra_env or {})}, folder, ready_env=READY_ENV
+            "tests.support.mcpapp",
+            {**mcp_env, **(extra_env or {})},
+            folder,
+            concurrency=concurrency,
+            ready_env=READY_ENV,
         ).start()
         workers.append(worker)
         return worker
@@ -150,8 +154,11 @@ def test_registration_errors_register_nothing(mcp_dex: Dex, mcp_env: dict[str, s
         mcp_dex.add_mcp_server(command=command, env=env, prefix="a_", policies={"nope": None})
     with pytest.raises(ConfigurationError, match="'lookup' is registered already"):
         mcp_dex.add_mcp_server(command=command, env=env)  # same names, no prefix
+    dead = f"http://127.0.0.1:{free_port()}/mcp"
     with pytest.raises(ConfigurationError, match="cannot list the tools"):
-        mcp_dex.add_mcp_server("down", url=f"http://127.0.0.1:{free_port()}/mcp")
+        mcp_dex.add_mcp_server("down", url=dead, required=True)
+    # Not required (the default): one unreachable server registers nothing and breaks nothing.
+    assert mcp_dex.add_mcp_server("down", url=dead, connect_timeout=5) == []
     assert set(mcp_dex.tools) == before
     # The name defaults to the server's own; a prefix keeps a second copy apart.
     added = mcp_dex.add_mcp_server(command=command, env=env, prefix="b_", tools=["lookup"])
@@ -321,3 +328,109 @@ def test_http_headers_go_with_every_request(
     ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
     assert tool.function(ctx, order_id="A") == {"order_id": "A", "status": "open"}
     assert headers_seen() == ["token-1"]
+
+
+# --- warm sessions (mcp_sessions) --------------------------------------------------------------
+
+
+def _server_pids(tool: str) -> list[int]:
+    return [p for t, p, _ in calls() if t == tool]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A killed child of a live parent stays a zombie until reaped: count it gone too.
+    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    return status == "Z"
+
+
+def test_one_server_process_serves_every_attempt_of_a_worker_process(
+    mcp_dex: Dex, start_mcp_worker: Callable[..., CeleryWorker]
+) -> None:
+    """A worker process keeps one session per server: four calls in a row run on one server
+    process, not one per attempt."""
+    start_mcp_worker(concurrency=1)
+    client = mcp_dex.client()
+    for n in range(4):
+        record = client.request_call("s1", "t1", f"c{n}", "lookup", {"order_id": str(n)})
+        (done,) = client.wait([record.key], timeout=60)
+        assert done.status is CallStatus.SUCCEEDED, done
+    pids = _server_pids("lookup")
+    assert len(pids) == 4
+    assert len(set(pids)) == 1, pids
+
+
+def test_a_server_that_died_between_calls_is_restarted_and_the_write_runs_once(
+    mcp_dex: Dex, start_mcp_worker: Callable[..., CeleryWorker]
+) -> None:
+    """The warm session's server is killed while idle: the next attempt notices before sending
+    (its ping fails), starts a new server and the write runs there, once, in one attempt (not
+    `outcome_unknown`: nothing had been sent to the dead server)."""
+    start_mcp_worker(concurrency=1)
+    client = mcp_dex.client()
+    first = client.request_call("s1", "t1", "r", "lookup", {"order_id": "A"})
+    assert client.wait([first.key], timeout=60)[0].status is CallStatus.SUCCEEDED
+    (old,) = _server_pids("lookup")
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: _gone(old), timeout=30, what="the MCP server to die")
+
+    write = client.request_call("s1", "t1", "w", "bare", {"value": 1})
+    (done,) = client.wait([write.key], timeout=60)
+    assert done.status is CallStatus.SUCCEEDED, done
+    assert done.attempts == 1
+    (new,) = [p for t, p, k in calls() if k == write.key]
+    assert new != old
+
+
+def test_worker_killed_mid_call_write_is_unknown_and_read_is_retried(
+    mcp_dex: Dex, mcp_env: dict[str, str], start_mcp_worker: Callable[..., CeleryWorker]
+) -> None:
+    """SIGKILL of the worker's pool process while its warm session's server runs the tool: the
+    write ends `outcome_unknown` after one attempt; the read is retried (same key) and answers."""
+    worker = start_mcp_worker(concurrency=1)
+    client = mcp_dex.client()
+
+    write = client.request_call("s1", "t1", "w", "slow_cancel", {})
+    wait_for(lambda: _holding(mcp_env, "slow_cancel"), timeout=60, what="slow_cancel to start")
+    (child,) = worker.children()
+    os.kill(child, signal.SIGKILL)
+    done = wait_finished(mcp_dex, write.key, timeout=90)
+    assert done.status is CallStatus.OUTCOME_UNKNOWN, done
+    assert done.attempts == 1
+
+    read = client.request_call("s1", "t1", "r", "slow_lookup", {})
+    wait_for(lambda: _holding(mcp_env, "slow_lookup"), timeout=60, what="slow_lookup to start")
+    wait_for(lambda: len(worker.children()) == 1, timeout=30, what="a new pool process")
+    (child,) = worker.children()
+    os.kill(child, signal.SIGKILL)
+    (Path(mcp_env[LOG_ENV]) / "release").write_text("go")  # attempt 2 answers at once
+    done_read = wait_finished(mcp_dex, read.key, timeout=90)
+    assert done_read.status is CallStatus.SUCCEEDED, done_read
+    assert done_read.attempts == 2
+    assert [k for t, _, k in calls() if t == "slow_cancel"] == [write.key]
+    assert [k for t, _, k in calls() if t == "slow_lookup"] == [read.key, read.key]
+
+
+def test_a_third_party_server_from_pypi_runs_on_one_warm_session(mcp_dex: Dex) -> None:
+    """`mcp-server-time` (PyPI, not written here): listed, classified from its own annotations
+    when trusted, and called three times over one server process."""
+    from dex_celery.integrations.mcp_sessions import pool
+
+    tools = mcp_dex.add_mcp_server(
+        "time",
+        command=[sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"],
+        prefix="time_",
+        trust="annotations",
+    )
+    assert {t.name for t in tools} >= {"time_get_current_time", "time_convert_time"}
+    assert _effect(mcp_dex, "time_get_current_time")[0] == "read"
+    body = mcp_dex.get_tool("time_get_current_time").function
+    ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
+    before = pool().stats().opened.get("time", 0)
+    for _ in range(3):
+        answer = body(ctx, timezone="Europe/Paris")
+        assert "Europe/Paris" in str(answer)
+    assert pool().stats().opened.get("time", 0) == before + 1

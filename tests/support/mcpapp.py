@@ -56,7 +56,8 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
             },
         }
     )
-    dex.add_mcp_server("orders", policies=POLICIES, **where)
+    # Our own test server: its annotations are believed (the tests are about them).
+    dex.add_mcp_server("orders", policies=POLICIES, trust="annotations", **where)
     return app, dex
 
 

@@ -186,6 +186,11 @@ def require_existing_database(url: str) -> None:
     if not path or path == ":memory:" or path.startswith("file:"):
         return
     if not os.path.exists(path):
+        if not os.environ.get("DEX_DATABASE_URL"):
+            raise SchemaMissing(
+                f"no database configured: DEX_DATABASE_URL is not set and there is no "
+                f"{os.path.abspath(path)} ({url}); set DEX_DATABASE_URL, or {UPGRADE_HINT}"
+            )
         raise SchemaMissing(
             f"there is no database at {url} (the file {os.path.abspath(path)} does not exist); "
             f"check DEX_DATABASE_URL, or {UPGRADE_HINT}"

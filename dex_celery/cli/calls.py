@@ -29,6 +29,7 @@ from dex_celery.ops.present import (
     render_details,
     render_table,
     shorten,
+    started_counts,
 )
 
 
@@ -86,9 +87,10 @@ def calls_list(
             before=before,
             limit=limit,
         )
+        started = started_counts(ctx.dex, records)
     more = make_cursor(records[-1]) if len(records) == limit else None
     if as_json:
-        emit_json([call_summary(r) for r in records])
+        emit_json([call_summary(r, started[r.key]) for r in records])
         return
     if not records:
         click.echo("no calls")
@@ -99,7 +101,7 @@ def calls_list(
             r.tool_name,
             r.effect.value,
             r.status.value,
-            str(r.attempts),
+            str(started[r.key]),
             format_time(r.requested_at),
             shorten(r.error, 60),
         ]
@@ -130,17 +132,18 @@ def parse_cursor(text: str) -> tuple[float, str]:
 @calls.command("show")
 @click.argument("key")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--full", is_flag=True, help="Show long values whole (they are cut otherwise).")
 @pass_context
-def calls_show(ctx: DexContext, key: str, as_json: bool) -> None:
+def calls_show(ctx: DexContext, key: str, as_json: bool, full: bool) -> None:
     """Everything known about one call (KEY is session/turn/call; times in UTC)."""
     require_existing_database(ctx.dex.settings.database_url)
     with database_errors(ctx.dex):
         record = ctx.dex.client().get_call(key)
-        details = call_details(ctx.dex, record)
+        details = call_details(ctx.dex, record, full=full)
     if as_json:
         emit_json(details)
     else:
-        click.echo(render_details(details))
+        click.echo(render_details(details, full=full))
 
 
 # --- sweep -------------------------------------------------------------------------------------

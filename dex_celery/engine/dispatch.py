@@ -25,6 +25,7 @@ from dex_celery.errors import (
     PublishError,
     UnknownCall,
 )
+from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
@@ -517,7 +518,13 @@ def outcome_of(step: Step, result: str | None) -> Outcome:
     reason = EndReason(step.reason)
     return Outcome(
         status=status,
-        error=error_text(status, reason, step.detail, step.attempt),
+        error=error_text(
+            status,
+            reason,
+            step.detail,
+            step.attempt,
+            last_reached_worker=last_attempt_state(step.log) != "expired",
+        ),
         result=result if status is CallStatus.SUCCEEDED else None,
         attempts=step.attempt,
         attempt_log=step.log,
@@ -557,6 +564,15 @@ def unclaimed_write_outcome(step: Step) -> Outcome | None:
         attempt_log=step.log,
         did_not_run=True,
     )
+
+
+def last_attempt_state(log_json: str | None) -> str:
+    """How the last logged attempt ended (`expired`: no worker claimed it); "" if unknown."""
+    try:
+        entries = parse_attempt_log(log_json)
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return entries[-1].state if entries else ""
 
 
 def claimed_write_outcome(

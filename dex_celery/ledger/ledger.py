@@ -139,6 +139,8 @@ class LedgerCall:
     epoch: str
     log_json: str
     log: tuple[AttemptLogEntry, ...]
+    #: When the current attempt was claimed (Redis's clock); None while it waits in the queue.
+    claimed_at: float | None = None
 
     @classmethod
     def from_hash(cls, key: str, h: dict[str, str]) -> LedgerCall:
@@ -159,6 +161,7 @@ class LedgerCall:
             epoch=h.get("epoch", ""),
             log_json=h.get("log") or "[]",
             log=parse_attempt_log(h.get("log")),
+            claimed_at=float(h["claimed_at"]) if h.get("claimed_at") else None,
         )
 
 
@@ -503,6 +506,19 @@ class Ledger:
     def read(self, key: str) -> LedgerCall | None:
         h = cast(dict[str, str], self.client.hgetall(self.keys.call(key)))
         return LedgerCall.from_hash(key, h) if h else None
+
+    def read_many(self, keys: Sequence[str]) -> dict[str, LedgerCall | None]:
+        """`read` of each key, in one round trip (a listing's calls in flight)."""
+        if not keys:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(self.keys.call(key))
+        hashes = cast(list[dict[str, str]], pipe.execute())
+        return {
+            key: LedgerCall.from_hash(key, h) if h else None
+            for key, h in zip(keys, hashes, strict=True)
+        }
 
     def live(self, keys: Sequence[str]) -> dict[str, bool]:
         """Whether the ledger still acts on each call: an entry of its current life, or an

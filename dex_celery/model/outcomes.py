@@ -47,11 +47,34 @@ class EndReason(StrEnum):
     CLAIM_UNCONFIRMED = "claim_unconfirmed"
 
 
-def error_text(status: CallStatus, reason: EndReason, detail: str, attempts: int) -> str:
-    """The `error` a failed or unknown call carries; empty for a success."""
+def error_text(
+    status: CallStatus,
+    reason: EndReason,
+    detail: str,
+    attempts: int,
+    *,
+    last_reached_worker: bool = True,
+) -> str:
+    """The `error` a failed or unknown call carries; empty for a success.
+
+    `detail` describes the last attempt only. A call ends `lost` either because that attempt was
+    lost after its tool started, or because it never reached a worker (`last_reached_worker`
+    False) after an earlier one had started: then the text says which attempt did what, rather
+    than calling an attempt no worker claimed "lost after the tool started".
+    """
     if status is CallStatus.SUCCEEDED:
         return ""
     tried = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    if reason is EndReason.LOST and not last_reached_worker:
+        effect = (
+            "the tool may or may not have taken effect"
+            if status is CallStatus.OUTCOME_UNKNOWN
+            else "no attempts are left"
+        )
+        return (
+            f"attempt {attempts} never reached a worker ({detail or 'expired in the queue'}) after "
+            f"an earlier attempt was lost once its tool had started; {effect} ({tried})"
+        )
     if reason is EndReason.DID_NOT_RUN:
         return f"{DID_NOT_RUN}: no attempt reached a worker ({tried}; {detail or 'expired in the queue'})"
     if reason is EndReason.TOOL_ERROR:

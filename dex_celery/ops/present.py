@@ -9,23 +9,63 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
 
+from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.repeats import repeat_evidence
 from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported
 from dex_celery.model.times import format_utc
 from dex_celery.tools.redact import record_arguments
+from dex_celery.tools.tool import Tool
 
 
 def shorten(text: str | None, width: int) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+#: How many characters of one value (an argument, a result, an error, a message) a person is
+#: shown before it is cut: a call whose arguments weigh a megabyte must not print a megabyte.
+VALUE_LIMIT = 2000
+
+
+def cut_text(text: str, limit: int = VALUE_LIMIT) -> tuple[str, bool]:
+    """`text`, or its first `limit` characters and a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text, False
+    return f"{text[:limit]}… [cut: {len(text) - limit:,} more characters]", True
+
+
+def cut_value(value: Any, limit: int = VALUE_LIMIT) -> tuple[Any, bool]:
+    """A JSON value with every long string cut (`cut_text`), its shape kept; and whether any
+    was. A value whose encoding is still longer than `limit` (many short leaves) becomes its cut
+    encoding, a string."""
+    cut = False
+
+    def walk(v: Any) -> Any:
+        nonlocal cut
+        if isinstance(v, str):
+            text, was = cut_text(v, limit)
+            cut = cut or was
+            return text
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    shown = walk(value)
+    encoded = json.dumps(shown, ensure_ascii=False)
+    if len(encoded) > 2 * limit:
+        return cut_text(encoded, 2 * limit)[0], True
+    return shown, cut
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -49,7 +89,29 @@ def format_time(value: float | None) -> str:
     return format_utc(value)
 
 
-def call_summary(record: ToolCallRecord) -> dict[str, Any]:
+def attempts_started(record: ToolCallRecord, entry: LedgerCall | None) -> int:
+    """Attempts a worker has started (claimed) so far: the record counts them once the call
+    ends; while it is in flight the ledger knows (an attempt waiting in the queue has not)."""
+    if record.finished or entry is None or entry.status != "active":
+        return record.attempts
+    started = entry.attempt if entry.state != "enqueued" else entry.attempt - 1
+    return max(record.attempts, started)
+
+
+def started_counts(source: RuntimeSource, records: Sequence[ToolCallRecord]) -> dict[str, int]:
+    """`attempts_started` of each call of a listing; the ledger is read only for calls in
+    flight, in one round trip. Redis away: the record's own count."""
+    live = [r for r in records if not r.finished]
+    entries: dict[str, LedgerCall | None] = {}
+    try:
+        entries = source.runtime.ledger.read_many([r.key for r in live])
+    except redis.RedisError:
+        entries = {}
+    return {r.key: attempts_started(r, entries.get(r.key)) for r in records}
+
+
+def call_summary(record: ToolCallRecord, started: int | None = None) -> dict[str, Any]:
+    """A call as a listing shows it; `attempts` counts attempts started (`attempts_started`)."""
     return {
         "key": record.key,
         "session_id": record.session_id,
@@ -58,7 +120,7 @@ def call_summary(record: ToolCallRecord) -> dict[str, Any]:
         "tool": record.tool_name,
         "effect": record.effect.value,
         "status": record.status.value,
-        "attempts": record.attempts,
+        "attempts": record.attempts if started is None else started,
         "requested_at": record.requested_at,
         "finished_at": record.finished_at,
         "error": record.error,
@@ -67,7 +129,8 @@ def call_summary(record: ToolCallRecord) -> dict[str, Any]:
 
 def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str, Any]]:
     """Finished attempts from the SQL attempt log (or the ledger's, if SQL has none yet), and
-    the current attempt when the ledger still holds one in flight."""
+    the current attempt when the ledger still holds one in flight: `running` with its worker
+    and claim time, or `enqueued` (waiting for a worker)."""
     attempts: list[dict[str, Any]] = []
     if record.attempt_log:
         try:
@@ -82,23 +145,28 @@ def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str
                 "owner": e.owner or None,
                 "claimed_at": e.claimed_at,
                 "ended_at": e.ended_at,
+                "error": e.error or None,
             }
             for e in entry.log
         ]
-    attempts = _with_error(attempts, record, entry)
-    if entry is None or entry.state not in ("enqueued", "running"):
-        return attempts
-    if all(a.get("attempt") != entry.attempt for a in attempts):
+    in_flight = (
+        not record.finished
+        and entry is not None
+        and entry.status == "active"
+        and entry.state in ("enqueued", "running")
+    )
+    if in_flight and entry is not None and all(a.get("attempt") != entry.attempt for a in attempts):
         attempts.append(
             {
                 "attempt": entry.attempt,
                 "state": entry.state,
                 "owner": entry.owner or None,
-                "claimed_at": None,
+                "claimed_at": entry.claimed_at if entry.state == "running" else None,
                 "ended_at": None,
+                "error": None,
             }
         )
-    return attempts
+    return _with_error(attempts, record)
 
 
 #: What an attempt's end state says when no message of its own was kept.
@@ -113,26 +181,24 @@ ATTEMPT_STATES = {
 }
 
 
-def _with_error(
-    attempts: list[dict[str, Any]], record: ToolCallRecord, entry: LedgerCall | None
-) -> list[dict[str, Any]]:
-    """Each attempt's error and the Celery node name of the worker that ran it.
+def _with_error(attempts: list[dict[str, Any]], record: ToolCallRecord) -> list[dict[str, Any]]:
+    """Each attempt's error, about that attempt only, and the Celery node name of the worker
+    that ran it.
 
-    The last attempt of an ended call carries the call's error; the attempt whose failure
-    caused the last retry, the message the ledger kept for that retry; any other what its end
-    state means (the attempt log keeps states, not messages).
+    An attempt keeps the message it ended with (the ledger logs it); one without gets what its
+    end state means. Only a last attempt whose tool reported the failure takes the call's error
+    (the tool's own message): the call's error may speak of several attempts.
     """
     out = []
     for i, original in enumerate(attempts):
         attempt = dict(original)
         state = str(attempt.get("state") or "")
-        if not attempt.get("error"):
-            if state in ("succeeded", "enqueued", "running"):
-                attempt["error"] = None
-            elif i == len(attempts) - 1 and record.finished and record.error:
+        if state in ("succeeded", "enqueued", "running"):
+            attempt["error"] = None
+        elif not attempt.get("error"):
+            last = i == len(attempts) - 1
+            if last and state == "failed" and record.finished and record.error:
                 attempt["error"] = record.error
-            elif i == len(attempts) - 2 and entry is not None and entry.error != record.error:
-                attempt["error"] = entry.error or ATTEMPT_STATES.get(state, state or None)
             else:
                 attempt["error"] = ATTEMPT_STATES.get(state, state or None)
         owner = str(attempt.get("owner") or "")
@@ -174,14 +240,18 @@ def _messages_of(record: ToolCallRecord, history: Sequence[Message]) -> list[dic
     return out
 
 
-def call_details(source: RuntimeSource, record: ToolCallRecord) -> dict[str, Any]:
+def call_details(
+    source: RuntimeSource, record: ToolCallRecord, *, full: bool = False
+) -> dict[str, Any]:
+    """Everything known about one call, as `calls show` (text and `--json`) and the web call
+    page show it. Long values are cut (`cut_value`, `"cut": true`) unless `full`."""
     ledger_error = None
     try:
         entry = source.runtime.ledger.read(record.key)
     except redis.RedisError as e:  # SQL alone still answers; say why the ledger part is missing
         entry, ledger_error = None, f"{type(e).__name__}: {e}"
     _calls, history = source.runtime.store.snapshot(record.session_id)
-    details = call_summary(record)
+    details = call_summary(record, attempts_started(record, entry))
     details.update(
         arguments=record_arguments(record),  # the one display rule (tools/redact.py)
         result=record.result,
@@ -197,7 +267,27 @@ def call_details(source: RuntimeSource, record: ToolCallRecord) -> dict[str, Any
     )
     evidence = repeat_evidence(source.runtime.store, record)
     details["repeat"] = evidence.as_dict() if evidence is not None else None
+    details["cut"] = False if full else _cut_details(details)
     return details
+
+
+def _cut_details(d: dict[str, Any]) -> bool:
+    """Cut every long value of `call_details` in place; whether any was."""
+    cut = False
+    for name in ("arguments", "late_result"):
+        d[name], was = cut_value(d[name])
+        cut = cut or was
+    for name in ("result", "error"):
+        if isinstance(d[name], str):
+            d[name], was = cut_text(d[name])
+            cut = cut or was
+    for holder, name in [(a, "error") for a in d["attempt_log"]] + [
+        (m, field) for m in d["messages"] for field in ("text", "tool_output")
+    ]:
+        if isinstance(holder.get(name), str):
+            holder[name], was = cut_text(holder[name])
+            cut = cut or was
+    return cut
 
 
 def _late(text: str | None) -> Any:
@@ -222,12 +312,14 @@ POLICY_FIELDS = (
 )
 
 
-def render_details(d: dict[str, Any]) -> str:
-    """`calls show` as text, from the same value `--json` prints (`call_details`)."""
+def render_details(d: dict[str, Any], *, full: bool = False) -> str:
+    """`calls show` as text, from the same value `--json` prints (`call_details`); `full`:
+    nothing shortened to fit a line either."""
     lines = [
         f"call      {d['key']}",
         f"tool      {d['tool']}  ({d['effect']})",
         f"status    {d['status']}",
+        f"started   {d['attempts']} attempt{'' if d['attempts'] == 1 else 's'}",
         f"arguments {json.dumps(d['arguments'], ensure_ascii=False)}",
         f"requested {format_time(d['requested_at'])}",
         f"finished  {format_time(d['finished_at'])}",
@@ -235,18 +327,22 @@ def render_details(d: dict[str, Any]) -> str:
     if d["error"]:
         lines.append(f"error     {d['error']}")
     if d["result"] is not None:
-        lines.append(f"result    {shorten(d['result'], 200)}")
+        lines.append(f"result    {d['result']}")
     lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
         lines.append(_approval_line(d["approval_deadline"], d["approval"]))
     if d.get("repeat"):
         lines.append(f"repeat    held back: {d['repeat']['reason']}")
         lines.append(f"          now: {d['repeat']['earlier_now']}")
-    lines.extend(_attempt_lines(d["attempt_log"]))
+    lines.extend(_attempt_lines(d["attempt_log"], full))
     if d["late_result"] is not None:
         lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
     lines.append(_ledger_line(d["ledger"], d.get("ledger_error")))
-    lines.extend(_message_lines(d["messages"]))
+    lines.extend(_message_lines(d["messages"], full))
+    if d.get("cut"):
+        lines.append(
+            f"(long values are cut; `dex-celery calls show {d['key']} --full` shows them whole)"
+        )
     return "\n".join(lines)
 
 
@@ -268,7 +364,7 @@ def _approval_line(deadline: float | None, approval: dict[str, Any] | None) -> s
     return f"approval  deadline {format_time(deadline)}; {decided}"
 
 
-def _attempt_lines(attempt_log: list[dict[str, Any]]) -> list[str]:
+def _attempt_lines(attempt_log: list[dict[str, Any]], full: bool = False) -> list[str]:
     if not attempt_log:
         return ["attempts", "  (none)"]
     rows = [
@@ -278,7 +374,7 @@ def _attempt_lines(attempt_log: list[dict[str, Any]]) -> list[str]:
             str(a.get("owner") or "-"),
             format_time(a.get("claimed_at")),
             format_time(a.get("ended_at")),
-            shorten(a.get("error"), 120) or "-",
+            (a.get("error") or "-") if full else (shorten(a.get("error"), 120) or "-"),
         ]
         for a in attempt_log
     ]
@@ -297,11 +393,75 @@ def _ledger_line(ledger: dict[str, Any] | None, error: str | None) -> str:
     return "ledger    (no entry: finished and expired, or never opened)"
 
 
-def _message_lines(messages: list[dict[str, Any]]) -> list[str]:
+def _message_lines(messages: list[dict[str, Any]], full: bool = False) -> list[str]:
     lines = ["messages"]
     if not messages:
         lines.append("  (none)")
     for m in messages:
         text = m["tool_output"] if m["role"] == "tool" else m["text"]
-        lines.append(f"  [{m['role']}] {format_time(m['created_at'])}  {shorten(text, 300)}")
+        lines.append(
+            f"  [{m['role']}] {format_time(m['created_at'])}  {text if full else shorten(text, 300)}"
+        )
     return lines
+
+
+# --- approvals ---------------------------------------------------------------------------------
+
+#: What each effect class means to the person deciding (S1.2): what approving lets happen.
+EFFECT_MEANINGS = {
+    "read": "only reads; safe to run again (retried on failure)",
+    "idempotent_write": "changes something, but running it twice has the effect of once "
+    "(retried on failure)",
+    "non_idempotent_write": "changes something, and running it twice could do it twice: it "
+    "runs at most once, never retried; a lost attempt ends outcome_unknown",
+    "unclassified": "its author did not say what it does: treated as a write that runs at "
+    "most once",
+}
+
+
+def _last_before(history: Sequence[Message], role: MessageRole, at: float) -> str:
+    """The text of the session's last `role` message written no later than the call."""
+    text = ""
+    for m in history:
+        if m.created_at <= at and m.role is role and m.text:
+            text = m.text
+    return text
+
+
+def approval_contexts(
+    source: RuntimeSource, tools: Mapping[str, Tool], pending: Sequence[PendingApproval]
+) -> list[dict[str, Any]]:
+    """What a person needs beside the arguments to decide each waiting call: the tool's
+    description, what its effect class means, and the session's last user and assistant
+    messages before the call (what was asked, what the model said it would do). One history
+    read per session; texts cut (`cut_text`)."""
+    histories: dict[str, Sequence[Message]] = {}
+    out = []
+    for p in pending:
+        if p.session_id not in histories:
+            try:
+                histories[p.session_id] = source.runtime.store.snapshot(p.session_id)[1]
+            except DexError:
+                histories[p.session_id] = ()
+        history = histories[p.session_id]
+        tool = tools.get(p.tool_name)
+        out.append(
+            {
+                "description": tool.description if tool is not None else "",
+                "effect_meaning": EFFECT_MEANINGS.get(p.effect.value, ""),
+                "last_user": cut_text(_last_before(history, MessageRole.USER, p.requested_at))[0],
+                "last_assistant": cut_text(
+                    _last_before(history, MessageRole.ASSISTANT, p.requested_at)
+                )[0],
+            }
+        )
+    return out
+
+
+def decision_banner(record: ToolCallRecord) -> str:
+    """After a decision: who decided, and the call's status as the record holds it now (the
+    call may have run, even ended, since)."""
+    approval = record.approval
+    if approval is None:
+        return f"the call is {record.status.value}"
+    return f"{approval.decision} by {approval.decided_by}; the call is now {record.status.value}"

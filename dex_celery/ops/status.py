@@ -249,6 +249,7 @@ def duration(seconds: float) -> str:
 def calls_section(source: RuntimeSource) -> Section:
     """The same counts as `/metrics` (`store.views.OperatorViews`, one query each)."""
     runtime = source.runtime
+    require_existing_database(runtime.settings.database_url)  # reading never creates a file
     views = OperatorViews(runtime.store)
     in_flight = views.count_in_flight()
     try:
@@ -299,6 +300,10 @@ def health_report(source: RuntimeSource, *, include_workers: bool = True) -> Hea
         redis_down = any(s.name == "redis" and s.state is State.FAIL for s in sections)
         if name == "workers" and redis_down and not source.runtime.settings.broker_url:
             sections.append(Section(name, State.FAIL, "not asked: the broker (Redis) is down"))
+            continue
+        database_down = any(s.name == "database" and s.state is State.FAIL for s in sections)
+        if name == "calls" and database_down:
+            sections.append(Section(name, State.FAIL, "not asked: the database is not ready"))
             continue
         sections.append(_guarded(name, check, source))
     return HealthReport(tuple(sections))

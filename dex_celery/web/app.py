@@ -38,7 +38,13 @@ from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.times import format_utc
 from dex_celery.ops.metrics import registry_for
-from dex_celery.ops.present import call_details
+from dex_celery.ops.present import (
+    approval_contexts,
+    call_details,
+    cut_value,
+    decision_banner,
+    started_counts,
+)
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.views import CallSearch, OperatorViews
 from dex_celery.web.auth import (
@@ -77,6 +83,12 @@ def _utc(value: float | None) -> str:
 
 
 def _json(value: Any) -> str:
+    """A JSON value as a person reads it: indented, keys sorted, never Python's `True`/`[...]`."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2)
+
+
+def _json_inline(value: Any) -> str:
+    """One JSON value on one line (a policy field: `true`, `["card"]`, `300.0`)."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
@@ -118,6 +130,7 @@ class WebApp:
         )
         self.env.filters["utc"] = _utc
         self.env.filters["tojson_text"] = _json
+        self.env.filters["tojson_inline"] = _json_inline
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -285,13 +298,16 @@ class WebApp:
         self, request: Request, identity: Identity, *, status_code: int = 200, **extra: Any
     ) -> HTMLResponse:
         now = self.dex.store.clock()
+        pending = self.dex.approvals.pending(limit=500)
+        contexts = approval_contexts(self.dex, self.dex.tools, pending)
         rows = [
             {
                 "item": p,
-                "arguments": _json(p.arguments),  # shown_arguments, in PendingApproval.of
+                "arguments": _json(cut_value(p.arguments)[0]),  # shown_arguments (PendingApproval)
                 "left": time_left(p.deadline, now),
+                "context": context,
             }
-            for p in self.dex.approvals.pending(limit=500)
+            for p, context in zip(pending, contexts, strict=True)
         ]
         return self.page(request, "approvals.html", identity, status_code, rows=rows, **extra)
 
@@ -316,10 +332,9 @@ class WebApp:
                 return PlainTextResponse(f"unknown action {action!r}\n", status_code=400)
         except DexError as e:
             return await run_in_threadpool(self._refused_decision, request, identity, str(e))
-        flash = f"{action}d {record.key} as {identity.name}; it is now {record.status.value}"
-        return RedirectResponse(
-            f"/calls/{_quote(record.key)}?flash={_quote(flash)}", status_code=303
-        )
+        # The call page words the banner from the record as it is when the page is read: the
+        # call may have run (or ended) between the decision and the redirect.
+        return RedirectResponse(f"/calls/{_quote(record.key)}?decided=1", status_code=303)
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -339,12 +354,14 @@ class WebApp:
             calls = self.views.search(search)
         except ValueError as e:
             calls, error = [], str(e)
+        started = started_counts(self.dex, calls)
         return self.page(
             request,
             "calls.html",
             identity,
             400 if error else 200,
             calls=calls,
+            started=started,
             q={k: q.get(k, "") for k in ("session", "tool", "status", "since", "until", "limit")},
             statuses=[s.value for s in CallStatus],
             tools=self.views.tool_names(),
@@ -360,8 +377,13 @@ class WebApp:
                 raise UnknownCall(f"no tool call {key!r}")
         except DexError as e:
             return self.page(request, "error.html", identity, 404, error=str(e))
-        details = call_details(self.dex, record)  # arguments: tools/redact.shown_arguments
+        full = request.query_params.get("full") == "1"
+        # arguments: tools/redact.shown_arguments; long values cut unless ?full=1
+        details = call_details(self.dex, record, full=full)
         unknown = UnknownOutcomes(self.dex.store).get(key)
+        extra: dict[str, Any] = {}
+        if request.query_params.get("decided") and record.approval is not None:
+            extra["flash"] = decision_banner(record)
         return self.page(
             request,
             "call.html",
@@ -370,6 +392,8 @@ class WebApp:
             record=record,
             unknown=unknown,
             finished=record.status.terminal,
+            full=full,
+            **extra,
         )
 
     # --- unknown outcomes ----------------------------------------------------------------------

@@ -94,9 +94,12 @@ def test_a_cut_broker_link_leaves_the_worker_serving_calls(
     client = dex.client()
     in_flight_writes: list[str] = []
     for cut in range(CUTS):
-        read = client.request_call("s1", f"t{cut}", "read", "slow_read", {"seconds": 4})
+        # A session per cut: the same write again in one session, while an earlier one may
+        # still be unsettled, would wait for a person (the repeat guard, S5.4).
+        session = f"s{cut}"
+        read = client.request_call(session, f"t{cut}", "read", "slow_read", {"seconds": 4})
         write = client.request_call(
-            "s1", f"t{cut}", "write", "slow_non_idempotent_write", {"seconds": 4}
+            session, f"t{cut}", "write", "slow_non_idempotent_write", {"seconds": 4}
         )
         in_flight_writes.append(write.key)
         wait_started(read.key)
@@ -108,7 +111,7 @@ def test_a_cut_broker_link_leaves_the_worker_serving_calls(
         proxy.restore()
 
         after = client.request_call(
-            "s1", f"t{cut}", "after", "slow_non_idempotent_write", {"seconds": 0}
+            session, f"t{cut}", "after", "slow_non_idempotent_write", {"seconds": 0}
         )
         wait_for(
             lambda key=after.key: _served_or_died(dex, key, worker),  # type: ignore[misc]

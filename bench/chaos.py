@@ -179,7 +179,7 @@ def plan(calls: int) -> list[CallRequest]:
                 f"t{i // 10}",
                 f"c{i}",
                 f"chaos_{effect.value}",
-                {"seconds": duration()},
+                {"seconds": duration(), "n": i},
             )
         )
     return out

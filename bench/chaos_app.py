@@ -31,8 +31,10 @@ def note(what: str, ctx: ToolContext) -> None:
         os.close(fd)
 
 
-def work(ctx: ToolContext, seconds: float = 0.0) -> Any:
-    """Runs `seconds` like tool code that cannot be stopped (it ignores cancellation)."""
+def work(ctx: ToolContext, seconds: float = 0.0, n: int = 0) -> Any:
+    """Runs `seconds` like tool code that cannot be stopped (it ignores cancellation). `n`
+    numbers the planned call: distinct calls have distinct arguments, as a model's distinct
+    requests do (the same write asked again in a session waits for a person, S5.4)."""
     note("start", ctx)
     if seconds > 0:
         time.sleep(seconds)

@@ -99,17 +99,23 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         _note(ctx, "end")
         return value
 
+    # The generic tools of the crash tests opt out of the repeat guard (S5.4): those tests ask
+    # for many identical calls at once to test other guarantees; the guard's own tests use
+    # `charge_order` and the `guarded_*` tools, which keep it on.
     for effect in EffectClass:
-        dex.tool(f"slow_{effect.value}", policy=ToolPolicy(effect=effect, requires_approval=False))(
-            slow
-        )
+        dex.tool(
+            f"slow_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False, repeat_guard=False),
+        )(slow)
 
     # A lease much shorter than the deployment's heartbeat timeout: only the worker's heartbeat
     # thread keeps these alive (they never heartbeat themselves).
     for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
         dex.tool(
             f"short_lease_{effect.value}",
-            policy=ToolPolicy(effect=effect, requires_approval=False, heartbeat_timeout=2.0),
+            policy=ToolPolicy(
+                effect=effect, requires_approval=False, heartbeat_timeout=2.0, repeat_guard=False
+            ),
         )(slow)
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
@@ -261,7 +267,7 @@ def _async_tools(dex: Dex) -> None:
     for effect in (EffectClass.READ, EffectClass.NON_IDEMPOTENT_WRITE):
         dex.tool(
             f"async_slow_{effect.value}",
-            policy=ToolPolicy(effect=effect, requires_approval=False),
+            policy=ToolPolicy(effect=effect, requires_approval=False, repeat_guard=False),
         )(async_slow)
 
     @dex.tool(

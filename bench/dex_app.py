@@ -31,9 +31,11 @@ def build(settings: Settings, name: str = "bench_dex") -> tuple[Celery, Dex]:
         return None
 
     for effect in EffectClass:
-        dx.tool(f"hold_{effect.value}", policy=ToolPolicy(effect=effect, requires_approval=False))(
-            _hold
-        )
+        # No repeat guard: a benchmark asks for many identical calls on purpose.
+        dx.tool(
+            f"hold_{effect.value}",
+            policy=ToolPolicy(effect=effect, requires_approval=False, repeat_guard=False),
+        )(_hold)
     return celery, dx
 
 

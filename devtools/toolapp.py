@@ -166,13 +166,17 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         return "finished"
 
     # Approvals (S1.3, S6): writes that wait for a person before they run.
-    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE))
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, repeat_guard=False))
     def guarded_write(ctx: ToolContext, value: Any = "done") -> Any:
         """A non-idempotent write without an approval override: asks a person (S1.3)."""
         _note(ctx, "start")
         return value
 
-    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=1.0))
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=1.0, repeat_guard=False
+        )
+    )
     def guarded_write_short(ctx: ToolContext, value: Any = "done") -> Any:
         """Like `guarded_write`, but its approval deadline passes one second after the request."""
         _note(ctx, "start")
@@ -219,7 +223,10 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
 
     @dex.tool(
         policy=ToolPolicy(
-            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, schedule_to_start=2.0
+            effect=EffectClass.NON_IDEMPOTENT_WRITE,
+            requires_approval=False,
+            schedule_to_start=2.0,
+            repeat_guard=False,
         )
     )
     def unserved_write(ctx: ToolContext) -> Any:

@@ -15,7 +15,15 @@ import redis
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.processes import RedisServer, Worker
-from tests.support.toolapp import LOG_ENV, make_app
+from tests.support.rabbitmq import (
+    RABBITMQ,
+    REDIS,
+    amqp_url,
+    delete_queues,
+    shared_server_missing,
+    test_vhost,
+)
+from tests.support.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 
 # Tight settings so crash tests finish in seconds; the defaults are measured in bench/.
 TEST_TIMINGS = {
@@ -36,13 +44,39 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.kill()
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_vhost() -> Iterator[str]:
+    """A vhost of this test run on the machine's RabbitMQ (deleted at the end), or a skip that
+    says what is missing."""
+    missing = shared_server_missing()
+    if missing:
+        pytest.skip(f"RabbitMQ broker runs skipped: {missing}")
+    with test_vhost() as name:
+        yield name
+
+
 @pytest.fixture
-def env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
+def broker(request: pytest.FixtureRequest) -> str:
+    """The broker of the test's deployment: the ledger's Redis unless a test is parametrized
+    with `tests.support.rabbitmq.ON_BOTH_BROKERS` (docs/rabbitmq.md)."""
+    return str(getattr(request, "param", REDIS))
+
+
+@pytest.fixture
+def env(
+    redis_server: RedisServer, tmp_path: Path, broker: str, request: pytest.FixtureRequest
+) -> dict[str, str]:
     """Environment shared by the test process and the workers it starts."""
     redis.Redis.from_url(redis_server.url).flushall()
     tool_log = tmp_path / "tool-log"
     tool_log.mkdir()
+    broker_env = {}
+    if broker == RABBITMQ:
+        url = amqp_url(request.getfixturevalue("rabbitmq_vhost"))
+        delete_queues(url, ("celery", UNSERVED_QUEUE))  # what an earlier test left queued
+        broker_env["DEX_BROKER_URL"] = url
     return {
+        **broker_env,
         "DEX_REDIS_URL": redis_server.url,
         "DEX_DATABASE_URL": f"sqlite:///{tmp_path / 'dex.db'}",
         "DEX_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",

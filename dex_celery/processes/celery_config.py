@@ -3,6 +3,9 @@ ping app), in one place."""
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlsplit
+
 from celery import Celery
 
 from dex_celery.ledger.connection import broker_transport_options
@@ -46,3 +49,46 @@ def configure_celery(app: Celery, settings: Settings) -> None:
             **sentinel_options,
             **(app.conf.broker_transport_options or {}),
         }
+    if is_amqp_url(app.conf.broker_url):
+        options = rabbitmq_options()
+        app.conf.update({k: v for k, v in options.items() if k != "broker_transport_options"})
+        app.conf.broker_transport_options = {
+            **options["broker_transport_options"],
+            **(app.conf.broker_transport_options or {}),
+        }
+
+
+#: The URL schemes of Kombu's AMQP transports (py-amqp); `librabbitmq` is gone from Kombu 5.
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
+
+
+def is_amqp_url(url: object) -> bool:
+    """Is `url` a RabbitMQ (AMQP 0-9-1) broker URL? A `;`-separated failover list counts by its
+    first URL, as Kombu reads it."""
+    if not isinstance(url, str) or not url:
+        return False
+    return urlsplit(url.split(";", 1)[0].strip()).scheme in AMQP_SCHEMES
+
+
+def rabbitmq_options() -> dict[str, Any]:
+    """What a RabbitMQ broker gets on top of the common options (docs/rabbitmq.md).
+
+    - Quorum queues (`task_default_queue_type`, and `task_create_missing_queue_type` for the
+      queues tools are routed to): replicated, durable, and a message a consumer held when its
+      channel closed goes back to the queue. Quorum queues refuse a global QoS, so Celery's
+      detection of them stays on (`worker_detect_quorum_queues`: per-consumer prefetch).
+    - Celery's native delayed delivery (the `celery_delayed_*` queues a worker declares when it
+      sees quorum queues) is for countdown and ETA messages; dex-celery sends none (a retry's
+      backoff waits in the ledger, docs/ledger.md), so those queues are classic, not 28 more
+      Raft groups.
+    - Publisher confirms (`confirm_publish`): `send_task` returns only once RabbitMQ has taken
+      the message, so a request that says "started" has a message in the queue, and a refused
+      publish raises, which the dispatcher records as an attempt that never reached a worker.
+    """
+    return {
+        "task_default_queue_type": "quorum",
+        "task_create_missing_queue_type": "quorum",
+        "worker_detect_quorum_queues": True,
+        "broker_native_delayed_delivery_queue_type": "classic",
+        "broker_transport_options": {"confirm_publish": True},
+    }

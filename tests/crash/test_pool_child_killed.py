@@ -23,6 +23,7 @@ from dex_celery.engine.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from tests.support.crash import events, lines, release_tools, wait_finished, wait_started
 from tests.support.processes import Worker, wait_for
+from tests.support.rabbitmq import ON_BOTH_BROKERS
 from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker
 
 pytestmark = pytest.mark.crash
@@ -48,6 +49,7 @@ def slow_dex(dex: Dex, env: dict[str, str]) -> Iterator[Dex]:
     thread.join(timeout=10)
 
 
+@ON_BOTH_BROKERS
 def test_pool_child_killed_mid_call_is_marked_lost_at_once(
     slow_dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
 ) -> None:

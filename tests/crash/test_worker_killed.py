@@ -17,6 +17,8 @@ import redis
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from tests.support.crash import (
+    KOMBU_UNACKED,
+    broker_holds,
     events,
     lines,
     refused,
@@ -27,6 +29,7 @@ from tests.support.crash import (
     wait_started,
 )
 from tests.support.processes import Worker, wait_for
+from tests.support.rabbitmq import ON_BOTH_BROKERS
 from tests.support.toolapp import VISIBILITY_TIMEOUT_ENV
 
 pytestmark = pytest.mark.crash
@@ -34,8 +37,6 @@ pytestmark = pytest.mark.crash
 #: A Kombu visibility timeout short enough that a new worker restores the unacknowledged
 #: messages of a killed one within seconds (the default is an hour).
 SHORT_VISIBILITY = {VISIBILITY_TIMEOUT_ENV: "2"}
-#: Kombu's Redis transport keeps each delivered, unacknowledged message in this hash.
-KOMBU_UNACKED = "unacked"
 
 
 def _alive(pid: int) -> bool:
@@ -51,6 +52,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@ON_BOTH_BROKERS
 def test_non_idempotent_write_killed_mid_call_is_outcome_unknown_and_never_runs_again(
     dex: Dex,
     env: dict[str, str],
@@ -78,10 +80,9 @@ def test_non_idempotent_write_killed_mid_call_is_outcome_unknown_and_never_runs_
 
     # A new worker, with a broker that redelivers unacknowledged messages within seconds. A
     # non-idempotent message was acknowledged when the pool accepted it (no late ack), so the
-    # broker has nothing to give back; the replay below is the stale delivery.
-    task_id = CallKey.parse(record.key).task_id(1).encode()
-    broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    assert not [m for m in broker.hvals(KOMBU_UNACKED) if task_id in m]
+    # broker has nothing to give back (RabbitMQ: nothing returned to the queue when the dead
+    # worker's connection closed); the replay below is the stale delivery.
+    assert not broker_holds(env, CallKey.parse(record.key).task_id(1))
     start_worker(extra_env=SHORT_VISIBILITY)
     before = refused(dex, record.key)
     republish(dex, done, attempt=1)
@@ -145,6 +146,7 @@ def test_only_the_main_process_killed_gives_an_honest_record(
     assert done.status is CallStatus.OUTCOME_UNKNOWN
 
 
+@ON_BOTH_BROKERS
 @pytest.mark.parametrize("tool", ["slow_read", "slow_idempotent_write"])
 def test_retryable_call_killed_mid_call_is_retried_with_the_same_key(
     tool: str,
@@ -162,10 +164,14 @@ def test_retryable_call_killed_mid_call_is_retried_with_the_same_key(
     first_pid = wait_started(record.key)
 
     first.kill_all()
-    # Late ack: the killed worker's message is still the broker's to give back.
-    task_id = CallKey.parse(record.key).task_id(1).encode()
-    broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    assert [m for m in broker.hvals(KOMBU_UNACKED) if task_id in m]
+    # Late ack: the killed worker's message is still the broker's to give back (RabbitMQ put it
+    # back in the queue when the dead worker's connection closed).
+    task_id = CallKey.parse(record.key).task_id(1)
+    wait_for(
+        lambda: broker_holds(env, task_id),
+        timeout=10,
+        what="the broker to hold the killed attempt's unacknowledged message",
+    )
     release_tools(env)  # attempt 2 returns at once; the killed attempt 1 can no longer return
     second = start_worker(extra_env=SHORT_VISIBILITY)
     done = wait_finished(dex, record.key, timeout=40)
@@ -178,8 +184,8 @@ def test_retryable_call_killed_mid_call_is_retried_with_the_same_key(
     assert starts[0][1] == first_pid and starts[1][1] != first_pid
     assert [a for a, _, _ in lines(record.key, "end")] == [2]
 
-    # Kombu restores attempt 1's unacknowledged message after the visibility timeout; the
-    # ledger refuses its claim (the call is finished, or attempt 1 is stale).
+    # Kombu restores attempt 1's unacknowledged message after the visibility timeout (RabbitMQ
+    # delivers it from the queue at once); the ledger refuses its claim (the call is finished, or attempt 1 is stale).
     redelivered = f"Task dex.tool.{tool}[{record.key}#1] received"
     wait_for(
         lambda: redelivered in second.log() and refused(dex, record.key) >= 1,

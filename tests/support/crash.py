@@ -17,10 +17,12 @@ from sqlalchemy import func, select
 from dex_celery import Dex, Settings
 from dex_celery.model.ids import CallKey
 from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.processes.celery_config import is_amqp_url
 from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
 from dex_celery.tools.tool import TASK_PREFIX
 from tests.support.processes import wait_for
+from tests.support.rabbitmq import queued_task_ids
 from tests.support.toolapp import LOG_ENV, executions, log_dir
 
 #: Celery's default queue: the Redis list every attempt message is pushed to.
@@ -154,6 +156,22 @@ def broker_task_ids(client: redis.Redis, queue: str = BROKER_QUEUE) -> list[str]
         message: dict[str, Any] = json.loads(raw)
         ids.append(str(message["headers"]["id"]))
     return ids
+
+
+#: Kombu's Redis transport keeps each delivered, unacknowledged message in this hash.
+KOMBU_UNACKED = "unacked"
+
+
+def broker_holds(env: dict[str, str], task_id: str) -> bool:
+    """Does the broker hold a copy of message `task_id` it may give out again? On Redis, Kombu's
+    hash of delivered, unacknowledged messages (restored after the visibility timeout); on
+    RabbitMQ, the queue itself, where a dead consumer's unacknowledged messages return at once
+    (no worker may be consuming while this is asked)."""
+    broker_url = env.get("DEX_BROKER_URL")
+    if broker_url and is_amqp_url(broker_url):
+        return task_id in queued_task_ids(broker_url, BROKER_QUEUE)
+    client = redis.Redis.from_url(env["DEX_REDIS_URL"])
+    return any(task_id.encode() in m for m in client.hvals(KOMBU_UNACKED))
 
 
 def count_calls(dex: Dex) -> int:

@@ -81,6 +81,12 @@ def rabbitmq_options() -> dict[str, Any]:
       sees quorum queues) is for countdown and ETA messages; dex-celery sends none (a retry's
       backoff waits in the ledger, docs/ledger.md), so those queues are classic, not 28 more
       Raft groups.
+    - A channel error is recovered like a lost connection (`broker_channel_error_retry`): when
+      a late-acknowledged attempt outlives RabbitMQ's `consumer_timeout`, RabbitMQ closes the
+      consumer's channel with `PRECONDITION_FAILED`, which Celery otherwise treats as
+      "Unrecoverable error" and shuts the worker down (tests/crash/test_rabbitmq_broker.py).
+      Reconnected, the worker gets the message again and the ledger refuses that copy's claim
+      while the attempt runs on.
     - Publisher confirms (`confirm_publish`): `send_task` returns only once RabbitMQ has taken
       the message, so a request that says "started" has a message in the queue, and a refused
       publish raises, which the dispatcher records as an attempt that never reached a worker.
@@ -90,5 +96,6 @@ def rabbitmq_options() -> dict[str, Any]:
         "task_create_missing_queue_type": "quorum",
         "worker_detect_quorum_queues": True,
         "broker_native_delayed_delivery_queue_type": "classic",
+        "broker_channel_error_retry": True,
         "broker_transport_options": {"confirm_publish": True},
     }

@@ -18,6 +18,7 @@ AMQP_ONLY = (
     "task_default_queue_type",
     "task_create_missing_queue_type",
     "broker_native_delayed_delivery_queue_type",
+    "broker_channel_error_retry",
 )
 
 
@@ -54,6 +55,7 @@ def test_a_rabbitmq_broker_gets_quorum_queues_and_publisher_confirms() -> None:
     assert app.conf.worker_detect_quorum_queues is True
     assert app.conf.broker_native_delayed_delivery_queue_type == "classic"
     assert app.conf.broker_transport_options["confirm_publish"] is True
+    assert app.conf.broker_channel_error_retry is True  # consumer_timeout closes a channel
     # What Kombu declares: the default queue and a queue a tool is routed to, both quorum.
     (default,) = app.amqp.queues.values()
     assert isinstance(default, Queue)

@@ -20,6 +20,7 @@ from celery import Celery
 from dex_celery import Dex
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.cli.main import main
+from dex_celery.processes.celery_config import configure_celery, is_amqp_url
 from dex_celery.settings import Settings, env_name
 from tests.support.crash import env_names
 from tests.support.processes import ROOT
@@ -166,3 +167,98 @@ def test_the_readme_lists_every_setting_with_its_default() -> None:
         assert row in readme, f"README's settings table lacks {field.name}"
         cell = readme.split(row, 1)[1].split(" |", 1)[0]
         assert cell.strip("`").startswith(default), f"{field.name}: README says {cell}"
+
+
+# --- the RabbitMQ variant (docker-compose.rabbitmq.yml, docs/rabbitmq.md) ---------------------
+
+RABBITMQ_COMPOSE = ROOT / "docker-compose.rabbitmq.yml"
+RABBITMQ_CONF = ROOT / "deploy" / "rabbitmq.conf"
+#: The services that reach the broker: each gets the RabbitMQ URL and waits for RabbitMQ.
+BROKER_CLIENTS = ("worker", "beat", "flower", "web")
+
+
+def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Compose's merge of an override file, for the keys these files use: mappings
+    (environment, depends_on) merge key by key, everything else is replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def rabbit_services(services: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    override = yaml.safe_load(RABBITMQ_COMPOSE.read_text())["services"]
+    merged = dict(services)
+    for name, service in override.items():
+        merged[name] = _merged(merged.get(name, {}), service)
+    return merged
+
+
+def _rabbit_conf() -> dict[str, str]:
+    pairs = {}
+    for line in RABBITMQ_CONF.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def test_the_rabbitmq_variant_runs_a_persistent_checked_rabbitmq(
+    rabbit_services: dict[str, Any],
+) -> None:
+    """RabbitMQ with its data on a volume under a fixed host name (the node's data folder is
+    named after it), a health check, and dex-celery's settings file mounted."""
+    rabbit = rabbit_services["rabbitmq"]
+    assert str(rabbit["image"]).startswith("rabbitmq:")
+    assert rabbit["hostname"] == "rabbitmq"
+    assert rabbit["healthcheck"]["test"]
+    volumes = rabbit["volumes"]
+    assert any(v.endswith(":/var/lib/rabbitmq") for v in volumes)
+    assert "./deploy/rabbitmq.conf:/etc/rabbitmq/conf.d/20-dex-celery.conf:ro" in volumes
+    assert rabbit["environment"]["RABBITMQ_DEFAULT_VHOST"] == "dex"
+
+
+def test_every_broker_client_uses_rabbitmq_and_redis_stays_the_ledger(
+    rabbit_services: dict[str, Any],
+) -> None:
+    """Worker, beat, Flower and the web app get an `amqp://` broker URL in the vhost RabbitMQ
+    creates, wait for RabbitMQ to be healthy, and keep Redis as the ledger; the settings they
+    make give the app quorum queues and publisher confirms."""
+    known = env_names()
+    for name in BROKER_CLIENTS:
+        service = rabbit_services[name]
+        environment = service["environment"]
+        url = str(environment["DEX_BROKER_URL"])
+        assert is_amqp_url(url) and url.endswith("@rabbitmq:5672/dex"), url
+        assert environment["DEX_REDIS_URL"] == "redis://redis:6379/0"
+        assert set(v for v in environment if v.startswith("DEX_")) <= known
+        assert service["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+        assert "redis" in service["depends_on"]  # the ledger
+    app = Celery("compose-rabbit")
+    configure_celery(app, Settings(broker_url="amqp://dex:dex@rabbitmq:5672/dex"))
+    assert app.conf.task_default_queue_type == "quorum"
+    assert app.conf.broker_transport_options["confirm_publish"] is True
+
+
+def test_the_rabbitmq_consumer_timeout_outlasts_every_tool_of_the_app() -> None:
+    """`consumer_timeout` (ms) in the mounted settings is above the longest start-to-close of
+    the compose app's tools, so no attempt within its deadline loses its channel; new queues
+    default to quorum."""
+    conf = _rabbit_conf()
+    dex = find_dex("config.celery_app")
+    longest = max(
+        tool.policy.start_to_close or dex.settings.start_to_close for tool in dex.tools.values()
+    )
+    assert int(conf["consumer_timeout"]) / 1000 > longest
+    assert conf["default_queue_type"] == "quorum"
+
+
+def test_the_readme_shows_the_rabbitmq_variant() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "docker compose -f docker-compose.yml -f docker-compose.rabbitmq.yml up -d --build" in (
+        readme
+    )

@@ -43,7 +43,9 @@ from tests.support.rabbitmq import (
 from tests.support.tcpproxy import TcpProxy
 from tests.support.toolapp import make_app
 
-pytestmark = pytest.mark.crash
+#: A node's start and restart take up to a minute each on a loaded machine (pytest's default
+#: limit is 240 s a test, its fixtures included).
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 
 #: A node restart takes from ten seconds to a minute on a loaded 2-core machine: no attempt may
 #: expire in the queue meanwhile (this test is about redelivery, not about S3.5).

@@ -72,15 +72,24 @@ class Sample:
     seconds: float
     #: CPU seconds during the timed part, by part: ledger, broker, worker, driver, postgres.
     cpu: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds per second of each part with the worker up and no calls (`--idle`).
+    idle: dict[str, float] = field(default_factory=dict)
     commits: float = 0.0
 
     @property
     def rate(self) -> float:
         return self.calls / self.seconds
 
-    def us(self, part: str) -> float:
-        """CPU microseconds per call of `part` (NaN if not measured)."""
-        return self.cpu[part] / self.calls * 1e6 if part in self.cpu else float("nan")
+    def us(self, part: str, *, net: bool = True) -> float:
+        """CPU microseconds per call of `part` (NaN if not measured); with `net`, less what
+        the part spends idle over the same time (timers, polling, heartbeats): on a loaded
+        machine calls are slow, and the idle share would otherwise be charged to them."""
+        if part not in self.cpu:
+            return float("nan")
+        spent = self.cpu[part]
+        if net:
+            spent = max(0.0, spent - self.idle.get(part, 0.0) * self.seconds)
+        return spent / self.calls * 1e6
 
 
 @dataclass
@@ -146,6 +155,15 @@ def _postgres_meter(url: str) -> Any:
     return read
 
 
+def idle_rates(meters: dict[str, Any], worker: CeleryWorker, seconds: float) -> dict[str, float]:
+    """CPU seconds per second of each part while no call runs (the worker up and waiting)."""
+    if seconds <= 0:
+        return {}
+    with measured(meters, worker) as cpu:
+        time.sleep(seconds)  # the measurement itself: nothing runs on purpose
+    return {part: spent / seconds for part, spent in cpu.items() if part != "driver"}
+
+
 @contextlib.contextmanager
 def measured(meters: dict[str, Any], worker: CeleryWorker) -> Iterator[dict[str, float]]:
     """CPU seconds each part spends inside the block."""
@@ -161,7 +179,9 @@ def measured(meters: dict[str, Any], worker: CeleryWorker) -> Iterator[dict[str,
         out[part] = read() - before[part]
 
 
-def run_plain(servers: Servers, workers: int, calls: int, warmup: int, events: bool) -> Sample:
+def run_plain(
+    servers: Servers, workers: int, calls: int, warmup: int, events: bool, idle: float
+) -> Sample:
     env = {
         "BENCH_BROKER_URL": servers.broker_url,
         "BENCH_COUNTER_URL": servers.counter_url,
@@ -173,9 +193,7 @@ def run_plain(servers: Servers, workers: int, calls: int, warmup: int, events: b
     import bench.plain_app as plain
 
     plain = importlib.reload(plain)  # re-read the broker and counter settings
-    worker = start_worker(
-        BenchWorker("bench.plain_app", env, servers.folder, concurrency=workers)
-    )
+    worker = start_worker(BenchWorker("bench.plain_app", env, servers.folder, concurrency=workers))
     counter = redis.Redis.from_url(servers.counter_url)
     meters = servers.meters()
     meters.pop("postgres", None)
@@ -183,13 +201,14 @@ def run_plain(servers: Servers, workers: int, calls: int, warmup: int, events: b
         meters.pop("ledger", None)  # the counter lives with the broker: plain Celery's only Redis
     try:
         _plain_batch(plain, counter, warmup, False)
+        rest = idle_rates(meters, worker, idle)
         with measured(meters, worker) as cpu:
             t0 = time.perf_counter()
             _plain_batch(plain, counter, calls, False)
             seconds = time.perf_counter() - t0
     finally:
         worker.stop(warm=True)
-    return Sample("plain", workers, calls, seconds, cpu)
+    return Sample("plain", workers, calls, seconds, cpu, rest)
 
 
 _dexes: dict[str, Any] = {}
@@ -214,7 +233,7 @@ def _client_dex(servers: Servers, events: bool) -> Any:
 
 
 def run_dex(
-    servers: Servers, workers: int, calls: int, warmup: int, events: bool, batch: int
+    servers: Servers, workers: int, calls: int, warmup: int, events: bool, batch: int, idle: float
 ) -> Sample:
     dx = _client_dex(servers, events)
     sql = servers.folder / f"sql-{uuid.uuid4().hex[:8]}"
@@ -235,8 +254,10 @@ def run_dex(
 
     try:
         _dex_batch(dx, warmup, batch)
+        meters = servers.meters()
+        rest = idle_rates(meters, worker, idle)
         event.listen(dx.store.engine, "commit", count)
-        with measured(servers.meters(), worker) as cpu:
+        with measured(meters, worker) as cpu:
             t0 = time.perf_counter()
             _dex_batch(dx, calls, batch)
             seconds = time.perf_counter() - t0
@@ -245,7 +266,7 @@ def run_dex(
         worker.stop(warm=True)
     # Workers write their commit counts at shutdown; the warm-up's are in them too.
     worker_commits = sum(int(p.read_text()) for p in sql.glob("commits-*"))
-    sample = Sample("dex", workers, calls, seconds, cpu)
+    sample = Sample("dex", workers, calls, seconds, cpu, rest)
     sample.commits = commits["n"] / calls + worker_commits / (calls + warmup)
     return sample
 
@@ -289,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--rabbitmq", action="store_true", help="the broker on RabbitMQ")
     parser.add_argument(
+        "--idle",
+        type=float,
+        default=2.0,
+        help="seconds of idle CPU measured per run, subtracted from the calls' share (0: none)",
+    )
+    parser.add_argument(
         "--task-events", action="store_true", help="Celery task events on, both sides"
     )
     args = parser.parse_args(argv)
@@ -318,8 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         samples: list[Sample] = []
         for r in range(args.rounds):
             for n in counts:
-                plain = run_plain(servers, n, args.calls, args.warmup, args.task_events)
-                dex = run_dex(servers, n, args.calls, args.warmup, args.task_events, args.batch)
+                plain = run_plain(servers, n, args.calls, args.warmup, args.task_events, args.idle)
+                dex = run_dex(
+                    servers, n, args.calls, args.warmup, args.task_events, args.batch, args.idle
+                )
                 samples += [plain, dex]
                 print(
                     f"round {r + 1} -c {n}: plain {plain.rate:7.1f} calls/s, "
@@ -336,7 +365,10 @@ def report(samples: list[Sample], counts: list[int], args: argparse.Namespace) -
         f"database {args.database}, broker {broker}, {args.calls} calls x {args.rounds} rounds, "
         f"batch {args.batch}, task events {'on' if args.task_events else 'off'} (both sides)"
     )
-    print("medians over rounds; CPU in microseconds per call")
+    print(
+        f"medians over rounds; CPU in microseconds per call, less each part's idle CPU over the "
+        f"same time (measured {args.idle:g} s per run with the worker up and no calls)"
+    )
     print(
         f"{'-c':>3} {'plain/s':>8} {'dex/s':>8} {'ratio':>6} | {'plain broker':>12} | "
         f"{'dex ledger':>10} {'dex broker':>10} {'dex worker':>10} {'dex driver':>10} "
@@ -370,6 +402,21 @@ def report(samples: list[Sample], counts: list[int], args: argparse.Namespace) -
     print(
         f"worker cpu/call (median of all runs): dex {worker_us:.0f} us; plain celery "
         f"{plain_worker_us:.0f} us"
+    )
+    raw = {
+        part: median([s.us(part, net=False) for s in runs])
+        for part, runs in (("ledger", dex_all), ("broker", dex_all))
+    }
+    idle = {
+        part: median([s.idle.get(part, float("nan")) * 1e3 for s in dex_all])
+        for part in ("ledger", "broker", "worker")
+    }
+    print(
+        f"without the idle subtraction: dex ledger {raw['ledger']:.0f} us, dex broker "
+        f"{raw['broker']:.0f} us, plain celery broker "
+        f"{median([s.us('broker', net=False) for s in plain_all]):.0f} us; idle CPU of the dex "
+        f"run, ms per second: ledger {idle['ledger']:.1f}, broker {idle['broker']:.1f}, "
+        f"worker {idle['worker']:.1f}"
     )
     print(
         f"calls/s per core, from these: ledger server {1e6 / ledger_us:.0f}, broker server "

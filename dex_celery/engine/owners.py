@@ -83,14 +83,20 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+#: This process's own pid and `<pid>[:<space>.<started>]`, read once per process (a claim must
+#: not pay a file read): a forked pool process has another pid, so it reads its own.
+_own: dict[int, str] = {}
+
+
 def owner_string(node: str) -> str:
     """The owner of an attempt this process runs, for Celery node `node`."""
     pid = os.getpid()
-    space = pid_space()
-    started = start_ticks(pid) if space else None
-    if started is None:
-        return f"{node}:{pid}"
-    return f"{node}:{pid}:{space}.{started}"
+    if pid not in _own:
+        space = pid_space()
+        started = start_ticks(pid) if space else None
+        _own.clear()
+        _own[pid] = str(pid) if started is None else f"{pid}:{space}.{started}"
+    return f"{node}:{_own[pid]}"
 
 
 def parse_owner(owner: str) -> Owner:

@@ -423,26 +423,6 @@ def report(samples: list[Sample], counts: list[int], args: argparse.Namespace) -
         f"{_per_core(broker_us)} (plain celery's {_per_core(plain_us)}), dex worker processes "
         f"{_per_core(worker_us)}"
     )
-    raw = {
-        part: median([s.us(part, net=False) for s in runs])
-        for part, runs in (("ledger", dex_all), ("broker", dex_all))
-    }
-    idle = {
-        part: median([s.idle.get(part, float("nan")) * 1e3 for s in dex_all])
-        for part in ("ledger", "broker", "worker")
-    }
-    print(
-        f"without the idle subtraction: dex ledger {raw['ledger']:.0f} us, dex broker "
-        f"{raw['broker']:.0f} us, plain celery broker "
-        f"{median([s.us('broker', net=False) for s in plain_all]):.0f} us; idle CPU of the dex "
-        f"run, ms per second: ledger {idle['ledger']:.1f}, broker {idle['broker']:.1f}, "
-        f"worker {idle['worker']:.1f}"
-    )
-    print(
-        f"calls/s per core, from these: ledger server {1e6 / ledger_us:.0f}, broker server "
-        f"{1e6 / broker_us:.0f} (plain celery's {1e6 / plain_us:.0f}), dex worker processes "
-        f"{1e6 / worker_us:.0f}"
-    )
 
 
 def _per_core(us: float) -> str:

@@ -23,7 +23,8 @@ def test_capacity_smoke() -> None:
     assert "broker a second redis-server" in out
     assert "redis cpu/call (median of all runs): dex ledger" in out
     assert "plain celery broker" in out
-    assert "calls/s per core, from these: ledger server" in out
+    assert out.count("calls/s per core, from these: ledger server") == 1, out
+    assert out.count("without the idle subtraction: dex ledger") == 1, out
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
     assert [row[0] for row in rows] == ["1", "2"], out  # one row per count of processes
     for row in rows:

@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,13 @@ def hosts(env: dict[str, str]) -> Iterator[Callable[..., Worker]]:
         worker.stop()
 
 
+def _route_by_call(name: str, args: Any, kwargs: dict[str, Any], *_: Any, **__: Any) -> Any:
+    """Celery router: calls `w0`, `w1` to host A's queue, the others to host B's."""
+    if not name.startswith(TASK_PREFIX):
+        return None
+    return {"queue": "host-a" if kwargs["key"].endswith(("/w0", "/w1")) else "host-b"}
+
+
 def _owner_host(dex: Dex, key: str) -> str:
     """The host (from the Celery node name) whose process holds `key`'s running attempt."""
     entry = dex.ledger.read(key)
@@ -84,8 +92,13 @@ def test_a_killed_host_loses_only_its_own_attempts(
     pool children at once) ends A's writes `outcome_unknown` through their lapsed leases, while
     B's writes go on, finish and succeed with exactly one run each in the tool's own log."""
     host_a, host_b = f"dex-a-{uuid.uuid4().hex[:6]}", f"dex-b-{uuid.uuid4().hex[:6]}"
-    worker_a = hosts(host_a)
-    worker_b = hosts(host_b)
+    worker_a = hosts(host_a, queues="host-a")
+    worker_b = hosts(host_b, queues="host-b")
+    # Two writes to each host's own queue: early-acknowledged writes let a worker's main
+    # process reserve more messages than it has pool processes, so a shared queue would not
+    # say which host runs what.
+    dex.celery.conf.task_routes = (_route_by_call,)
+    dex.celery.amqp.flush_routes()
     client = dex.client()
     keys = [
         client.request_call("s1", "t1", f"w{i}", "slow_non_idempotent_write", {"seconds": 120}).key
@@ -96,7 +109,7 @@ def test_a_killed_host_loses_only_its_own_attempts(
     owners = {key: _owner_host(dex, key) for key in keys}
     on_a = [k for k in keys if owners[k] == host_a]
     on_b = [k for k in keys if owners[k] == host_b]
-    assert len(on_a) == 2 and len(on_b) == 2, owners  # one message per pool process
+    assert on_a == keys[:2] and on_b == keys[2:], owners
     # The hosts' process ids collide: each pool's processes are numbered inside its own host.
     ns_a = sorted(namespace_pid(p) for p in worker_a.children())
     ns_b = sorted(namespace_pid(p) for p in worker_b.children())

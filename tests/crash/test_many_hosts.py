@@ -61,9 +61,9 @@ def hosts(env: dict[str, str]) -> Iterator[Callable[..., Worker]]:
             concurrency,
             extra_args=("-Q", queues),
             host=host,
-        ).start()
-        started.append(worker)
-        return worker
+        )
+        started.append(worker)  # stopped at the end even if it never became ready
+        return worker.start()
 
     yield start
     for worker in started:

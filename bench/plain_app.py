@@ -5,6 +5,8 @@ Configured from the environment so one module serves every variant:
 - `BENCH_RESULT_BACKEND`: empty for variant (a) (no result backend, `ignore_result`), a Redis
   URL for variant (b) (results stored, `task_track_started` on).
 - `BENCH_ACKS_LATE`: `1` for late acknowledgement (the default here, as dex-celery's `read`).
+- `BENCH_COUNTER_URL`: the Redis of the completion counter and run log (default: the broker,
+  which must then be a Redis; set it when the broker is RabbitMQ, `bench/capacity.py`).
 - `BENCH_VISIBILITY_TIMEOUT`: seconds; a short Kombu visibility timeout with a 1 s restore sweep
   (detection benchmark, late ack).
 
@@ -26,6 +28,7 @@ from bench.common import announce_ready
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6399/0")
 BACKEND = os.environ.get("BENCH_RESULT_BACKEND") or None
 COUNTER_KEY = os.environ.get("BENCH_COUNTER_KEY", "bench:plain:done")
+COUNTER_URL = os.environ.get("BENCH_COUNTER_URL") or BROKER
 RUNS_KEY = "bench:plain:runs"
 
 app = Celery("bench_plain", broker=BROKER, backend=BACKEND)
@@ -60,7 +63,7 @@ def _redis() -> redis.Redis:
     pid = os.getpid()
     if pid not in _client:
         _client.clear()
-        _client[pid] = redis.Redis.from_url(BROKER)
+        _client[pid] = redis.Redis.from_url(COUNTER_URL)
     return _client[pid]
 
 

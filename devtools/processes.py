@@ -79,6 +79,49 @@ class RedisServer:
         self.start()
 
 
+def as_host_args(hostname: str) -> list[str]:
+    """The command prefix that runs a command as another machine would: new UTS and PID
+    namespaces (`/proc` remounted, so the command sees its own process ids, from 1) with
+    `hostname`; the network, files, Redis and the database stay shared over loopback."""
+    return [
+        "unshare", "--uts", "--pid", "--fork", "--mount-proc", "--",
+        "sh", "-c", 'hostname "$0" && exec "$@"', hostname,
+    ]  # fmt: skip
+
+
+def can_run_as_host() -> str | None:
+    """None if `as_host_args` works here; otherwise why not (not root, no `unshare`, ...)."""
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    done = subprocess.run(
+        [*as_host_args("dex-probe"), "true"], capture_output=True, text=True, timeout=30
+    )
+    return None if done.returncode == 0 else f"unshare failed: {done.stderr.strip()[:200]}"
+
+
+def namespace_pid(pid: int) -> int:
+    """The id that process `pid` (of this host) has inside its own, innermost PID namespace."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    return pid
+
+
+def _ready_files(folder: Path) -> dict[Path, str]:
+    """The `ready-<pid>` files and what they say (the time written): a worker running as a host
+    of its own (`CeleryWorker.host`) may rewrite another host's file, its pid being the same."""
+    out = {}
+    for path in folder.glob("ready-*"):
+        with contextlib.suppress(OSError):
+            out[path] = path.read_text()
+    return out
+
+
+def _children_of(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
@@ -100,12 +143,15 @@ class CeleryWorker:
     loglevel: str = "info"
     extra_args: Sequence[str] = ()
     ready_env: str | None = None
+    #: Run as a host of its own: in new UTS and PID namespaces (`unshare`, needs root) with this
+    #: host name, so its process ids start at 1 like another machine's; `None`: this host.
+    host: str | None = None
     process: subprocess.Popen[bytes] | None = None
     logfile: Path = field(default_factory=lambda: Path("/dev/null"))
 
     def start(self, *, timeout: float = 60) -> Self:
         self.ready_dir.mkdir(parents=True, exist_ok=True)
-        before = set(self.ready_dir.glob("ready-*"))
+        before = _ready_files(self.ready_dir)
         self.logfile = self.ready_dir / f"worker-{time.time_ns()}.log"
         args = [
             sys.executable, "-m", "celery", "-A", self.app, "worker",
@@ -113,6 +159,8 @@ class CeleryWorker:
             "--without-gossip", "--without-mingle", "--without-heartbeat",
             "-n", f"w{time.time_ns()}@%h", *self.extra_args,
         ]  # fmt: skip
+        if self.host is not None:
+            args = [*as_host_args(self.host), *args]
         env = {**os.environ, **self.env}
         if self.ready_env:
             env[self.ready_env] = str(self.ready_dir)
@@ -122,7 +170,7 @@ class CeleryWorker:
                 start_new_session=True,
             )  # fmt: skip
         wait_for(
-            lambda: set(self.ready_dir.glob("ready-*")) - before or self.died(),
+            lambda: _ready_files(self.ready_dir).items() - before.items() or self.died(),
             timeout=timeout,
             what=f"the worker of {self.app} to be ready",
         )
@@ -139,8 +187,9 @@ class CeleryWorker:
         return self.process.pid
 
     def children(self) -> list[int]:
-        out = subprocess.run(["pgrep", "-P", str(self.pid)], capture_output=True, text=True)
-        return [int(p) for p in out.stdout.split()]
+        """The pool processes (their ids on this host, outside any namespace)."""
+        parents = [self.pid] if self.host is None else _children_of(self.pid)
+        return [child for parent in parents for child in _children_of(parent)]
 
     def kill_all(self) -> None:
         """SIGKILL the main process and every pool child at once, as a lost machine would."""
@@ -187,11 +236,13 @@ class Worker(CeleryWorker):
         concurrency: int = 2,
         extra_args: Sequence[str] = (),
         pool: str = "prefork",
+        host: str | None = None,
     ) -> None:
-        """`pool`: `prefork`, `threads` or `gevent` (Celery's `-P`)."""
+        """`pool`: `prefork`, `threads` or `gevent` (Celery's `-P`); `host`: see `CeleryWorker`."""
         super().__init__(
-            "devtools.toolapp", env, log_dir, concurrency, pool=pool, extra_args=extra_args
-        )
+            "devtools.toolapp", env, log_dir, concurrency, pool=pool, extra_args=extra_args,
+            host=host,
+        )  # fmt: skip
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -25,6 +24,7 @@ from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.dispatch import Dispatcher, outcome_of
 from dex_celery.engine.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.outcome_writer import OutcomeWriter
+from dex_celery.engine.owners import owner_is_dead_here, owner_string
 from dex_celery.engine.repeats import LATE_RESULT, announce_repeat_evidence
 from dex_celery.engine.task_events import (
     AttemptFailed,
@@ -218,32 +218,12 @@ class HeartbeatPump:
 
 
 def owner_id() -> str:
-    """`<Celery node name>:<pid>`, e.g. `celery@web-1:4242`: the node name is the worker's name
-    in Flower and `celery inspect`; the pid is the pool process running the attempt."""
+    """The owner of an attempt this process runs (`owners.owner_string`): the Celery node name
+    (the worker's name in Flower and `celery inspect`), the pid of the pool process, and where
+    that pid counts, e.g. `celery@web-1:4242:9f86d081884c.35120`."""
     request = getattr(current_task, "request", None) if current_task else None
     node = getattr(request, "hostname", None) or socket.gethostname()
-    return f"{node}:{os.getpid()}"
-
-
-def parse_owner(owner: str) -> tuple[str, int | None]:
-    """(host, pid) of an owner string (`<node>:<pid>`, see `owner_id`); pid None if there is
-    none. The node is Celery's `name@host`, or the bare host name outside a task."""
-    node, _, pid = owner.rpartition(":")
-    return node.rpartition("@")[2], int(pid) if pid.isdigit() else None
-
-
-def owner_is_dead_here(owner: str) -> bool:
-    """True if `owner` (see `owner_id`) names a process of this host that is gone."""
-    host, pid = parse_owner(owner)
-    if host != socket.gethostname() or pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return owner_string(node)
 
 
 #: Most times a claim waits out a retry's backoff before it gives up waiting and claims anyway
@@ -534,8 +514,10 @@ class Worker:
         """Mark the attempt of a dead pool child lost now (or expired, if it died before its
         claim).
 
-        Only an attempt claimed by a process of this host that is gone is lost here: the same
-        attempt delivered twice may have died in one process while another runs it.
+        Only an attempt claimed by a process of this host's PID namespace that is gone is lost
+        here (`owners.owner_is_dead_here`): the same attempt delivered twice may have died in one
+        process while another runs it, on this host or on another whose process ids (and even
+        host name) are the same.
         """
         try:
             call, attempt = parse_task_id(task_id)

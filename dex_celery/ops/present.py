@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from dex_celery.engine.approvals import PendingApproval
+from dex_celery.engine.owners import parse_owner
 from dex_celery.engine.repeats import repeat_evidence
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
@@ -201,10 +202,9 @@ def _with_error(attempts: list[dict[str, Any]], record: ToolCallRecord) -> list[
                 attempt["error"] = record.error
             else:
                 attempt["error"] = ATTEMPT_STATES.get(state, state or None)
-        owner = str(attempt.get("owner") or "")
-        node, _, pid = owner.rpartition(":")
-        attempt["node"] = node if "@" in node else None
-        attempt["pid"] = int(pid) if pid.isdigit() else None
+        owner = parse_owner(str(attempt.get("owner") or ""))
+        attempt["node"] = owner.node if "@" in owner.node else None
+        attempt["pid"] = owner.pid
         out.append(attempt)
     return out
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
+from dex_celery.engine.owners import parse_owner
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import REDACTED
 from tests.support.processes import ROOT, Worker, free_port, wait_for
@@ -260,7 +261,9 @@ def test_flower_state_and_result_match_the_records(
         wait_for(lambda: executions(killed), timeout=30, what="the write's tool to start")
         entry = dex.ledger.read(killed)
         assert entry is not None
-        os.kill(int(entry.owner.rpartition(":")[2]), signal.SIGKILL)
+        pid = parse_owner(entry.owner).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
         (record,) = client.wait([killed], timeout=30)
         assert record.status is CallStatus.OUTCOME_UNKNOWN
         # Celery's own event for the dead pool process says only `ExceptionWithTraceback()`;

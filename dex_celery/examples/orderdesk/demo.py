@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -31,8 +30,8 @@ import click
 from celery import Celery
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
+from dex_celery.engine.owners import parse_owner
 from dex_celery.engine.reconcile import reconcile_once
-from dex_celery.engine.worker import parse_owner
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.examples.orderdesk.factory import create_app
 from dex_celery.ops.present import render_table, shorten
@@ -238,8 +237,9 @@ def _kill_when_running(dex: Dex, desk: OrderDesk, key: str, progress: Progress) 
         return False
     if not desk.operations(key):
         return False
-    host, pid = parse_owner(entry.owner)
-    if host != socket.gethostname() or pid is None:
+    owner = parse_owner(entry.owner)
+    pid = owner.pid
+    if pid is None or not owner.is_here():
         raise RuntimeError(f"{key} runs on {entry.owner}, not on this machine: cannot kill it")
     progress.show(f"cancel_order is waiting for the bank: SIGKILL worker process {pid}")
     progress.done()

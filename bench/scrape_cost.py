@@ -1,0 +1,167 @@
+"""Scrape cost against history: one Prometheus scrape of `/metrics` (the collector the web app
+and the worker's metrics port serve) with 1,000 and with 1,000,000 finished calls recorded, and
+what ending calls costs the outcome writer now that it keeps their counts.
+
+History is written in bulk, straight to SQL (`dex_tool_calls` rows in terminal statuses), and
+counted the way the writers count it (`store/counts.py`, one upsert per group per batch). A
+scrape reads the maintained counts and the partial indexes of open calls, so history should not
+move its cost; the grouped scan it replaced (`count_by_outcome_scan`) is timed beside it.
+The write cost is `Store.record_outcomes` of batches of 20 outcomes, with the counts kept and
+with their upsert switched off (both in this run, interleaved: a ratio, not a figure alone).
+
+    .venv/bin/python -m bench.scrape_cost --history 1000,1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from typing import Any
+
+from prometheus_client import generate_latest
+from sqlalchemy import insert
+
+from bench.common import RedisServer, header, median, workdir
+from bench.sweep_cost import CHUNK, template
+from dex_celery import Settings
+from dex_celery.engine.dispatch import CallRequest
+from dex_celery.model.ids import CallKey
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.ops.metrics import registry_for
+from dex_celery.store import calls as store_calls
+from dex_celery.store.counts import count_ended
+from dex_celery.store.hot import hot_statements
+from dex_celery.store.schema import tool_calls
+from dex_celery.store.values import Outcome, OutcomeRow
+from dex_celery.store.views import OperatorViews
+
+STATUSES = ("succeeded", "failed", "outcome_unknown", "rejected")
+
+
+def add_history(dx: Any, tmpl: dict[str, Any], start: int, count: int) -> None:
+    now = time.time()
+    hot = hot_statements(dx.store.engine)
+    with dx.store.engine.begin() as conn:
+        for base in range(start, start + count, CHUNK):
+            rows = []
+            for i in range(base, min(start + count, base + CHUNK)):
+                session = f"h{i // 100}"
+                rows.append(
+                    {
+                        **tmpl,
+                        "key": f"{session}/t{i % 100}/c",
+                        "session_id": session,
+                        "turn_id": f"t{i % 100}",
+                        "tool_call_id": "c",
+                        "status": STATUSES[i % 4],
+                        "attempts": 1 + i % 3,
+                        "requested_at": now - 3600 + i * 1e-6,
+                        "finished_at": now - 3000 + i * 1e-6,
+                    }
+                )
+            conn.execute(insert(tool_calls), rows)
+            ended = [(r["tool_name"], r["effect"], r["status"], r["attempts"]) for r in rows]
+            count_ended(conn, hot, ended)
+
+
+def timed(fn: Any, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def write_cost(dx: Any, batches: int, size: int) -> tuple[float, float]:
+    """Median seconds per outcome of `record_outcomes`, with counts kept and without."""
+    client = dx.client()
+    keep: list[float] = []
+    skip: list[float] = []
+    real = store_calls.count_ended
+    for b in range(batches):
+        requests = [CallRequest(f"w{b}", f"t{i}", "c", "noop", {}) for i in range(size)]
+        client.request_calls(requests)
+        rows = [
+            OutcomeRow(
+                CallKey.of(r.session_id, r.turn_id, r.tool_call_id),
+                "noop",
+                "{}",
+                Outcome(CallStatus.SUCCEEDED, "", "null", attempts=1),
+            )
+            for r in requests
+        ]
+        counted = b % 2 == 0
+        store_calls.count_ended = real if counted else (lambda *_: None)  # type: ignore[assignment]
+        try:
+            t0 = time.perf_counter()
+            dx.store.record_outcomes(rows)
+            (keep if counted else skip).append((time.perf_counter() - t0) / size)
+        finally:
+            store_calls.count_ended = real
+    return median(keep), median(skip)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history", default="1000,1000000", help="finished calls, ascending")
+    parser.add_argument("--repeat", type=int, default=30, help="scrapes timed per case")
+    parser.add_argument("--scan-repeat", type=int, default=3, help="grouped scans timed per case")
+    parser.add_argument("--write-batches", type=int, default=200, help="outcome batches timed")
+    parser.add_argument("--database", default="", help="SQLAlchemy URL (default: a SQLite file)")
+    args = parser.parse_args(argv)
+    header("scrape cost against history")
+    from bench.dex_app import build
+
+    folder = workdir("scrape")
+    server = RedisServer(folder / "redis").start()
+    try:
+        settings = Settings(
+            redis_url=server.url,
+            database_url=args.database or f"sqlite:///{folder / 'dex.db'}",
+            key_prefix=f"sc{uuid.uuid4().hex[:6]}",
+        )
+        _app, dx = build(settings, "scrape_bench")
+        dx.store.create_schema()
+        tmpl = template(dx)
+        registry = registry_for(dx)
+        views = OperatorViews(dx.store)
+        have = 1  # the template's own call
+        results: dict[int, float] = {}
+        for target in (int(x) for x in args.history.split(",")):
+            t0 = time.perf_counter()
+            add_history(dx, tmpl, have, target - have)
+            have = target
+            print(f"  wrote history up to {target:,} calls in {time.perf_counter() - t0:.1f}s")
+            generate_latest(registry)  # warm
+            times = timed(lambda: generate_latest(registry), args.repeat)
+            scans = timed(views.count_by_outcome_scan, args.scan_repeat)
+            assert sorted(views.count_by_outcome(), key=str) == sorted(
+                views.count_by_outcome_scan(), key=str
+            ), "maintained counts differ from the grouped scan"
+            results[target] = median(times)
+            print(
+                f"history {target:>9,}: scrape median {median(times) * 1e3:7.2f} ms  "
+                f"p90 {statistics.quantiles(times, n=10)[-1] * 1e3:7.2f} ms  ({args.repeat} "
+                f"scrapes); the grouped scan it replaced: {median(scans) * 1e3:9.2f} ms"
+            )
+        first, last = min(results), max(results)
+        ratio = results[last] / results[first]
+        print(
+            f"ratio {last:,} / {first:,}: {ratio:.2f} "
+            f"({'ok' if ratio <= 1.5 else 'MISSES'} target <= 1.5)"
+        )
+        keep, skip = write_cost(dx, args.write_batches, 20)
+        print(
+            f"record_outcomes, batches of 20: {keep * 1e6:.1f} us/outcome with counts kept, "
+            f"{skip * 1e6:.1f} us/outcome without; ratio {keep / skip:.2f}"
+        )
+    finally:
+        server.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,6 +10,11 @@ The write cost is `Store.record_outcomes` of batches of 20 outcomes, with the co
 with their upsert switched off (both in this run, interleaved: a ratio, not a figure alone).
 
     .venv/bin/python -m bench.scrape_cost --history 1000,1000000
+    .venv/bin/python -m bench.scrape_cost --history 1000,1000000 \
+        --database postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+Each history size has its own database and key prefix, and the scrapes of the sizes are timed
+interleaved (one of each per round), so a change in the machine's load moves both alike.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import argparse
 import statistics
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import generate_latest
-from sqlalchemy import insert
+from sqlalchemy import create_engine, insert, text
+from sqlalchemy.engine import make_url
 
 from bench.common import RedisServer, header, median, workdir
 from bench.sweep_cost import CHUNK, template
@@ -81,8 +88,8 @@ def write_cost(dx: Any, batches: int, size: int) -> tuple[float, float]:
     keep: list[float] = []
     skip: list[float] = []
     real = store_calls.count_ended
-    for b in range(batches):
-        requests = [CallRequest(f"w{b}", f"t{i}", "c", "noop", {}) for i in range(size)]
+    for b in range(-2, batches):  # two untimed batches first: connections, caches
+        requests = [CallRequest(f"w{b + 2}", f"t{i}", "c", "noop", {}) for i in range(size)]
         client.request_calls(requests)
         rows = [
             OutcomeRow(
@@ -98,68 +105,111 @@ def write_cost(dx: Any, batches: int, size: int) -> tuple[float, float]:
         try:
             t0 = time.perf_counter()
             dx.store.record_outcomes(rows)
-            (keep if counted else skip).append((time.perf_counter() - t0) / size)
+            if b >= 0:
+                (keep if counted else skip).append((time.perf_counter() - t0) / size)
         finally:
             store_calls.count_ended = real
     return median(keep), median(skip)
 
 
+def database_for(base: str, folder: Path, target: int) -> tuple[str, Any]:
+    """A database of its own per history size: a SQLite file, or a fresh PostgreSQL database
+    on the server of `base` (dropped by the returned callable)."""
+    if not base:
+        return f"sqlite:///{folder / f'dex-{target}.db'}", lambda: None
+    url = make_url(base)
+    name = f"dex_scrape_{target}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    return url.set(database=name).render_as_string(hide_password=False), drop
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", default="1000,1000000", help="finished calls, ascending")
-    parser.add_argument("--repeat", type=int, default=30, help="scrapes timed per case")
-    parser.add_argument("--scan-repeat", type=int, default=3, help="grouped scans timed per case")
+    parser.add_argument("--repeat", type=int, default=30, help="scrapes timed per size")
+    parser.add_argument("--scan-repeat", type=int, default=3, help="grouped scans timed per size")
     parser.add_argument("--write-batches", type=int, default=200, help="outcome batches timed")
-    parser.add_argument("--database", default="", help="SQLAlchemy URL (default: a SQLite file)")
+    parser.add_argument(
+        "--database", default="", help="PostgreSQL server URL (default: SQLite files)"
+    )
     args = parser.parse_args(argv)
     header("scrape cost against history")
     from bench.dex_app import build
 
     folder = workdir("scrape")
     server = RedisServer(folder / "redis").start()
+    drops: list[Any] = []
     try:
-        settings = Settings(
-            redis_url=server.url,
-            database_url=args.database or f"sqlite:///{folder / 'dex.db'}",
-            key_prefix=f"sc{uuid.uuid4().hex[:6]}",
-        )
-        _app, dx = build(settings, "scrape_bench")
-        dx.store.create_schema()
-        tmpl = template(dx)
-        registry = registry_for(dx)
-        views = OperatorViews(dx.store)
-        have = 1  # the template's own call
-        results: dict[int, float] = {}
-        for target in (int(x) for x in args.history.split(",")):
+        sizes = [int(x) for x in args.history.split(",")]
+        deployments: dict[int, Any] = {}
+        for target in sizes:
+            url, drop = database_for(args.database, folder, target)
+            drops.append(drop)
+            settings = Settings(
+                redis_url=server.url,
+                database_url=url,
+                key_prefix=f"sc{uuid.uuid4().hex[:6]}",
+            )
+            _app, dx = build(settings, f"scrape_bench_{target}")
+            dx.store.create_schema()
+            tmpl = template(dx)
             t0 = time.perf_counter()
-            add_history(dx, tmpl, have, target - have)
-            have = target
-            print(f"  wrote history up to {target:,} calls in {time.perf_counter() - t0:.1f}s")
-            generate_latest(registry)  # warm
-            times = timed(lambda: generate_latest(registry), args.repeat)
-            scans = timed(views.count_by_outcome_scan, args.scan_repeat)
+            add_history(dx, tmpl, 1, target - 1)  # and the template's own call
+            if dx.store.engine.dialect.name == "postgresql":
+                with dx.store.engine.connect() as conn:
+                    conn.execute(text("ANALYZE"))
+            print(f"  wrote history of {target:,} calls in {time.perf_counter() - t0:.1f}s")
+            views = OperatorViews(dx.store)
             assert sorted(views.count_by_outcome(), key=str) == sorted(
                 views.count_by_outcome_scan(), key=str
             ), "maintained counts differ from the grouped scan"
-            results[target] = median(times)
+            registry = registry_for(dx)
+            generate_latest(registry)  # warm
+            deployments[target] = (dx, registry, views)
+        # Interleaved, one scrape of each size per round: the machine's load moves both alike.
+        times: dict[int, list[float]] = {t: [] for t in sizes}
+        sql: dict[int, list[float]] = {t: [] for t in sizes}
+        for _ in range(args.repeat):
+            for target in sizes:
+                dx, registry, views = deployments[target]
+                times[target] += timed(lambda r=registry: generate_latest(r), 1)
+                sql[target] += timed(lambda v=views: (v.count_by_outcome(),
+                                                      v.count_unreported_unknowns()), 1)  # fmt: skip
+        for target in sizes:
+            views = deployments[target][2]
+            scans = timed(views.count_by_outcome_scan, args.scan_repeat)
             print(
-                f"history {target:>9,}: scrape median {median(times) * 1e3:7.2f} ms  "
-                f"p90 {statistics.quantiles(times, n=10)[-1] * 1e3:7.2f} ms  ({args.repeat} "
-                f"scrapes); the grouped scan it replaced: {median(scans) * 1e3:9.2f} ms"
+                f"history {target:>9,}: scrape median {median(times[target]) * 1e3:7.2f} ms  "
+                f"p90 {statistics.quantiles(times[target], n=10)[-1] * 1e3:7.2f} ms  "
+                f"(of which the call counts {median(sql[target]) * 1e3:.2f} ms; "
+                f"{args.repeat} scrapes); the grouped scan it replaced: "
+                f"{median(scans) * 1e3:.2f} ms"
             )
-        first, last = min(results), max(results)
-        ratio = results[last] / results[first]
+        first, last = sizes[0], sizes[-1]
+        ratio = median(times[last]) / median(times[first])
         print(
             f"ratio {last:,} / {first:,}: {ratio:.2f} "
             f"({'ok' if ratio <= 1.5 else 'MISSES'} target <= 1.5)"
         )
-        keep, skip = write_cost(dx, args.write_batches, 20)
+        keep, skip = write_cost(deployments[last][0], args.write_batches, 20)
         print(
             f"record_outcomes, batches of 20: {keep * 1e6:.1f} us/outcome with counts kept, "
             f"{skip * 1e6:.1f} us/outcome without; ratio {keep / skip:.2f}"
         )
+        for dx, _, _ in deployments.values():
+            dx.store.engine.dispose()
     finally:
         server.kill()
+        for drop in drops:
+            drop()
     return 0
 
 

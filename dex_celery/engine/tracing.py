@@ -172,12 +172,16 @@ def carrier() -> dict[str, str] | None:
 
 def from_request(request: Any) -> dict[str, str] | None:
     """The carrier a Celery task's message brought: its headers named by the propagator
-    (Celery hands a message's own headers to the task as attributes of `task.request`)."""
+    (Celery hands a message's own headers to the task as attributes of `task.request`, or, in
+    some versions, in `task.request.headers`)."""
     if _propagate is None or request is None:
         return None
     found = {}
+    nested = getattr(request, "headers", None)  # where some Celery versions keep them
     for name in _propagate.get_global_textmap().fields:
         value = getattr(request, name, None)
+        if value is None and isinstance(nested, Mapping):
+            value = nested.get(name)
         if isinstance(value, str) and value:
             found[name] = value
     return found or None

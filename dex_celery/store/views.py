@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, select, union_all
 
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
@@ -71,7 +71,8 @@ class OperatorViews:
 
     def count_by_outcome(self) -> list[OutcomeCount]:
         """Calls, attempts and retries per tool, effect class and status: the ended ones from
-        their maintained counts, the open ones counted through their partial indexes."""
+        their maintained counts, the open ones counted through their partial indexes. One
+        statement (one round trip): a UNION ALL whose branches are planned one by one."""
         counts = call_counts.c
         ended = select(
             counts.tool_name,
@@ -81,37 +82,29 @@ class OperatorViews:
             func.sum(counts.attempts),
             func.sum(counts.retries),
         ).group_by(counts.tool_name, counts.effect, counts.status)
-        found: list[OutcomeCount] = []
+        calls = tool_calls.c
+        retries = case((calls.attempts > 1, calls.attempts - 1), else_=0)
+        # One branch per open status: `status = '...'` is what lets the planner use that
+        # status's partial index (`IN (...)` would imply neither index's condition).
+        still_open = [
+            select(
+                calls.tool_name,
+                calls.effect,
+                calls.status,
+                func.count(),
+                func.coalesce(func.sum(calls.attempts), 0),
+                func.coalesce(func.sum(retries), 0),
+            )
+            .where(calls.status == status.value)
+            .group_by(calls.tool_name, calls.effect, calls.status)
+            for status in CallStatus
+            if not status.terminal
+        ]
         with self.store.engine.connect() as conn:
-            found.extend(
+            return [
                 OutcomeCount(str(t), str(e), str(s), int(n), int(a), int(r))
-                for t, e, s, n, a, r in conn.execute(ended)
-            )
-            found.extend(self._count_open(conn))
-        return found
-
-    def _count_open(self, conn: Any) -> list[OutcomeCount]:
-        found: list[OutcomeCount] = []
-        retries = case((tool_calls.c.attempts > 1, tool_calls.c.attempts - 1), else_=0)
-        for status in (s for s in CallStatus if not s.terminal):
-            # One query per status: `status = '...'` is what lets the planner use that status's
-            # partial index (`IN (...)` would not imply either index's condition).
-            query = (
-                select(
-                    tool_calls.c.tool_name,
-                    tool_calls.c.effect,
-                    func.count(),
-                    func.coalesce(func.sum(tool_calls.c.attempts), 0),
-                    func.coalesce(func.sum(retries), 0),
-                )
-                .where(tool_calls.c.status == status.value)
-                .group_by(tool_calls.c.tool_name, tool_calls.c.effect)
-            )
-            found.extend(
-                OutcomeCount(str(t), str(e), status.value, int(n), int(a), int(r))
-                for t, e, n, a, r in conn.execute(query)
-            )
-        return found
+                for t, e, s, n, a, r in conn.execute(union_all(ended, *still_open))
+            ]
 
     def count_by_outcome_scan(self) -> list[OutcomeCount]:
         """The same counts from one grouped scan of every call: what `count_by_outcome` must

@@ -131,12 +131,30 @@ def database_for(base: str, folder: Path, target: int) -> tuple[str, Any]:
     return url.set(database=name).render_as_string(hide_password=False), drop
 
 
+def upsert_cost(store: Any, repeat: int) -> float:
+    """Median seconds of `count_ended` for a batch of 20 outcomes of one tool (the upsert the
+    outcome writer adds to its transaction), rolled back each time."""
+    hot = hot_statements(store.engine)
+    ended = [("noop", "read", "succeeded", 1)] * 20
+    times = []
+    for _ in range(repeat):
+        with store.engine.connect() as conn, conn.begin() as tx:
+            t0 = time.perf_counter()
+            count_ended(conn, hot, ended)
+            times.append(time.perf_counter() - t0)
+            tx.rollback()
+    return median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", default="1000,1000000", help="finished calls, ascending")
     parser.add_argument("--repeat", type=int, default=30, help="scrapes timed per size")
     parser.add_argument("--scan-repeat", type=int, default=3, help="grouped scans timed per size")
-    parser.add_argument("--write-batches", type=int, default=200, help="outcome batches timed")
+    parser.add_argument(
+        "--write-batches", type=int, default=200, help="outcome batches timed (0: none)"
+    )
+    parser.add_argument("--upsert-repeat", type=int, default=300, help="count upserts timed")
     parser.add_argument(
         "--database", default="", help="PostgreSQL server URL (default: SQLite files)"
     )
@@ -199,11 +217,18 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio {last:,} / {first:,}: {ratio:.2f} "
             f"({'ok' if ratio <= 1.5 else 'MISSES'} target <= 1.5)"
         )
-        keep, skip = write_cost(deployments[last][0], args.write_batches, 20)
+        store = deployments[last][0].store
+        upserts = upsert_cost(store, args.upsert_repeat)
         print(
-            f"record_outcomes, batches of 20: {keep * 1e6:.1f} us/outcome with counts kept, "
-            f"{skip * 1e6:.1f} us/outcome without; ratio {keep / skip:.2f}"
+            f"count upsert alone (one group, a batch of 20 outcomes): {upserts * 1e6:.1f} us "
+            f"per batch (median of {args.upsert_repeat}, inside a transaction)"
         )
+        if args.write_batches:
+            keep, skip = write_cost(deployments[last][0], args.write_batches, 20)
+            print(
+                f"record_outcomes, batches of 20: {keep * 1e6:.1f} us/outcome with counts kept, "
+                f"{skip * 1e6:.1f} us/outcome without; ratio {keep / skip:.2f}"
+            )
         for dx, _, _ in deployments.values():
             dx.store.engine.dispose()
     finally:

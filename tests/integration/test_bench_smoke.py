@@ -122,4 +122,4 @@ def test_scrape_cost_smoke() -> None:
     )
     assert "history     1,000: scrape median" in out and "the grouped scan it replaced" in out
     assert "ratio 1,000 / 100:" in out
-    assert "us/outcome with counts kept" in out
+    assert "us/outcome with counts kept" in out and "count upsert alone" in out

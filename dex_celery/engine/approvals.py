@@ -207,7 +207,8 @@ class Approvals:
         if held is not None:
             error = held_error(held, error)
         decision = ApprovalDecision(Decision.REJECTED.value, approver, now, reason)
-        with span(tracing.RECORD, key=key, outcome=CallStatus.REJECTED):
+        parent = tracing.loads(held.trace_context) if held is not None else None
+        with span(tracing.RECORD, parent, key=key, outcome=CallStatus.REJECTED):
             done = self.store.record_outcome(
                 key,
                 Outcome(CallStatus.REJECTED, error),

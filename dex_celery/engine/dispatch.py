@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
@@ -80,6 +80,9 @@ class AttemptMessage:
     arguments: Mapping[str, Any]  # as stored: secret values are `***`
     policy: PolicySnapshot
     sealed: str | None = None  # the secret values, sealed (dex_celery/tools/sealing.py)
+    #: The request's trace context, for a message published outside its spans (the sweeper's
+    #: retries and starts); a publisher inside a live span sends its own (`_send`).
+    trace: Mapping[str, str] | None = None
 
 
 def parse_arguments(
@@ -148,8 +151,12 @@ class Dispatcher:
         """
         prepared: list[tuple[NewCall, dict[str, Any]]] = []
         seen: dict[str, NewCall] = {}
+        # The request span's context, kept with each call for whoever acts on it later.
+        context = tracing.dumps(tracing.carrier())
         for req in requests:
             new, arguments = self.check(req)
+            if context is not None:
+                new = replace(new, trace_context=context)
             if new.key.key in seen:
                 same_call(seen[new.key.key], new.tool_name, new.arguments)
                 continue
@@ -261,6 +268,7 @@ class Dispatcher:
                     arguments[record.key],
                     record.policy,
                     sealed[record.key],
+                    tracing.loads(record.trace_context),
                 )
                 self.publish(message, attempt=1, producer=producer)
         for record, result in zip(records, opened, strict=True):
@@ -328,7 +336,12 @@ class Dispatcher:
         if arguments is None:
             arguments = json.loads(record.arguments)
         message = AttemptMessage(
-            record.tool_name, record.key, arguments, record.policy, record.sealed_arguments
+            record.tool_name,
+            record.key,
+            arguments,
+            record.policy,
+            record.sealed_arguments,
+            tracing.loads(record.trace_context),
         )
         self.publish(message, attempt=1)
 
@@ -385,6 +398,10 @@ class Dispatcher:
             "arguments": arguments_json(message.arguments),
             "sealed": message.sealed,
         }
+        # The trace context travels in the message's headers: the live span's (the request's,
+        # or the attempt's whose retry this is), else the one kept with the call (a sweeper's
+        # retry); none without tracing.
+        headers = tracing.carrier() or message.trace
         try:
             self.celery.send_task(
                 TASK_PREFIX + message.tool_name,
@@ -397,6 +414,7 @@ class Dispatcher:
                 producer=producer,
                 retry=True,
                 retry_policy=_PUBLISH_RETRY,
+                headers=dict(headers) if headers else None,
             )
         except Exception as e:  # kombu raises several unrelated types for a broker that is down
             log.warning(
@@ -441,7 +459,12 @@ class Dispatcher:
             result = entry.result if entry is not None else None
         outcome = outcome_of(step, result)
         status, error = outcome.status.value, outcome.error
-        with span(tracing.RECORD, key=key, outcome=outcome.status):
+        # Outside any span (the sweeper, a lost pool child), the record joins the request's
+        # trace through the context kept with the call: one read, only when tracing.
+        parent = None
+        if tracing.enabled() and not tracing.active():
+            parent = tracing.loads(self.store.trace_context(key))
+        with span(tracing.RECORD, parent, key=key, outcome=outcome.status):
             unclaimed = unclaimed_write_outcome(step)
             if unclaimed is not None and self.store.record_outcome(
                 key, unclaimed, effects=FENCED_EFFECTS
@@ -476,6 +499,7 @@ class Dispatcher:
             json.loads(record.arguments),
             record.policy,
             record.sealed_arguments,
+            tracing.loads(record.trace_context),
         )
 
 

@@ -90,4 +90,4 @@ class OutcomeWriter:
                 [(r.key.key, r.outcome.status.value, r.outcome.error) for r in batch]
             )
             if traced.live:
-                tracing.recorded((r.key.key, r.outcome.status) for r in batch)
+                tracing.recorded((r.key.key, r.outcome.status, r.trace) for r in batch)

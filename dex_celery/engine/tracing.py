@@ -8,18 +8,34 @@ nothing more (measured with `bench.throughput`, see the README).
 
 Usage: `with span("dex.attempt", key=..., effect=...) as s: ...; s.set("outcome", "succeeded")`.
 Attribute names given as keywords are prefixed with `dex.`.
+
+One trace per call, across processes: the trace context travels as a *carrier*, a small dict of
+the propagator's headers (W3C `traceparent`, and `tracestate` when there is one), made by
+`carrier()` from the current span with OpenTelemetry's propagator API. The dispatcher puts it in
+the Celery message's headers and keeps the request's with the call in SQL (`trace_context`, for
+the retries and records the sweeper makes later, outside any span of the request); the worker
+reads it back from the task's request (`from_request`) and opens the attempt's span as a child
+of it; the outcome writer opens each call's `dex.record.call` span as a child of its attempt's
+span, linked to the batch's `dex.record` span. Without an SDK `carrier()` is None and nothing is
+added to a message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 try:  # defers an optional dependency: the `otel` extra
+    from opentelemetry import propagate as _propagate
     from opentelemetry import trace as _trace
 except ImportError:  # pragma: no cover - the core runs without it
     _trace = None  # type: ignore[assignment]
+    _propagate = None  # type: ignore[assignment]
+
+#: A trace context as the propagator's headers (`traceparent`, `tracestate`, ...).
+Carrier = Mapping[str, str]
 
 #: Instrumentation scope of every span dex-celery makes.
 TRACER_NAME = "dex_celery"
@@ -103,26 +119,97 @@ def enabled() -> bool:
     return not isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
 
 
-def span(name: str, **attributes: Any) -> AbstractContextManager[Span]:
-    """A span named `name` with `dex.*` attributes, current for the `with` block."""
+def span(
+    name: str, parent: Carrier | None = None, **attributes: Any
+) -> AbstractContextManager[Span]:
+    """A span named `name` with `dex.*` attributes, current for the `with` block.
+
+    `parent`: a carrier of the span's parent (another process's, or the one kept with the call);
+    without one, or if it holds no valid context, the current span is the parent. A span given a
+    parent while another span is current is linked to that one.
+    """
     if not enabled():
         return _NOOP
-    return _live(name, attributes)
+    return _live(name, parent, attributes)
 
 
 @contextmanager
-def _live(name: str, attributes: dict[str, Any]) -> Iterator[Span]:
-    assert _trace is not None
+def _live(name: str, parent: Carrier | None, attributes: dict[str, Any]) -> Iterator[Span]:
+    assert _trace is not None and _propagate is not None
     tracer = _trace.get_tracer(TRACER_NAME, tracer_provider=_provider)
-    with tracer.start_as_current_span(name) as otel_span:
+    context = None
+    links = None
+    if parent:
+        extracted = _propagate.extract(parent)
+        if _trace.get_current_span(extracted).get_span_context().is_valid:
+            context = extracted
+            current = _trace.get_current_span().get_span_context()
+            links = [_trace.Link(current)] if current.is_valid else None
+    with tracer.start_as_current_span(name, context=context, links=links) as otel_span:
         live = Span(otel_span)
         for attr, value in attributes.items():
             live.set(attr, value)
         yield live
 
 
-def recorded(outcomes: Iterable[tuple[str, Any]]) -> None:
-    """A `dex.record.call` span per call of a batch written in one transaction (key, outcome)."""
-    for key, outcome in outcomes:
-        with span(RECORD_CALL, key=key, outcome=outcome):
+def active() -> bool:
+    """True inside a live span of this thread (whose context `carrier()` would hand on)."""
+    if _trace is None or not enabled():
+        return False
+    return bool(_trace.get_current_span().get_span_context().is_valid)
+
+
+def carrier() -> dict[str, str] | None:
+    """The current span's context as the propagator's headers; None without a live span (and
+    always None without an SDK: nothing is added to a message)."""
+    if not active():
+        return None
+    assert _propagate is not None
+    headers: dict[str, str] = {}
+    _propagate.inject(headers)
+    return headers or None
+
+
+def from_request(request: Any) -> dict[str, str] | None:
+    """The carrier a Celery task's message brought: its headers named by the propagator
+    (Celery hands a message's own headers to the task as attributes of `task.request`, or, in
+    some versions, in `task.request.headers`)."""
+    if _propagate is None or request is None:
+        return None
+    found = {}
+    nested = getattr(request, "headers", None)  # where some Celery versions keep them
+    for name in _propagate.get_global_textmap().fields:
+        value = getattr(request, name, None)
+        if value is None and isinstance(nested, Mapping):
+            value = nested.get(name)
+        if isinstance(value, str) and value:
+            found[name] = value
+    return found or None
+
+
+def dumps(context: Carrier | None) -> str | None:
+    """A carrier as stored with the call (JSON text), None for none."""
+    return json.dumps(dict(context), sort_keys=True, separators=(",", ":")) if context else None
+
+
+def loads(text: str | None) -> dict[str, str] | None:
+    """A stored carrier back (None for none or for text that is not one: tracing never fails a
+    call)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {str(k): str(v) for k, v in value.items()} or None
+
+
+def recorded(outcomes: Iterable[tuple[str, Any, Carrier | None]]) -> None:
+    """A `dex.record.call` span per call of a batch written in one transaction (key, outcome,
+    the carrier of the attempt that decided it): a child of that attempt's span, in the call's
+    trace, linked to the batch's `dex.record` span."""
+    for key, outcome, parent in outcomes:
+        with span(RECORD_CALL, parent, key=key, outcome=outcome):
             pass

@@ -278,7 +278,11 @@ class Worker:
         Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
         Celery's `Retry`) otherwise, so the task's state in Flower is the record's
         (`dex_celery.engine.task_events`)."""
-        with span(tracing.ATTEMPT, key=key, attempt=attempt, tool=tool.name) as traced:
+        # The message's trace context: this attempt's span continues the request's trace.
+        parent = None
+        if tracing.enabled():
+            parent = tracing.from_request(getattr(current_task, "request", None))
+        with span(tracing.ATTEMPT, parent, key=key, attempt=attempt, tool=tool.name) as traced:
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
             fence = uuid.uuid4().hex
             claim, refused = self._claim(key, attempt, fence, traced)
@@ -391,7 +395,7 @@ class Worker:
             # The ledger holds the outcome now; SQL gets it in the next batch of this process.
             outcome = outcome_of(step, result)
             shown = arguments_json(stored_arguments(arguments))
-            row = OutcomeRow(call, tool.name, shown, outcome)
+            row = OutcomeRow(call, tool.name, shown, outcome, tracing.carrier())
             self.writer.submit(row)
             return task_result(outcome)
         if step.kind is StepKind.RETRY:

@@ -77,6 +77,9 @@ class ToolCallRecord:
     repeat_reason: str | None = None
     #: Digest of tool and canonical arguments of a guarded call (`tools/repeat_digest.py`).
     repeat_digest: str | None = field(default=None, repr=False)
+    #: The request's trace context (JSON of the propagator's headers, `engine/tracing.py`), so
+    #: retries and records made later by another process join the request's trace.
+    trace_context: str | None = field(default=None, repr=False)
 
     @property
     def effect(self) -> EffectClass:

@@ -28,6 +28,7 @@ from dex_celery.model.records import (
 )
 from dex_celery.store.base import StoreBase
 from dex_celery.store.commit import transaction
+from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.repeats import RepeatCheck, held_back_by, pass_guard, take_guard
@@ -98,6 +99,7 @@ class CallRecords(StoreBase):
                         requested_at=now,
                         approval_deadline=admission.approval_deadline,
                         repeat_digest=new.repeat_digest if snapshot.repeat_guard else None,
+                        trace_context=new.trace_context,
                     )
                 )
             created = insert_many_ignore(conn, tool_calls, rows)
@@ -206,7 +208,12 @@ class CallRecords(StoreBase):
             query = query.where(tool_calls.c.effect.in_([e.value for e in effects]))
         with self.engine.begin() as conn:
             row = conn.execute(
-                query.values(**values).returning(tool_calls.c.tool_name, tool_calls.c.arguments)
+                query.values(**values).returning(
+                    tool_calls.c.tool_name,
+                    tool_calls.c.arguments,
+                    tool_calls.c.effect,
+                    tool_calls.c.attempts,
+                )
             ).first()
             if row is None:
                 return False
@@ -214,6 +221,8 @@ class CallRecords(StoreBase):
                 CallKey.parse(key), row.tool_name, row.arguments, outcome, now
             )
             conn.execute(insert(messages).values(**message))
+            ended = (row.tool_name, row.effect, outcome.status.value, int(row.attempts or 0))
+            count_ended(conn, hot_statements(self.engine), [ended])
         return True
 
     def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
@@ -232,10 +241,10 @@ class CallRecords(StoreBase):
         now = self.clock()
         hot = hot_statements(self.engine)
         with self.engine.begin() as conn:
-            mine = [
-                tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now)
-                for r in rows
-                if hot.end_pending.execute(
+            mine: list[dict[str, Any]] = []
+            ended: list[Ended] = []
+            for r in rows:
+                got = hot.end_pending.first(
                     conn,
                     {
                         "b_key": r.key.key,
@@ -248,10 +257,13 @@ class CallRecords(StoreBase):
                         "b_attempt_log": r.outcome.attempt_log,
                     },
                 )
-                == 1
-            ]
+                if got is None:
+                    continue
+                mine.append(tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now))
+                ended.append((r.tool_name, got[0], r.outcome.status.value, r.outcome.attempts))
             if mine:
                 hot.insert_message.execute_many(conn, mine)
+            count_ended(conn, hot, ended)
 
     def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
         """The write fence: commit this attempt's claim before any tool code runs.
@@ -330,6 +342,13 @@ class CallRecords(StoreBase):
         with self.engine.connect() as conn:
             row = conn.execute(select(tool_calls).where(tool_calls.c.key == key)).mappings().first()
         return call_record(row) if row is not None else None
+
+    def trace_context(self, key: str) -> str | None:
+        """The request's trace context kept with the call (`engine/tracing.py`)."""
+        query = select(tool_calls.c.trace_context).where(tool_calls.c.key == key)
+        with self.engine.connect() as conn:
+            value = conn.execute(query).scalar()
+        return str(value) if value is not None else None
 
     def list_calls(
         self,

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, Engine, MetaData, bindparam, insert, or_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.compiler import Compiled
 
-from dex_celery.store.schema import messages, tool_calls
+from dex_celery.store.schema import call_counts, messages, tool_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,18 +60,25 @@ class DriverStatement:
         """Run once; the rowcount."""
         return int(conn.exec_driver_sql(self.sql, self.params(values)).rowcount)
 
+    def first(self, conn: Connection, values: Mapping[str, Any]) -> Any:
+        """Run once; the first row it returns (a RETURNING clause's), None if none."""
+        return conn.exec_driver_sql(self.sql, self.params(values)).first()
+
     def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         conn.exec_driver_sql(self.sql, [self.params(r) for r in rows])
 
 
 @dataclass(frozen=True, slots=True)
 class HotStatements:
-    #: End a pending call (`CallRecords.record_outcomes`): the compare-and-set on `pending`.
+    #: End a pending call (`CallRecords.record_outcomes`): the compare-and-set on `pending`,
+    #: returning the call's effect class (for its count) only when it ended here.
     end_pending: DriverStatement
     #: Its TOOL message (the columns of `rows.tool_message_row`).
     insert_message: DriverStatement
     #: The write fence (`CallRecords.claim_write`): claim a pending call no other attempt holds.
     claim_write: DriverStatement
+    #: Add ended calls to their group's count (`store/counts.py`): an upsert.
+    count_ended: DriverStatement
 
 
 #: Every column of a message but its generated id: what `rows.tool_message_row` fills in.
@@ -77,12 +86,14 @@ _MESSAGE_COLUMNS = tuple(c.name for c in messages.columns if not c.primary_key)
 
 
 def _build(engine: Engine) -> HotStatements:
-    calls, msgs = tool_calls, messages
+    calls, msgs, counts = tool_calls, messages, call_counts
     translate = engine.get_execution_options().get("schema_translate_map") or {}
     schema = translate.get(None)
     if schema is not None:  # the tables as the engine's schema_translate_map names them
         copies = MetaData()
-        calls, msgs = (t.to_metadata(copies, schema=schema) for t in (tool_calls, messages))
+        calls, msgs, counts = (
+            t.to_metadata(copies, schema=schema) for t in (tool_calls, messages, call_counts)
+        )
     end_pending = (
         update(calls)
         .where(calls.c.key == bindparam("b_key"))
@@ -95,6 +106,7 @@ def _build(engine: Engine) -> HotStatements:
             attempts=bindparam("b_attempts"),
             attempt_log=bindparam("b_attempt_log"),
         )
+        .returning(calls.c.effect)
     )
     claim_write = (
         update(calls)
@@ -110,8 +122,27 @@ def _build(engine: Engine) -> HotStatements:
     )
     # `inline()`: no RETURNING of the new id (PostgreSQL would add one); nothing reads it.
     insert_message = insert(msgs).inline().values({c: bindparam(c) for c in _MESSAGE_COLUMNS})
+    upsert: Any = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+    added = upsert(counts).values(
+        tool_name=bindparam("b_tool"),
+        effect=bindparam("b_effect"),
+        status=bindparam("b_status"),
+        shard=bindparam("b_shard"),
+        calls=bindparam("b_calls"),
+        attempts=bindparam("b_attempts"),
+        retries=bindparam("b_retries"),
+    )
+    count_ended = added.on_conflict_do_update(
+        index_elements=[counts.c.tool_name, counts.c.effect, counts.c.status, counts.c.shard],
+        set_={
+            "calls": counts.c.calls + added.excluded.calls,
+            "attempts": counts.c.attempts + added.excluded.attempts,
+            "retries": counts.c.retries + added.excluded.retries,
+        },
+    )
     return HotStatements(
         end_pending=DriverStatement.compile(end_pending, engine.dialect),
+        count_ended=DriverStatement.compile(count_ended, engine.dialect),
         insert_message=DriverStatement.compile(insert_message, engine.dialect),
         claim_write=DriverStatement.compile(claim_write, engine.dialect),
     )

@@ -62,6 +62,7 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         repeat_of=row.get("repeat_of"),
         repeat_reason=row.get("repeat_reason"),
         repeat_digest=row.get("repeat_digest"),
+        trace_context=row.get("trace_context"),
     )
 
 

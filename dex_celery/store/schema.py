@@ -97,6 +97,10 @@ tool_calls = Table(
     Column("repeat_digest", String(64), nullable=True),
     Column("repeat_of", String(620), nullable=True),
     Column("repeat_reason", Text, nullable=True),
+    # The request's trace context (the propagator's headers as JSON, `engine/tracing.py`): a
+    # retry or record made later by the sweeper joins the request's trace. Written by the
+    # request's INSERT itself; NULL when the requester did not trace.
+    Column("trace_context", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,
@@ -122,6 +126,24 @@ tool_calls = Table(
         sqlite_where=text("repeat_of IS NOT NULL"),
         postgresql_where=text("repeat_of IS NOT NULL"),
     ),
+)
+
+# Ended calls counted as they end, per tool, effect class, terminal status and writer shard: what
+# the metrics read instead of a grouped scan of every call, so a scrape costs the same at any
+# size of history (`store/counts.py`). Each write that ends calls adds to its rows in the same
+# transaction (one upsert per group of a batch); `shard` spreads concurrent writers (by process)
+# over rows, so they do not queue on one row's lock; a read sums the shards. Open calls
+# (`pending`, `awaiting_approval`) are not kept here: they are counted from their partial indexes.
+call_counts = Table(
+    "dex_call_counts",
+    metadata,
+    Column("tool_name", String(200), primary_key=True),
+    Column("effect", String(32), primary_key=True),
+    Column("status", String(32), primary_key=True),
+    Column("shard", Integer, primary_key=True, autoincrement=False),
+    Column("calls", BigInteger, nullable=False),
+    Column("attempts", BigInteger, nullable=False),
+    Column("retries", BigInteger, nullable=False),
 )
 
 # The repeat guard's slots (S5.4): per session and digest of tool + canonical arguments, the call

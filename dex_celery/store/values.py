@@ -7,7 +7,7 @@ without importing SQL code, and so the store's modules hold only persistence.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dex_celery.model.ids import CallKey
@@ -43,6 +43,8 @@ class NewCall:
     #: Digest of tool and canonical arguments (`tools/repeat_digest.py`); the store keeps it
     #: and runs the repeat guard only when the admitted policy has `repeat_guard` (S5.4).
     repeat_digest: str | None = None
+    #: The request's trace context, kept with the call (JSON text; `engine/tracing.py`).
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class OutcomeRow:
     tool_name: str
     arguments: str
     outcome: Outcome
+    #: The trace context of the attempt that decided it (`engine/tracing.py`); None untraced.
+    trace: Mapping[str, str] | None = None
 
 
 def arguments_json(arguments: object) -> str:

@@ -1,9 +1,11 @@
 """Read-only queries for operators: the web app's lists and the metrics' counts.
 
-Nothing here writes. The counts are computed at scrape time from the records themselves, so
-they agree across every worker process and survive restarts (a counter kept in one process's
-memory would see only its share). `count_by_outcome` reads every call: one grouped scan per
-scrape, the price of counters that never disagree with the records.
+Nothing here writes. The counts are read at scrape time from SQL, so they agree across every
+worker process and survive restarts (a counter kept in one process's memory would see only its
+share). No read scans history: ended calls are counted in `dex_call_counts`, kept in the same
+transactions that end them (`store/counts.py`); open calls are counted through the partial
+indexes that hold only `pending` and `awaiting_approval` rows, so a scrape costs the same at a
+thousand or a million ended calls (docs/benchmarks.md, "Scrape cost").
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, select, union_all
 
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.repository import Store
 from dex_celery.store.rows import call_record
-from dex_celery.store.schema import tool_calls, unknown_outcomes
+from dex_celery.store.schema import call_counts, tool_calls, unknown_outcomes
 from dex_celery.store.unknowns import REPORTED, UnknownOutcome, _row
 
 #: Most rows one search returns.
@@ -68,6 +70,45 @@ class OperatorViews:
         self.store = store
 
     def count_by_outcome(self) -> list[OutcomeCount]:
+        """Calls, attempts and retries per tool, effect class and status: the ended ones from
+        their maintained counts, the open ones counted through their partial indexes. One
+        statement (one round trip): a UNION ALL whose branches are planned one by one."""
+        counts = call_counts.c
+        ended = select(
+            counts.tool_name,
+            counts.effect,
+            counts.status,
+            func.sum(counts.calls),
+            func.sum(counts.attempts),
+            func.sum(counts.retries),
+        ).group_by(counts.tool_name, counts.effect, counts.status)
+        calls = tool_calls.c
+        retries = case((calls.attempts > 1, calls.attempts - 1), else_=0)
+        # One branch per open status: `status = '...'` is what lets the planner use that
+        # status's partial index (`IN (...)` would imply neither index's condition).
+        still_open = [
+            select(
+                calls.tool_name,
+                calls.effect,
+                calls.status,
+                func.count(),
+                func.coalesce(func.sum(calls.attempts), 0),
+                func.coalesce(func.sum(retries), 0),
+            )
+            .where(calls.status == status.value)
+            .group_by(calls.tool_name, calls.effect, calls.status)
+            for status in CallStatus
+            if not status.terminal
+        ]
+        with self.store.engine.connect() as conn:
+            return [
+                OutcomeCount(str(t), str(e), str(s), int(n), int(a), int(r))
+                for t, e, s, n, a, r in conn.execute(union_all(ended, *still_open))
+            ]
+
+    def count_by_outcome_scan(self) -> list[OutcomeCount]:
+        """The same counts from one grouped scan of every call: what `count_by_outcome` must
+        always equal (the tests compare them; too slow for a scrape of a long history)."""
         retries = case((tool_calls.c.attempts > 1, tool_calls.c.attempts - 1), else_=0)
         query = select(
             tool_calls.c.tool_name,
@@ -116,6 +157,25 @@ class OperatorViews:
         return joined, condition
 
     def count_unreported_unknowns(self) -> int:
+        """`outcome_unknown` calls (their maintained count) less those reported (read from
+        the reconcile table's index on `state`): a call never leaves `outcome_unknown`, and
+        only such calls have a row there (`store/unknowns.py`)."""
+        unknown = (
+            select(func.coalesce(func.sum(call_counts.c.calls), 0))
+            .where(call_counts.c.status == CallStatus.OUTCOME_UNKNOWN.value)
+            .scalar_subquery()
+        )
+        reported = (
+            select(func.count())
+            .select_from(unknown_outcomes)
+            .where(unknown_outcomes.c.state == REPORTED)
+            .scalar_subquery()
+        )
+        with self.store.engine.connect() as conn:
+            return max(0, int(conn.execute(select(unknown - reported)).scalar_one()))
+
+    def count_unreported_unknowns_scan(self) -> int:
+        """The same from the calls themselves (a scan; for the tests)."""
         joined, condition = self._unreported()
         query = select(func.count()).select_from(joined).where(condition)
         with self.store.engine.connect() as conn:

@@ -104,3 +104,22 @@ def test_io_bound_smoke() -> None:
     )  # fmt: skip
     assert "sync: plain" in out and "async: plain" in out and "ratio dex/plain" in out
     assert "worker CPU per call" in out
+
+
+def test_scrape_cost_smoke() -> None:
+    """Scrape cost (issue 24): scrapes at two history sizes, the grouped scan they replaced (and
+    the check that the maintained counts equal it), the write cost with and without counts."""
+    out = run(
+        "scrape_cost",
+        "--history",
+        "100,1000",
+        "--repeat",
+        "3",
+        "--scan-repeat",
+        "1",
+        "--write-batches",
+        "4",
+    )
+    assert "history     1,000: scrape median" in out and "the grouped scan it replaced" in out
+    assert "ratio 1,000 / 100:" in out
+    assert "us/outcome with counts kept" in out and "count upsert alone" in out

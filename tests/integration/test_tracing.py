@@ -101,10 +101,16 @@ def test_spans_for_one_call_of_each_outcome(dex: Dex, exporter: InMemorySpanExpo
         assert attrs(attempt)["dex.outcome"] == outcome
         children = [s for s in exporter.get_finished_spans() if s.parent is not None
                     and s.parent.span_id == attempt.context.span_id]  # fmt: skip
-        assert [s.name for s in children] == [tracing.CLAIM, tracing.RUN, tracing.FINISH]
+        # The record of the call, written later by the outcome writer's thread, is a child of
+        # the attempt too (one trace per call), linked to the batch's `dex.record` span.
+        names = [tracing.CLAIM, tracing.RUN, tracing.FINISH, tracing.RECORD_CALL]
+        assert [s.name for s in children] == names
         assert {attrs(s)["dex.idempotency_key"] for s in children} == {key}
         (recorded,) = spans_of(exporter, tracing.RECORD_CALL, key)
         assert attrs(recorded)["dex.outcome"] == outcome
+        (link,) = recorded.links
+        batches = [s for s in exporter.get_finished_spans() if s.name == tracing.RECORD]
+        assert link.context.span_id in {s.context.span_id for s in batches}
     (stale,) = spans_of(exporter, tracing.ATTEMPT, lost.key)
     assert str(attrs(stale)["dex.outcome"]).startswith("claim_refused:")
 

@@ -185,7 +185,11 @@ class Dex:
         return MappingProxyType(self._tools)
 
     def tool_definitions(self, format: str = "openai") -> list[dict[str, Any]]:
-        """Every tool's schema as `openai`, `anthropic` or `mcp` tool definitions."""
+        """Every tool's schema as `openai`, `anthropic` or `mcp` tool definitions (an MCP
+        server's tools from its kept list, fetched first if never kept; a server that cannot be
+        reached and was never listed is left out, with a warning in the log)."""
+        for error in self._tools.provide_all():
+            log.warning("%s", error)
         return tool_definitions(self._tools.values(), format)
 
     # --- per-process services ------------------------------------------------------------------
@@ -203,7 +207,7 @@ class Dex:
                         self.settings,
                         self.keys,
                         self.store,
-                        self.tools,
+                        self._tools,  # the catalog itself: lookups reach the MCP sources
                         self.outcome_checks,
                     )
                     self._runtime = runtime

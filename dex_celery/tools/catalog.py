@@ -22,9 +22,10 @@ class ToolSource(Protocol):
     @property
     def name(self) -> str: ...
 
-    def provide(self, tool_name: str) -> DexError | None:
-        """Register this source's tools so `tool_name` is found if it is one of them; the error
-        that kept it from knowing its tools (then the name may be its), else None."""
+    def provide(self, tool_name: str | None) -> DexError | None:
+        """Register this source's tools so `tool_name` (None: any) is found if it is one of
+        them; the error that kept it from knowing its tools (then the name may be its), else
+        None."""
         ...
 
     def refresh(self) -> None:
@@ -59,6 +60,17 @@ class ToolCatalog(dict[str, Tool]):
         if errors:
             raise errors[0]
         raise KeyError(name)
+
+    def provide_all(self) -> list[DexError]:
+        """Every source registers the tools it knows (an agent loop listing tool definitions);
+        the errors of those that could not, for the caller to report or ignore."""
+        errors = []
+        with self._lock:
+            for source in list(self.sources):
+                error = source.provide(None)
+                if error is not None:
+                    errors.append(error)
+        return errors
 
     def refresh_sources(self) -> None:
         """Every source reads its tools anew (a worker at start)."""

@@ -1,14 +1,19 @@
 """MCP servers' tools as dex tools: `dex.add_mcp_server(...)`.
 
-`add_mcp_server` connects once to the server (a stdio command or a streamable-HTTP URL), lists
-its tools and registers each as a dex tool. A tool's effect class comes from its MCP
+`add_mcp_server` connects to nothing: it adds the server as a tool source (`McpServerTools`,
+`tools/catalog.py`). The server's tool list is fetched by the first process that needs it (a
+worker at start, a request for one of its tools while no list was ever kept,
+`dex-celery mcp-servers refresh`, a `notifications/tools/list_changed` on a session) and kept in
+the database (`store/mcp_catalog.py`), where every other process reads it, so requesters, the
+CLI and the web app start no server process. A tool's effect class comes from its MCP
 annotations, read with MCP's own defaults for missing hints (`readOnlyHint` false,
 `destructiveHint` true, `idempotentHint` false, `openWorldHint` true), unless a `ToolPolicy`
 given here says otherwise (S1.4), and only for a server marked `trust="annotations"`: by
 default a server is untrusted and its hints decide nothing (`McpTrust`). A write marked
-`destructiveHint: true` waits for approval by default (S1.3, `policy.approval_by_default`). The tool's `inputSchema` becomes the request-time argument
-check. The list is read when the process registers its tools, so a change on the server is
-picked up when workers (and requesters) restart.
+`destructiveHint: true` waits for approval by default (S1.3, `policy.approval_by_default`). A
+tool whose definition digest differs from the one accepted waits for approval on every call
+until a person accepts it (`Tool.approval_gate`, docs/semantics.md S1.7). The tool's
+`inputSchema` becomes the request-time argument check.
 
 Each attempt uses this worker process's warm session of the server (`mcp_sessions`: one per
 server and process, reused, replaced when it breaks) and sends `tools/call` with the call's
@@ -416,9 +421,11 @@ class McpServerTools:
                     raise error from db_error
                 raise error from e
             definitions = tuple(definition_of(t) for t in listed)
+            # Registered first: a database that cannot keep the list does not stop this process
+            # from knowing the tools (their calls then find the database themselves).
+            self._register(definitions)
             changed = self.catalog.save_tools(self.name, self.server.where, definitions)
             self._announce(changed, definitions)
-            self._register(definitions)
             return definitions
 
     def _tools_changed(self) -> None:

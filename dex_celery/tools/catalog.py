@@ -67,7 +67,10 @@ class ToolCatalog(dict[str, Tool]):
         errors = []
         with self._lock:
             for source in list(self.sources):
-                error = source.provide(None)
+                try:
+                    error = source.provide(None)
+                except DexError as e:  # the database: the caller lists what it has
+                    error = e
                 if error is not None:
                     errors.append(error)
         return errors

@@ -64,10 +64,41 @@ def _hold(tool: str) -> None:
         time.sleep(0.05)
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=True))
-def lookup(order_id: str, ctx: Context) -> dict[str, Any]:
-    """Read an order."""
-    _note("lookup", ctx)
+#: Set to `changed` in the server's environment, or written to `<log>/variant` before a server
+#: process starts: `lookup` gets another definition (an extra argument, no read-only hint), as a
+#: server updated under a running deployment would.
+VARIANT_ENV = "DEX_TEST_MCP_VARIANT"
+
+
+def variant() -> str:
+    path = log_dir() / "variant"
+    return os.environ.get(VARIANT_ENV) or (path.read_text().strip() if path.exists() else "")
+
+
+def starts() -> list[int]:
+    """The pid of every server process started (one line each, written at start)."""
+    path = log_dir() / "starts.log"
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+if variant() == "changed":
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False))
+    def lookup(order_id: str, ctx: Context, verbose: bool = False) -> dict[str, Any]:
+        """Read an order (now with more detail on request)."""
+        _note("lookup", ctx)
+        return {"order_id": order_id, "status": "open", "verbose": verbose}
+
+else:
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def lookup(order_id: str, ctx: Context) -> dict[str, Any]:
+        """Read an order."""
+        _note("lookup", ctx)
+        return _lookup(order_id, ctx)
+
+
+def _lookup(order_id: str, ctx: Context) -> dict[str, Any]:
     request = ctx.request_context.request
     value = request.headers.get(HEADER) if request is not None else None
     if value:
@@ -139,10 +170,19 @@ if os.environ.get(EXTRA_TOOL_ENV) == "1":
         return "new"
 
 
+#: Set to `1` in the server's environment: the server exits at start while `<log>/fail-start`
+#: exists (a server that worked once and then broke).
+FAIL_START_ENV = "DEX_TEST_MCP_FAIL_START"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
     args = parser.parse_args()
+    with (log_dir() / "starts.log").open("a") as f:
+        f.write(f"{os.getpid()}\n")
+    if os.environ.get(FAIL_START_ENV) == "1" and (log_dir() / "fail-start").exists():
+        raise SystemExit(3)  # a server that no longer starts
     if args.http is None:
         server.run("stdio")
     else:

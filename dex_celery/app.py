@@ -43,11 +43,13 @@ from dex_celery.processes.worker import connect_worker
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.tools.arguments import prepare_tool
+from dex_celery.tools.catalog import ToolCatalog, ToolSource
 from dex_celery.tools.definitions import tool_definitions
 from dex_celery.tools.tool import Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.reconcile import _F
+    from dex_celery.integrations.mcp_client import McpServerTools
 
 log = logging.getLogger("dex_celery")
 
@@ -74,7 +76,8 @@ class Dex:
             schema=self.settings.database_schema,
             clock=lambda: self.ledger.now(),
         )
-        self._tools: dict[str, Tool] = {}
+        #: Registered tools; MCP servers add sources that register theirs on demand.
+        self._tools = ToolCatalog()
         #: This process's components (`runtime`), built on first use, dropped after a fork.
         self._runtime: Runtime | None = None
         self._lock = threading.Lock()
@@ -87,7 +90,7 @@ class Dex:
         #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
         self._reconcile_interval: float | None = None
         #: Every Celery signal, one place per process role (`dex_celery/processes/`).
-        self.worker_services = connect_worker(celery, self)
+        self.worker_services = connect_worker(celery, self, self._tools.refresh_sources)
         self.beat_services = connect_beat(
             celery, self, lambda: self._reconcile_interval or self.settings.reconcile_interval
         )
@@ -150,9 +153,10 @@ class Dex:
             throws=(AttemptFailed,),
         )(execute)
 
-    def add_mcp_server(self, name: str | None = None, **options: Any) -> list[Tool]:
-        """Register the tools of an MCP server (stdio `command=[...]` or streamable-HTTP
-        `url=...`); see `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
+    def add_mcp_server(self, name: str | None = None, **options: Any) -> McpServerTools:
+        """Register an MCP server (stdio `command=[...]` or streamable-HTTP `url=...`); its
+        tools are registered when first needed, and nothing connects here. See
+        `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
         try:
             # Deferred: the `mcp` extra is optional; the core imports without it.
             from dex_celery.integrations.mcp_client import add_mcp_server
@@ -161,6 +165,15 @@ class Dex:
                 f"add_mcp_server needs the mcp extra: pip install 'dex-celery[mcp]' ({e})"
             ) from e
         return add_mcp_server(self, name, **options)
+
+    def add_tool_source(self, source: ToolSource) -> None:
+        """A source of tools registered on demand (`tools/catalog.py`; an MCP server)."""
+        self._tools.sources.append(source)
+
+    @property
+    def tool_sources(self) -> list[ToolSource]:
+        """The sources added with `add_tool_source` (the MCP servers)."""
+        return list(self._tools.sources)
 
     def get_tool(self, name: str) -> Tool:
         """The registered tool `name`; `UnknownTool` if there is none."""
@@ -172,7 +185,11 @@ class Dex:
         return MappingProxyType(self._tools)
 
     def tool_definitions(self, format: str = "openai") -> list[dict[str, Any]]:
-        """Every tool's schema as `openai`, `anthropic` or `mcp` tool definitions."""
+        """Every tool's schema as `openai`, `anthropic` or `mcp` tool definitions (an MCP
+        server's tools from its kept list, fetched first if never kept; a server that cannot be
+        reached and was never listed is left out, with a warning in the log)."""
+        for error in self._tools.provide_all():
+            log.warning("%s", error)
         return tool_definitions(self._tools.values(), format)
 
     # --- per-process services ------------------------------------------------------------------
@@ -190,7 +207,7 @@ class Dex:
                         self.settings,
                         self.keys,
                         self.store,
-                        self.tools,
+                        self._tools,  # the catalog itself: lookups reach the MCP sources
                         self.outcome_checks,
                     )
                     self._runtime = runtime

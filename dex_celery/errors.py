@@ -90,6 +90,16 @@ class UnknownTool(DexError, LookupError):
     """No tool is registered under the requested name."""
 
 
+class McpServerUnavailable(UnknownTool):
+    """A request named a tool that may be an MCP server's, and that server's tool list has never
+    been fetched because the server could not be reached (`server` names it). Not the plain
+    unknown-tool answer: ask again once the server is up (`dex-celery mcp-servers refresh`)."""
+
+    def __init__(self, message: str, server: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
 class UnknownSession(DexError, LookupError):
     """No session with this id exists."""
 

@@ -33,6 +33,7 @@ from dex_celery.cli.context import (
 )
 from dex_celery.cli.maintenance import reconcile, sweep
 from dex_celery.cli.mcp import mcp
+from dex_celery.cli.mcp_servers import mcp_servers
 from dex_celery.cli.ops import db, demo, dev
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
@@ -116,5 +117,18 @@ def main(ctx: click.Context, app_path: str | None) -> None:
     ctx.obj = DexContext(app_path)
 
 
-for _command in (calls, approvals, sweep, reconcile, status, dev, demo, db, web, webhooks, mcp):
+for _command in (
+    calls,
+    approvals,
+    sweep,
+    reconcile,
+    status,
+    dev,
+    demo,
+    db,
+    web,
+    webhooks,
+    mcp,
+    mcp_servers,
+):
     main.add_command(_command)

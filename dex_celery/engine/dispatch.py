@@ -30,7 +30,7 @@ from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus, EndReason, error_text, unclaimed_write_text
-from dex_celery.model.policy import EffectClass, PolicySnapshot, resolve_policy
+from dex_celery.model.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.repeats import RepeatHazard, judge_repeat
 from dex_celery.settings import Settings
@@ -209,8 +209,15 @@ class Dispatcher:
         stored = arguments_json(shown)
         digest = repeat_digest(tool.name, stored, secrets_digest(secrets, settings.secret_key))
 
-        def resolve(default: EffectClass | None, now: float, tool: Tool = tool) -> Admission:
-            return admit(resolve_policy(tool.policy, tool.annotations, default, settings), now)
+        policy = tool.policy
+        if tool.approval_gate is not None and tool.approval_gate() is not None:
+            # The tool changed since a person accepted it: ask one before this call runs.
+            policy = replace(policy, requires_approval=True)
+
+        def resolve(
+            default: EffectClass | None, now: float, tool: Tool = tool, policy: ToolPolicy = policy
+        ) -> Admission:
+            return admit(resolve_policy(policy, tool.annotations, default, settings), now)
 
         new = NewCall(key, tool.name, stored, resolve, sealed=token, repeat_digest=digest)
         return new, shown

@@ -1,14 +1,19 @@
 """MCP servers' tools as dex tools: `dex.add_mcp_server(...)`.
 
-`add_mcp_server` connects once to the server (a stdio command or a streamable-HTTP URL), lists
-its tools and registers each as a dex tool. A tool's effect class comes from its MCP
+`add_mcp_server` connects to nothing: it adds the server as a tool source (`McpServerTools`,
+`tools/catalog.py`). The server's tool list is fetched by the first process that needs it (a
+worker at start, a request for one of its tools while no list was ever kept,
+`dex-celery mcp-servers refresh`, a `notifications/tools/list_changed` on a session) and kept in
+the database (`store/mcp_catalog.py`), where every other process reads it, so requesters, the
+CLI and the web app start no server process. A tool's effect class comes from its MCP
 annotations, read with MCP's own defaults for missing hints (`readOnlyHint` false,
 `destructiveHint` true, `idempotentHint` false, `openWorldHint` true), unless a `ToolPolicy`
 given here says otherwise (S1.4), and only for a server marked `trust="annotations"`: by
 default a server is untrusted and its hints decide nothing (`McpTrust`). A write marked
-`destructiveHint: true` waits for approval by default (S1.3, `policy.approval_by_default`). The tool's `inputSchema` becomes the request-time argument
-check. The list is read when the process registers its tools, so a change on the server is
-picked up when workers (and requesters) restart.
+`destructiveHint: true` waits for approval by default (S1.3, `policy.approval_by_default`). A
+tool whose definition digest differs from the one accepted waits for approval on every call
+until a person accepts it (`Tool.approval_gate`, docs/semantics.md S1.7). The tool's
+`inputSchema` becomes the request-time argument check.
 
 Each attempt uses this worker process's warm session of the server (`mcp_sessions`: one per
 server and process, reused, replaced when it breaks) and sends `tools/call` with the call's
@@ -29,7 +34,9 @@ import concurrent.futures
 import json
 import logging
 import shlex
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -44,14 +51,21 @@ from mcp.client.streamable_http import streamable_http_client
 
 from dex_celery.errors import (
     ConfigurationError,
+    DexError,
     DuplicateTool,
+    McpServerUnavailable,
     RetryableToolError,
     ToolError,
     ToolLost,
 )
 from dex_celery.integrations.mcp_sessions import pool
+from dex_celery.ledger.events import AgentEvents
+from dex_celery.model.event_types import EventType
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.model.policy import ToolPolicy, check_registration
+from dex_celery.store.mcp_catalog import McpCatalog, McpServerState, McpToolDefinition
+from dex_celery.store.repository import Store
+from dex_celery.tools.catalog import ToolSource
 from dex_celery.tools.schema import check_schema
 from dex_celery.tools.tool import Tool, ToolContext
 
@@ -121,6 +135,8 @@ class McpServer:
     cwd: str | None = None
     connect_timeout: float = 30.0
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+    #: Called when the server sends `notifications/tools/list_changed` on a session.
+    on_tools_changed: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
@@ -138,14 +154,22 @@ class McpServer:
         return self.url or " ".join(self.command)
 
     def client(self) -> Client:
+        handler = self._on_message
         if self.url is not None:
             if self.headers:
-                return Client(_http_transport(self.url, dict(self.headers)))
-            return Client(self.url)
+                return Client(
+                    _http_transport(self.url, dict(self.headers)), message_handler=handler
+                )
+            return Client(self.url, message_handler=handler)
         params = StdioServerParameters(
             command=self.command[0], args=list(self.command[1:]), env=dict(self.env), cwd=self.cwd
         )
-        return Client(params)
+        return Client(params, message_handler=handler)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification) and self.on_tools_changed:
+            self.on_tools_changed()
+        await anyio.lowlevel.checkpoint()
 
 
 @asynccontextmanager
@@ -171,7 +195,20 @@ class ToolRegistry(Protocol):
     @property
     def tools(self) -> Mapping[str, Tool]: ...
 
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def events(self) -> AgentEvents: ...
+
     def add_tool(self, tool: Tool) -> None: ...
+
+    def add_tool_source(self, source: ToolSource) -> None: ...
+
+
+#: Seconds a requester waits after a failed fetch of a never-listed server before a request
+#: for a tool that may be its tries to reach it again (a dead server costs each request nothing).
+RETRY_FETCH_AFTER = 10.0
 
 
 def add_mcp_server(
@@ -191,78 +228,304 @@ def add_mcp_server(
     connect_timeout: float = 30.0,
     trust: McpTrust | str = McpTrust.UNTRUSTED,
     required: bool = False,
-) -> list[Tool]:
-    """List the server's tools and register each as a dex tool named `<prefix><tool name>`.
+) -> McpServerTools:
+    """Register an MCP server whose tools become dex tools named `<prefix><tool name>`.
+
+    Nothing connects here: the server's tool list is read by the first process that needs it
+    (a worker at start, a request for one of its tools, `dex-celery mcp-servers refresh`) and
+    kept in the database (`store/mcp_catalog.py`), where every other process reads it.
 
     The server is a stdio `command` (a list, or a string split like a shell would, plus `args`)
-    or a streamable-HTTP `url` (with `headers` on every request); `name` (for messages and logs) defaults to the name the server
-    gives itself. `policies` (by the server's tool name) and then `policy` (for every tool) beat
-    the tool's annotations (S1.4). `trust` says whether the annotations are believed at all
-    (`McpTrust`: untrusted by default, then every tool is `unclassified` unless a policy says
-    otherwise). `tools` keeps only the named tools. A server that cannot be listed is logged
-    and registers no tool (the process goes on with every other tool), unless `required=True`,
-    which raises `ConfigurationError` as below. A server that cannot be
-    listed, a named tool it does not have, an invalid input schema, a name taken already or a
-    policy refused by S1.6 raise `ConfigurationError` here, and then no tool is registered.
+    or a streamable-HTTP `url` (with `headers` on every request); `name` keys its kept list and
+    is shown by the CLI (default: the command's program or the URL). `policies` (by the
+    server's tool name) and then `policy` (for every tool) beat the tool's annotations (S1.4).
+    `trust` says whether the annotations are believed at all (`McpTrust`: untrusted by default,
+    then every tool is `unclassified` unless a policy says otherwise). `tools` keeps only the
+    named tools. `required=True` reads the list now and raises `ConfigurationError` if the
+    server cannot be listed. A named tool the server does not have, an invalid input schema, a
+    name taken already or a policy refused by S1.6 raise `ConfigurationError` when the list is
+    first registered in a process (a worker logs it and goes on without the server's tools).
     """
     if isinstance(command, str):
         command = shlex.split(command)
     trusted = McpTrust.parse(trust) is McpTrust.ANNOTATIONS
+    full = (*(command or ()), *args)
     server = McpServer(
-        name=name or "mcp",
-        command=(*(command or ()), *args),
+        name=name or _default_name(full, url),
+        command=full,
         url=url,
         env=MappingProxyType(dict(env or {})),
         cwd=cwd,
         connect_timeout=connect_timeout,
         headers=MappingProxyType(dict(headers or {})),
     )
-    try:
-        server_name, listed = run_sync(_list_tools(server))
-    except Exception as e:
-        error = ConfigurationError(
-            f"cannot list the tools of MCP server {server.name!r} ({server.where}): {_describe(e)}"
+    source = McpServerTools(
+        dex,
+        server,
+        prefix=prefix,
+        policy=policy,
+        policies=MappingProxyType(dict(policies or {})),
+        only=frozenset(tools) if tools is not None else None,
+        trusted=trusted,
+    )
+    if any(getattr(s, "name", None) == server.name for s in getattr(dex, "tool_sources", ())):
+        raise ConfigurationError(f"an MCP server named {server.name!r} is registered already")
+    if required:
+        source.fetch()
+    dex.add_tool_source(source)
+    return source
+
+
+def _default_name(command: Sequence[str], url: str | None) -> str:
+    if url is not None:
+        return url
+    words = [w for w in command if not w.startswith("-")]
+    return words[-1].rsplit("/", 1)[-1] if words else "mcp"
+
+
+def definition_of(listed: mcp_types.Tool) -> McpToolDefinition:
+    """What is kept of a listed tool (and digested: any change asks a person again)."""
+    annotations = (
+        listed.annotations.model_dump(by_alias=True, exclude_none=True)
+        if listed.annotations is not None
+        else None
+    )
+    return McpToolDefinition.of(
+        listed.name,
+        listed.description or listed.title or "",
+        dict(listed.input_schema),
+        annotations,
+    )
+
+
+def _listed(definition: McpToolDefinition) -> mcp_types.Tool:
+    annotations = (
+        mcp_types.ToolAnnotations.model_validate(dict(definition.annotations))
+        if definition.annotations is not None
+        else None
+    )
+    return mcp_types.Tool(
+        name=definition.name,
+        description=definition.description or None,
+        input_schema=dict(definition.input_schema),
+        annotations=annotations,
+    )
+
+
+class McpListFailed(ConfigurationError):
+    """The server could not be listed (not reached, refused the handshake, timed out)."""
+
+
+class McpServerTools:
+    """One registered MCP server as a tool source (`tools/catalog.py`): its tools are
+    registered in this process from the list kept in the database, which is fetched from the
+    server only by a worker's start, `refresh()`, a `notifications/tools/list_changed`, or a
+    request for a tool that may be its while no list was ever kept."""
+
+    def __init__(
+        self,
+        dex: ToolRegistry,
+        server: McpServer,
+        *,
+        prefix: str,
+        policy: ToolPolicy | None,
+        policies: Mapping[str, ToolPolicy],
+        only: frozenset[str] | None,
+        trusted: bool,
+    ) -> None:
+        self.dex = dex
+        self.server = replace(server, on_tools_changed=self._tools_changed)
+        self.prefix = prefix
+        self.policy = policy
+        self.policies = policies
+        self.only = only
+        self.trusted = trusted
+        self._lock = threading.RLock()
+
+    @property
+    def name(self) -> str:
+        return self.server.name
+
+    @property
+    def catalog(self) -> McpCatalog:
+        return McpCatalog(self.dex.store)
+
+    def state(self) -> McpServerState | None:
+        """The kept list, its time and last error (None: never fetched nor tried)."""
+        return self.catalog.servers([self.name]).get(self.name)
+
+    def tools(self) -> list[Tool]:
+        """This server's tools, registered in this process (fetched first if never kept);
+        `McpServerUnavailable` if no list was ever kept and the server cannot be reached."""
+        error = self.provide(None)
+        if error is not None:
+            raise error
+        return [t for t in self.dex.tools.values() if self._owns(t)]
+
+    # --- ToolSource ----------------------------------------------------------------------------
+
+    def provide(self, tool_name: str | None) -> DexError | None:
+        if tool_name is not None and not self._may_be_mine(tool_name):
+            return None
+        with self._lock:
+            state = self.state()
+            if state is not None and state.tools is not None:
+                self._register(state.tools)
+                return None
+            if (
+                state is not None
+                and state.last_error_at is not None
+                and time.time() - state.last_error_at < RETRY_FETCH_AFTER
+            ):
+                return self._unavailable(state.last_error or "")
+            try:
+                self.fetch()
+            except McpListFailed as e:
+                if isinstance(e.__cause__, DexError):
+                    raise e.__cause__ from None  # the database, not the server
+                return self._unavailable(str(e))
+        return None
+
+    def refresh(self) -> None:
+        """Fetch the list anew; if the server cannot be reached, register the kept list (if
+        any) and go on: one dead server never stops a worker (its calls then end "did not run"
+        when no session can be opened)."""
+        try:
+            self.fetch()
+            return
+        except Exception as e:
+            log.warning("MCP server %s: %s", self.name, e)
+        try:
+            state = self.state()
+            if state is not None and state.tools is not None:
+                self._register(state.tools)
+        except Exception as e:
+            log.warning("MCP server %s: its kept tool list is not usable: %s", self.name, e)
+
+    # --- fetching ------------------------------------------------------------------------------
+
+    def fetch(self) -> tuple[McpToolDefinition, ...]:
+        """Connect, list the tools, keep the list (announcing changed definitions) and register
+        them here. `ConfigurationError` if the server cannot be listed (the error is kept)."""
+        with self._lock:
+            try:
+                _server_name, listed = run_sync(_list_tools(self.server))
+            except Exception as e:
+                error = McpListFailed(
+                    f"cannot list the tools of MCP server {self.name!r} ({self.server.where}): "
+                    f"{_describe(e)}"
+                )
+                try:
+                    self.catalog.save_error(self.name, self.server.where, str(error))
+                except DexError as db_error:
+                    raise error from db_error
+                raise error from e
+            definitions = tuple(definition_of(t) for t in listed)
+            # Registered first: a database that cannot keep the list does not stop this process
+            # from knowing the tools (their calls then find the database themselves).
+            self._register(definitions)
+            changed = self.catalog.save_tools(self.name, self.server.where, definitions)
+            self._announce(changed, definitions)
+            return definitions
+
+    def _tools_changed(self) -> None:
+        """`notifications/tools/list_changed` from a warm session: read the list anew, off the
+        session's loop."""
+        threading.Thread(target=self.refresh, name=f"mcp-refresh-{self.name}", daemon=True).start()
+
+    def _announce(self, changed: Sequence[str], definitions: Sequence[McpToolDefinition]) -> None:
+        if not changed:
+            return
+        digests = {d.name: d.digest for d in definitions}
+        log.warning(
+            "MCP server %s: the definition of %s changed; calls wait for approval until a person "
+            "accepts it (dex-celery mcp-servers accept %s)",
+            self.name,
+            ", ".join(changed),
+            self.name,
         )
-        if required:
-            raise error from e
-        # One unreachable server must not stop the process (a worker, the CLI) from serving
-        # every other tool: its tools are simply not registered here, so a request for one is
-        # refused with the typed unknown-tool error, and nothing else is affected.
-        log.warning("%s; its tools are not registered in this process", error)
-        return []
-    if name is None and server_name:
-        server = replace(server, name=server_name)
-    wanted = set(tools) if tools is not None else None
-    unknown = sorted((wanted or set()) - {t.name for t in listed})
-    unknown += sorted(set(policies or {}) - {t.name for t in listed})
-    if unknown:
-        raise ConfigurationError(
-            f"MCP server {server.name!r} has no tool named {', '.join(map(repr, unknown))} "
-            f"(it lists: {', '.join(t.name for t in listed) or 'none'})"
-        )
-    prepared = [
-        _dex_tool(
-            server,
-            listed_tool,
-            prefix,
-            (policies or {}).get(listed_tool.name) or policy,
-            trusted=trusted,
-        )
-        for listed_tool in listed
-        if wanted is None or listed_tool.name in wanted
-    ]
-    # Everything is checked before the first tool is registered: all or nothing.
-    for tool in prepared:
-        if tool.name in dex.tools:
-            raise DuplicateTool(
-                f"MCP server {server.name!r}: a tool named {tool.name!r} is registered already "
-                "(use prefix=... to keep the server's tools apart)"
+        try:
+            for tool in changed:
+                self.dex.events.publish(
+                    EventType.MCP_TOOL_DEFINITION_CHANGED,
+                    "",
+                    server=self.name,
+                    tool=tool,
+                    digest=digests[tool],
+                )
+        except DexError as e:  # the change is kept in SQL; the event is only its announcement
+            log.warning(
+                "MCP server %s: the changed-definition event was not sent: %s", self.name, e
             )
-        check_registration(tool.name, tool.policy, tool.annotations)
-    for tool in prepared:
-        dex.add_tool(tool)
-    log.info("MCP server %s: registered %d tools", server.name, len(prepared))
-    return prepared
+
+    # --- registering ---------------------------------------------------------------------------
+
+    def _may_be_mine(self, tool_name: str) -> bool:
+        if not tool_name.startswith(self.prefix):
+            return False
+        return self.only is None or tool_name[len(self.prefix) :] in self.only
+
+    def _owns(self, tool: Tool) -> bool:
+        function = tool.function
+        return isinstance(function, McpToolFunction) and function.server.name == self.name
+
+    def _register(self, definitions: Sequence[McpToolDefinition]) -> None:
+        names = {d.name for d in definitions}
+        unknown = sorted((self.only or set()) - names) + sorted(set(self.policies) - names)
+        if unknown:
+            raise ConfigurationError(
+                f"MCP server {self.name!r} has no tool named {', '.join(map(repr, unknown))} "
+                f"(it lists: {', '.join(sorted(names)) or 'none'})"
+            )
+        prepared = []
+        for definition in definitions:
+            if self.only is not None and definition.name not in self.only:
+                continue
+            registered = self.dex.tools.get(self.prefix + definition.name)
+            if registered is not None and self._owns(registered):
+                continue  # registered here already (a new definition waits on its gate)
+            tool = _dex_tool(
+                self.server,
+                _listed(definition),
+                self.prefix,
+                self.policies.get(definition.name) or self.policy,
+                trusted=self.trusted,
+            )
+            gate = _pin_gate(self.catalog, self.name, definition.name)
+            prepared.append(replace(tool, approval_gate=gate))
+        # Everything is checked before the first tool is registered: all or nothing.
+        for tool in prepared:
+            if tool.name in self.dex.tools:
+                raise DuplicateTool(
+                    f"MCP server {self.name!r}: a tool named {tool.name!r} is registered already "
+                    "(use prefix=... to keep the server's tools apart)"
+                )
+            check_registration(tool.name, tool.policy, tool.annotations)
+        for tool in prepared:
+            self.dex.add_tool(tool)
+        if prepared:
+            log.info("MCP server %s: registered %d tools", self.name, len(prepared))
+
+    def _unavailable(self, why: str) -> McpServerUnavailable:
+        return McpServerUnavailable(
+            f"the tool list of MCP server {self.name!r} has never been fetched and the server "
+            f"cannot be reached ({why}); ask again once it is up "
+            f"(dex-celery mcp-servers refresh {self.name})",
+            self.name,
+        )
+
+
+def _pin_gate(catalog: McpCatalog, server: str, tool: str) -> Callable[[], str | None]:
+    def gate() -> str | None:
+        digest = catalog.changed_digest(server, tool)
+        if digest is None:
+            return None
+        return (
+            f"the definition of MCP tool {tool!r} of server {server!r} changed since it was "
+            f"accepted (now {digest[:12]})"
+        )
+
+    return gate
 
 
 def _dex_tool(

@@ -57,6 +57,7 @@ from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass, approval_by_default
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.owners import SessionOwners
+from dex_celery.tools.catalog import ToolCatalog
 from dex_celery.tools.definitions import mcp_hints
 from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import Tool
@@ -236,9 +237,13 @@ class DexMcpServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(
-            tools=[mcp_tool(t) for t in self.dex.runtime.tools.values()]
-        )
+        tools = self.dex.runtime.tools
+        if isinstance(tools, ToolCatalog):
+            # MCP servers' tools from their kept lists (fetched if never kept; a dead one left
+            # out): runs the source's own event loop in a thread, off this one.
+            for error in await asyncio.to_thread(tools.provide_all):
+                log.warning("%s", error)
+        return mcp_types.ListToolsResult(tools=[mcp_tool(t) for t in tools.values()])
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams

@@ -94,9 +94,7 @@ def wait_for_replicas(
     return ReplicaShortfall(replicas, acked, timeout)
 
 
-def claim_shortfall(
-    client: redis.Redis, settings: Settings, key: str, attempt: int
-) -> str | None:
+def claim_shortfall(client: redis.Redis, settings: Settings, key: str, attempt: int) -> str | None:
     """Called by the worker right after a successful claim: None when the claim counts,
     otherwise the error text the attempt must end with, the tool not having run."""
     if settings.claim_replicas <= 0:

@@ -24,3 +24,7 @@ class EventType(StrEnum):
     #: New evidence about the earlier call a held-back call repeats (its late result arrived, or
     #: it was reconciled), published on the held-back call's key for its approver (S5.4).
     TOOL_CALL_REPEAT_EVIDENCE = "tool_call_repeat_evidence"
+    #: An MCP tool's definition (schema, annotations, description) differs from the one a
+    #: person accepted: its calls wait for approval until someone accepts the new one. Not about
+    #: a call (empty key); carries `server`, `tool`, `digest` and the accepted `pinned` digest.
+    MCP_TOOL_DEFINITION_CHANGED = "mcp_tool_definition_changed"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -23,8 +23,11 @@ from sqlalchemy import inspect
 
 from dex_celery.backend_errors import first_line, require_existing_database, translate
 from dex_celery.engine import counters as stats
+from dex_celery.model.times import format_utc
 from dex_celery.ops import webhooks as notify
 from dex_celery.processes.worker_starts import SILENT_WINDOW, WorkerStart, read_starts
+from dex_celery.store.mcp_catalog import McpCatalog, McpServerState
+from dex_celery.store.repository import Store
 from dex_celery.store.schema import tool_calls
 from dex_celery.store.views import OperatorViews
 
@@ -187,7 +190,9 @@ def workers_section(source: RuntimeSource) -> Section:
     """The workers that answer (Celery's `inspect stats`: node, main pid, uptime), with how
     often each node name was started (`worker_starts`: restarts by a supervisor show there),
     and the recorded nodes that did not answer."""
-    replies: dict[str, Any] = source.runtime.celery.control.inspect(timeout=PING_TIMEOUT).stats() or {}
+    replies: dict[str, Any] = (
+        source.runtime.celery.control.inspect(timeout=PING_TIMEOUT).stats() or {}
+    )
     starts = _worker_starts(source)
     now = source.runtime.ledger.now() if starts else 0.0
     nodes = sorted(replies)
@@ -279,6 +284,41 @@ def webhooks_section(source: RuntimeSource) -> Section:
     return Section("webhooks", state, detail, status.as_dict())
 
 
+def mcp_server_states(store: Store, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Each registered MCP server's kept state, in `names` order (from the database only: no
+    server is started); a server never fetched nor tried has no row and shows so."""
+    kept = McpCatalog(store).servers(list(names))
+    states = []
+    for name in names:
+        state = kept.get(name)
+        states.append(
+            state.as_json()
+            if state is not None
+            else McpServerState(name, "", None, None, None, None).as_json()
+        )
+    return states
+
+
+def mcp_section(source: RuntimeSource, names: Sequence[str]) -> Section:
+    """MCP servers: one unreachable, never fetched, or with a changed tool definition warns
+    (never fails: only calls of its own tools are affected)."""
+    states = mcp_server_states(source.runtime.store, names)
+    parts = []
+    for state in states:
+        text = f"{state['name']} {state['state']}"
+        if state["tools"] is not None:
+            text += f", {state['tools']} tools fetched {format_utc(state['fetched_at'])}"
+        if state["changed"]:
+            text += f", changed: {', '.join(state['changed'])}"
+        if state["last_error"] and state["state"] != "ok":
+            text += f", last error: {first_line(state['last_error'])}"
+        parts.append(text)
+    worry = any(s["state"] != "ok" or s["changed"] for s in states)
+    return Section(
+        "mcp_servers", State.WARN if worry else State.OK, "; ".join(parts), {"servers": states}
+    )
+
+
 #: The report's sections, in order.
 SECTIONS: tuple[tuple[str, SectionCheck], ...] = (
     ("redis", redis_section),
@@ -290,9 +330,12 @@ SECTIONS: tuple[tuple[str, SectionCheck], ...] = (
 )
 
 
-def health_report(source: RuntimeSource, *, include_workers: bool = True) -> HealthReport:
+def health_report(
+    source: RuntimeSource, *, include_workers: bool = True, mcp_servers: Sequence[str] = ()
+) -> HealthReport:
     """Every section in order; the workers are not pinged through a broker known to be down
-    (Kombu would retry the connection for seconds)."""
+    (Kombu would retry the connection for seconds). `mcp_servers` (names) adds their section,
+    read from the database."""
     sections: list[Section] = []
     for name, check in SECTIONS:
         if name == "workers" and not include_workers:
@@ -306,6 +349,14 @@ def health_report(source: RuntimeSource, *, include_workers: bool = True) -> Hea
             sections.append(Section(name, State.FAIL, "not asked: the database is not ready"))
             continue
         sections.append(_guarded(name, check, source))
+    if mcp_servers:
+        database_down = any(s.name == "database" and s.state is State.FAIL for s in sections)
+        if database_down:
+            sections.append(
+                Section("mcp_servers", State.WARN, "not asked: the database is not ready")
+            )
+        else:
+            sections.append(_guarded("mcp_servers", lambda s: mcp_section(s, mcp_servers), source))
     return HealthReport(tuple(sections))
 
 

@@ -1,7 +1,8 @@
 """The worker process of a deployment: every Celery signal a worker's processes listen to.
 
 - `worker_init` (main process, before the pool starts): the Redis startup check
-  (`processes.checks`), and the worker's own Prometheus port when `worker_metrics_port` is set;
+  (`processes.checks`), every tool source read anew (MCP servers' tool lists, so their tasks
+  are registered before the pool forks), and the worker's own Prometheus port when `worker_metrics_port` is set;
 - `worker_ready`: the node's start is counted (`processes.worker_starts`, restarts in `status`);
 - `worker_ready` / `worker_shutting_down`: the deployment watch (`ops.status.DeploymentWatch`:
   a missing schema, a sweeper that stopped), started and stopped with the worker;
@@ -17,6 +18,7 @@ Each handler acts only for its own Celery app.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from billiard.exceptions import WorkerLostError
@@ -34,9 +36,15 @@ log = logging.getLogger("dex_celery.processes.worker")
 class WorkerServices:
     """What one worker process starts and stops besides its tasks."""
 
-    def __init__(self, celery: Celery, source: RuntimeSource) -> None:
+    def __init__(
+        self,
+        celery: Celery,
+        source: RuntimeSource,
+        refresh_tools: Callable[[], None] = lambda: None,
+    ) -> None:
         self.celery = celery
         self.source = source
+        self.refresh_tools = refresh_tools
         self.watch: DeploymentWatch | None = None
 
     def _ours(self, sender: Any) -> bool:
@@ -46,6 +54,9 @@ class WorkerServices:
         if not self._ours(sender):
             return
         check_or_exit(self.source, "worker")
+        # Before the pool forks: every MCP server's tool list is read anew and its tools get
+        # their tasks here (a server that cannot be reached keeps its kept list, or none).
+        self.refresh_tools()
         if self.source.runtime.settings.worker_metrics_port:
             # deferred: prometheus_client is an optional dependency (extras `metrics`, `web`)
             from dex_celery.ops.metrics import serve_worker_metrics
@@ -90,9 +101,11 @@ class WorkerServices:
             log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
 
 
-def connect_worker(celery: Celery, source: RuntimeSource) -> WorkerServices:
+def connect_worker(
+    celery: Celery, source: RuntimeSource, refresh_tools: Callable[[], None] = lambda: None
+) -> WorkerServices:
     """Connect the worker side of `celery`'s deployment to Celery's signals (from `Dex`)."""
-    services = WorkerServices(celery, source)
+    services = WorkerServices(celery, source, refresh_tools)
     signals.worker_init.connect(services.on_worker_init, weak=False)
     signals.worker_ready.connect(services.on_worker_ready, weak=False)
     signals.worker_shutting_down.connect(services.on_worker_shutting_down, weak=False)

@@ -199,3 +199,32 @@ session_owners = Table(
     Column("owner", String(200), nullable=False),
     Column("created_at", Float, nullable=False),
 )
+
+# The MCP servers registered with `dex.add_mcp_server` and their tool lists as last fetched
+# (`store/mcp_catalog.py`): requesters, the CLI and the web app read tools from here and never
+# start a server process. `tools` is the JSON list of definitions (name, description, input
+# schema, annotations, digest); NULL until the list was first fetched. `last_error` is the last
+# failure to fetch it (cleared by the next success).
+mcp_servers = Table(
+    "dex_mcp_servers",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("location", String(600), nullable=False),
+    Column("tools", Text, nullable=True),
+    Column("fetched_at", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("last_error_at", Float, nullable=True),
+)
+
+# The definition of each MCP tool a person (or the first fetch) accepted: its digest. A tool
+# whose current digest differs waits for approval on every call until someone accepts the new
+# definition (`dex-celery mcp-servers accept`).
+mcp_tool_pins = Table(
+    "dex_mcp_tool_pins",
+    metadata,
+    Column("server", String(200), primary_key=True),
+    Column("tool", String(200), primary_key=True),
+    Column("digest", String(64), nullable=False),
+    Column("accepted_at", Float, nullable=False),
+    Column("accepted_by", String(200), nullable=False),
+)

@@ -34,6 +34,9 @@ class Tool:
     input_schema: Mapping[str, Any] | None = None
     #: The pydantic model of the signature (None for a schema-only tool); see `arguments.py`.
     arguments_model: type[BaseModel] | None = field(default=None, compare=False, repr=False)
+    #: Asked at each request: a reason the call must wait for approval now whatever the policy
+    #: says (an MCP tool whose definition changed since a person accepted it), or None.
+    approval_gate: Callable[[], str | None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def task_name(self) -> str:

@@ -46,8 +46,10 @@ def test_worker_with_embedded_beat_starts_one_of_each_beat_thread(
         # long handled, so whatever it was going to start has announced itself by now.
         first = last_sweep(dex.ledger)
         wait_for(
-            lambda: (s := last_sweep(dex.ledger)) is not None
-            and (first is None or s.finished_at > first.finished_at),
+            lambda: (
+                (s := last_sweep(dex.ledger)) is not None
+                and (first is None or s.finished_at > first.finished_at)
+            ),
             timeout=15,
             what="two sweeps of the embedded beat",
         )

@@ -79,4 +79,3 @@ def test_mcp_client_without_ids_is_told_the_truth_when_redis_is_full_and_asking_
         assert count_calls(own) == 2  # the warm-up read and the one write
     finally:
         server.kill()
-

@@ -25,6 +25,7 @@ from dex_celery import (
     Dex,
     EffectClass,
     InvalidArguments,
+    McpServerUnavailable,
     RetryableToolError,
     Settings,
     ToolContext,
@@ -146,24 +147,36 @@ def test_effect_classes_follow_annotations_with_mcp_defaults_and_policies_overri
 
 
 def test_registration_errors_register_nothing(mcp_dex: Dex, mcp_env: dict[str, str]) -> None:
-    """Bad registrations are `ConfigurationError`s, raised before any tool is added."""
+    """Registering connects to nothing; bad registrations are `ConfigurationError`s, raised when
+    the list is first registered (or at once with `required=True`), before any tool is added."""
+    mcp_dex.get_tool("lookup")  # the app's own server ("orders") registers its tools
     before = set(mcp_dex.tools)
     command = f"{sys.executable} -m tests.support.mcp_tools_server"  # a string is split
     env = {"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]}
+    bad = mcp_dex.add_mcp_server(
+        "a", command=command, env=env, prefix="a_", policies={"nope": None}
+    )
     with pytest.raises(ConfigurationError, match="no tool named 'nope'"):
-        mcp_dex.add_mcp_server(command=command, env=env, prefix="a_", policies={"nope": None})
+        bad.tools()
+    same = mcp_dex.add_mcp_server("b", command=command, env=env)  # same names, no prefix
     with pytest.raises(ConfigurationError, match="'lookup' is registered already"):
-        mcp_dex.add_mcp_server(command=command, env=env)  # same names, no prefix
+        same.tools()
+    with pytest.raises(ConfigurationError, match="named 'b' is registered already"):
+        mcp_dex.add_mcp_server("b", command=command, env=env)
     dead = f"http://127.0.0.1:{free_port()}/mcp"
     with pytest.raises(ConfigurationError, match="cannot list the tools"):
         mcp_dex.add_mcp_server("down", url=dead, required=True)
-    # Not required (the default): one unreachable server registers nothing and breaks nothing.
-    assert mcp_dex.add_mcp_server("down", url=dead, connect_timeout=5) == []
+    # Not required (the default): one unreachable server registers nothing and breaks nothing;
+    # asking for its tools is the typed error naming it.
+    down = mcp_dex.add_mcp_server("down2", url=dead, connect_timeout=5)
+    with pytest.raises(McpServerUnavailable, match="'down2'") as raised:
+        down.tools()
+    assert raised.value.server == "down2"
     assert set(mcp_dex.tools) == before
-    # The name defaults to the server's own; a prefix keeps a second copy apart.
-    added = mcp_dex.add_mcp_server(command=command, env=env, prefix="b_", tools=["lookup"])
-    assert [t.name for t in added] == ["b_lookup"]
-    assert "dex-test-tools" in (added[0].function.__doc__ or "")
+    # A prefix keeps a second copy apart; `tools=` keeps only the named ones.
+    added = mcp_dex.add_mcp_server("c", command=command, env=env, prefix="c_", tools=["lookup"])
+    assert [t.name for t in added.tools()] == ["c_lookup"]
+    assert "'c'" in (added.tools()[0].function.__doc__ or "")
 
 
 def test_calls_run_on_a_worker_and_the_server_sees_the_key(
@@ -305,8 +318,8 @@ def test_a_tool_added_on_the_server_is_picked_up_by_processes_started_later(
     monkeypatch: pytest.MonkeyPatch,
     start_mcp_worker: Callable[..., CeleryWorker],
 ) -> None:
-    """The tool list is read when a process registers its tools: a worker (and a requester)
-    started after the server changed have the new tool."""
+    """A worker reads the tool list anew at start and keeps it in the database: a requester
+    asking for the new tool finds it there (no server process of its own)."""
     assert "added_later" not in mcp_dex.tools
     changed = {**mcp_env, EXTRA_TOOL_ENV: "1"}
     dex = _build(changed, monkeypatch)
@@ -324,7 +337,7 @@ def test_http_headers_go_with_every_request(
     url, _process = http_server
     (tool,) = mcp_dex.add_mcp_server(
         url=url, headers={HEADER: "token-1"}, prefix="h_", tools=["lookup"]
-    )
+    ).tools()
     ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
     assert tool.function(ctx, order_id="A") == {"order_id": "A", "status": "open"}
     assert headers_seen() == ["token-1"]
@@ -424,7 +437,7 @@ def test_a_third_party_server_from_pypi_runs_on_one_warm_session(mcp_dex: Dex) -
         command=[sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"],
         prefix="time_",
         trust="annotations",
-    )
+    ).tools()
     assert {t.name for t in tools} >= {"time_get_current_time", "time_convert_time"}
     assert _effect(mcp_dex, "time_get_current_time")[0] == "read"
     body = mcp_dex.get_tool("time_get_current_time").function

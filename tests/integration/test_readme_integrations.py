@@ -21,7 +21,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from langchain_core.messages import AIMessage
 
 from dex_celery import Dex
-from tests.support.processes import ROOT
+from tests.support.processes import ROOT, wait_for
 
 BLOCK = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
 MODEL_LINE = 'model = "gpt-5.1"  # any model the SDK can use'
@@ -48,11 +48,20 @@ def example(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[Path, dict[st
     with (folder / "worker.log").open("wb") as log:
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tools_app", "worker", "-P", "prefork",
-             "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+             "-c", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-l", "info"],
             cwd=folder, env=run_env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     try:
+        # The worker reads the MCP server's tool list at start, before it takes messages; a
+        # request sent meanwhile would wait in the queue past its start deadline on a loaded
+        # machine.
+        wait_for(
+            lambda: b" ready." in (folder / "worker.log").read_bytes(),
+            timeout=120,
+            what="the README's worker to be ready",
+        )
         yield folder, run_env
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -138,9 +138,7 @@ def test_sign_in_approve_reject_and_refusals_in_chromium(
         wait_for(lambda: d.find_elements(By.ID, "approvals"), timeout=10, what="the approvals")
         assert d.find_element(By.ID, "user").text == "alice"
         # The style sheet applies under the Content-Security-Policy (no inline styles allowed).
-        background = d.execute_script(
-            "return getComputedStyle(document.body).backgroundColor"
-        )
+        background = d.execute_script("return getComputedStyle(document.body).backgroundColor")
         assert background == "rgb(246, 247, 249)", background
         rows = d.find_elements(By.CSS_SELECTOR, "#approvals tr[data-key]")
         assert [r.get_attribute("data-key") for r in rows] == [approve_key, reject_key, forged_key]

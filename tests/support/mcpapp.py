@@ -16,11 +16,17 @@ from typing import Any
 from celery import Celery, signals
 
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, LOG_ENV
+from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, FAIL_START_ENV, LOG_ENV
 from tests.support.processes import ROOT
 
 URL_ENV = "DEX_TEST_MCP_URL"
 READY_ENV = "DEX_TEST_MCP_READY"
+#: Set to `1`: the app also registers servers that cannot be reached: `gone` (a stdio command
+#: that exits at once), `gone_http` (a URL nothing listens on; `$DEX_TEST_MCP_DEAD_URL`) and
+#: `flaky` (the test server, prefix `f_`, logging to `<log>/flaky`, which exits at start while
+#: `<log>/flaky/fail-start` exists).
+DEAD_ENV = "DEX_TEST_MCP_DEAD"
+DEAD_URL_ENV = "DEX_TEST_MCP_DEAD_URL"
 
 #: Overrides given to `add_mcp_server` (S1.4): a policy beats the tool's annotations.
 POLICIES = {
@@ -58,7 +64,35 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
     )
     # Our own test server: its annotations are believed (the tests are about them).
     dex.add_mcp_server("orders", policies=POLICIES, trust="annotations", **where)
+    if os.environ.get(DEAD_ENV) == "1":
+        add_dead_servers(dex)
     return app, dex
+
+
+def add_dead_servers(dex: Dex) -> None:
+    """See `DEAD_ENV`."""
+    dex.add_mcp_server(
+        "gone",
+        command=[sys.executable, "-c", "raise SystemExit(3)"],
+        prefix="g_",
+        connect_timeout=10,
+    )
+    dex.add_mcp_server(
+        "gone_http",
+        url=os.environ.get(DEAD_URL_ENV, "http://127.0.0.1:9/mcp"),
+        prefix="gh_",
+        connect_timeout=10,
+    )
+    flaky_log = str(Path(os.environ.get(LOG_ENV, "/tmp/dex-test-mcp-log")) / "flaky")
+    dex.add_mcp_server(
+        "flaky",
+        command=server_command(),
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT), LOG_ENV: flaky_log, FAIL_START_ENV: "1"},
+        prefix="f_",
+        trust="annotations",
+        connect_timeout=20,
+    )
 
 
 _built: dict[str, Any] = {}

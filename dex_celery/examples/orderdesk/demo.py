@@ -57,6 +57,7 @@ class DemoResult(Enum):
     PREREQUISITE_MISSING = "prerequisite_missing"
     FAILED = "failed"
 
+
 EXPECTED = ("succeeded", "failed", "rejected", "outcome_unknown")
 
 
@@ -300,4 +301,3 @@ def _reports(dex: Dex, scenario: Scenario) -> list[str]:
         for m in snapshot.messages
         if m.role is MessageRole.USER and scenario.unknown in (m.text or "")
     ]
-

@@ -1,0 +1,61 @@
+"""The Celery app of the `mcp-server-git` test: the tools of that PyPI server (trusted
+annotations, prefix `git_`), limited to the repository `$DEX_TEST_GIT_REPO`.
+
+After each task the worker process writes how many sessions of the server it opened to
+`$DEX_TEST_MCP_LOG/opened` (the warm-session witness).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, signals
+
+from dex_celery import Dex, Settings
+from dex_celery.integrations.mcp_sessions import pool
+from tests.support.mcp_tools_server import LOG_ENV
+
+REPO_ENV = "DEX_TEST_GIT_REPO"
+
+
+def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
+    settings = settings or Settings.from_env()
+    app = Celery("dex_test_git")
+    dex = Dex(app, settings)
+    dex.add_mcp_server(
+        "git",
+        command=[sys.executable, "-m", "mcp_server_git", "--repository", os.environ[REPO_ENV]],
+        prefix="git_",
+        trust="annotations",
+    )
+    return app, dex
+
+
+_built: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("app", "dex"):
+        if not _built:
+            _built["app"], _built["dex"] = make_app()
+        return _built[name]
+    raise AttributeError(name)
+
+
+@signals.task_postrun.connect
+def _count_sessions(**_: Any) -> None:
+    folder = os.environ.get(LOG_ENV)
+    if folder:
+        (Path(folder) / "opened").write_text(str(pool().stats().opened.get("git", 0)))
+
+
+@signals.worker_ready.connect
+def _announce_ready(sender: Any = None, **_: Any) -> None:
+    from tests.support.mcpapp import READY_ENV
+
+    folder = os.environ.get(READY_ENV)
+    if folder:
+        (Path(folder) / f"ready-{os.getpid()}").write_text(str(os.getpid()))

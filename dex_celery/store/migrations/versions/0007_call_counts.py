@@ -8,7 +8,7 @@ ended, their attempts and retries; the writes that end calls add to it in their 
 request's trace (docs/operations.md, "Tracing").
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-02
 """
 
@@ -22,7 +22,7 @@ from alembic import op
 from dex_celery.store.migrations.altering import table_schema
 
 revision: str = "0007"
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.redis_cluster import RedisClusterNodes
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.processes import RedisServer, Worker
@@ -34,6 +35,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """A real local Redis Cluster: three primaries, each with one replica (docs/redis.md)."""
+    cluster = RedisClusterNodes(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.kill()
 
 
 @pytest.fixture

@@ -12,6 +12,12 @@ The URL syntax is Kombu's (`sentinel://[:password@]host:port[/db]`, one per Sent
 master name. The password and database number are taken from the first part and apply to the
 master; Sentinels themselves are reached without authentication.
 
+A Redis Cluster holds a sharded ledger (docs/redis.md, "Redis Cluster"): `redis+cluster://host:port`
+(any node; the client learns the others) or `DEX_REDIS_CLUSTER=1` with a `redis://` URL. The
+client is redis-py's `RedisCluster`, which routes each command and script to the primary of its
+keys' slot and follows a failover's new map on the next command. It has the `redis.Redis`
+methods the ledger uses; the broker stays a separate single Redis or RabbitMQ.
+
 A client built on Sentinel asks the Sentinels for the master on every new connection, so after
 a failover the next command (after the connection error the old master's death causes) goes to
 the promoted replica. What a promotion can lose is the subject of `docs/redis.md`.
@@ -20,10 +26,11 @@ the promoted replica. What a promotion can lose is the subject of `docs/redis.md
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
+from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from dex_celery.errors import ConfigurationError
@@ -98,21 +105,32 @@ def parse_sentinel_url(url: str, master: str | None) -> SentinelTarget:
     )
 
 
+def is_cluster_url(url: str) -> bool:
+    return url.strip().lower().partition("://")[0].endswith("+cluster")
+
+
 def redis_client(
     url: str,
     *,
     sentinel_master: str | None = None,
+    cluster: bool = False,
     decode_responses: bool = True,
     socket_timeout: float = SOCKET_TIMEOUT,
     socket_connect_timeout: float = CONNECT_TIMEOUT,
 ) -> redis.Redis:
-    """A client of the Redis at `url`: `redis://`, `rediss://`, `unix://`, or Sentinels."""
+    """A client of the Redis at `url`: `redis://`, `rediss://`, `unix://`, Sentinels, or a
+    Redis Cluster (`redis+cluster://`, or `cluster`)."""
     options: dict[str, Any] = {
         "decode_responses": decode_responses,
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_connect_timeout,
         "health_check_interval": HEALTH_CHECK_INTERVAL,
     }
+    if cluster or is_cluster_url(url):
+        scheme, _, rest = url.strip().partition("://")
+        plain = f"{scheme.lower().removesuffix('+cluster')}://{rest}"
+        # Typed as the single-node client: it offers the same commands the ledger uses.
+        return cast(redis.Redis, RedisCluster.from_url(plain, **options))
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **options)
     target = parse_sentinel_url(url, sentinel_master)
@@ -136,7 +154,10 @@ def redis_client(
 def ledger_client(settings: Settings, **overrides: Any) -> redis.Redis:
     """The client of the ledger's Redis (`DEX_REDIS_URL`) as `settings` describe it."""
     return redis_client(
-        settings.redis_url, sentinel_master=settings.redis_sentinel_master, **overrides
+        settings.redis_url,
+        sentinel_master=settings.redis_sentinel_master,
+        cluster=settings.ledger_cluster,
+        **overrides,
     )
 
 

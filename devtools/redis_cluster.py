@@ -52,8 +52,8 @@ class RedisClusterNodes:
 
     @property
     def url(self) -> str:
-        """The ledger's URL: any node; the client learns the others."""
-        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+        """The ledger's URL: every node, so a client started while one is down finds the rest."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     @property
     def plain_url(self) -> str:

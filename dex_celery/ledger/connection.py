@@ -12,8 +12,10 @@ The URL syntax is Kombu's (`sentinel://[:password@]host:port[/db]`, one per Sent
 master name. The password and database number are taken from the first part and apply to the
 master; Sentinels themselves are reached without authentication.
 
-A Redis Cluster holds a sharded ledger (docs/redis.md, "Redis Cluster"): `redis+cluster://host:port`
-(any node; the client learns the others) or `DEX_REDIS_CLUSTER=1` with a `redis://` URL. The
+A Redis Cluster holds a sharded ledger (docs/redis.md, "Redis Cluster"):
+`redis+cluster://host1:port1,host2:port2,...` (the nodes a new client may ask for the cluster's
+map: name several, since a client started while the one named is down must still find the
+others) or `DEX_REDIS_CLUSTER=1` with a `redis://` URL. The
 client is redis-py's `RedisCluster`, which routes each command and script to the primary of its
 keys' slot and follows a failover's new map on the next command. It has the `redis.Redis`
 methods the ledger uses; the broker stays a separate single Redis or RabbitMQ.
@@ -127,10 +129,8 @@ def redis_client(
         "health_check_interval": HEALTH_CHECK_INTERVAL,
     }
     if cluster or is_cluster_url(url):
-        scheme, _, rest = url.strip().partition("://")
-        plain = f"{scheme.lower().removesuffix('+cluster')}://{rest}"
         # Typed as the single-node client: it offers the same commands the ledger uses.
-        return cast(redis.Redis, RedisCluster.from_url(plain, **options))
+        return cast(redis.Redis, cluster_client(url, options))
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **options)
     target = parse_sentinel_url(url, sentinel_master)
@@ -149,6 +149,44 @@ def redis_client(
         **options,
     )
     return client
+
+
+def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """`redis+cluster://[user:password@]h1:p1,h2:p2[/0]` -> (the URL of the first node as
+    `redis://` or `rediss://`, every node named). Raises `ConfigurationError` if malformed."""
+    scheme, _, rest = url.strip().partition("://")
+    plain_scheme = scheme.lower().removesuffix("+cluster")
+    netloc, slash, path = rest.partition("/")
+    auth, at, hosts = netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for part in filter(None, (p.strip() for p in hosts.split(","))):
+        host, colon, port = part.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigurationError(
+                f"{part!r} in the Redis Cluster URL {_redacted(url)!r} is not host:port"
+            )
+        nodes.append((host, int(port)))
+    if not nodes:
+        raise ConfigurationError(f"the Redis Cluster URL {_redacted(url)!r} names no node")
+    first = f"{plain_scheme}://{auth}{at}{nodes[0][0]}:{nodes[0][1]}{slash}{path}"
+    return first, nodes
+
+
+def cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
+    """redis-py's cluster client, started from every node the URL names."""
+    from redis.cluster import ClusterNode
+
+    first, nodes = cluster_nodes(url)
+    parsed = urlsplit(first)
+    extra: dict[str, Any] = {}
+    if parsed.username:
+        extra["username"] = unquote(parsed.username)
+    if parsed.password:
+        extra["password"] = unquote(parsed.password)
+    if parsed.scheme == "rediss":
+        extra["ssl"] = True
+    startup = [ClusterNode(host, port) for host, port in nodes]  # type: ignore[no-untyped-call]
+    return RedisCluster(startup_nodes=startup, **extra, **options)
 
 
 def ledger_client(settings: Settings, **overrides: Any) -> redis.Redis:

@@ -45,8 +45,8 @@ def ledger_location(redis_url: str, key_prefix: str, sentinel_master: str | None
     parts = urlsplit(redis_url)
     if parts.scheme == "sentinel":
         where = f"sentinel master {sentinel_master or '?'}"
-    elif parts.scheme.endswith("+cluster") or ";" in parts.netloc:
-        where = f"cluster {parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    elif parts.scheme.endswith("+cluster"):
+        where = f"cluster {parts.netloc.rpartition('@')[2]}"
     elif parts.scheme == "unix":
         where = parts.path
     else:

@@ -8,6 +8,7 @@ from redis.crc import key_slot
 
 from dex_celery import Settings
 from dex_celery.errors import ConfigurationError, InvalidEventPosition
+from dex_celery.ledger.connection import cluster_nodes
 from dex_celery.ledger.events import check_position
 from dex_celery.ledger.keys import CLUSTER_SLOTS, KeySpace
 from dex_celery.ledger.ledger import join_epochs, shard_epoch
@@ -111,3 +112,12 @@ def test_settings_of_a_cluster_ledger() -> None:
         Settings(**base, claim_replicas=1)
     with pytest.raises(ConfigurationError, match="ledger_shards"):
         Settings(ledger_shards=0)
+
+
+def test_a_cluster_url_names_every_startup_node() -> None:
+    """A client started while the first node named is down must still find the cluster."""
+    first, nodes = cluster_nodes("redis+cluster://u:secret@10.0.0.1:7000,10.0.0.2:7001/0")
+    assert first == "redis://u:secret@10.0.0.1:7000/0"
+    assert nodes == [("10.0.0.1", 7000), ("10.0.0.2", 7001)]
+    with pytest.raises(ConfigurationError, match="host:port"):
+        cluster_nodes("redis+cluster://10.0.0.1")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from dex_celery.errors import ConfigurationError
@@ -174,8 +174,6 @@ def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 def cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
     """redis-py's cluster client, started from every node the URL names."""
-    from redis.cluster import ClusterNode
-
     first, nodes = cluster_nodes(url)
     parsed = urlsplit(first)
     extra: dict[str, Any] = {}

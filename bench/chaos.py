@@ -17,6 +17,12 @@
   the append-only file is then turned back on and the run goes on;
 - the sweeper loop in this process.
 
+`--cluster` puts the ledger on a real local Redis Cluster (three primaries with a replica each,
+`--shards` shards; docs/redis.md, "Redis Cluster") and keeps the private redis-server as the
+broker only. The Redis restart then becomes a failover of one primary of the cluster (SIGKILL,
+its replica promoted with `CLUSTER FAILOVER TAKEOVER`), and the snapshot rollback is left out
+(a cluster node restarted from an older snapshot is what a failover to a lagging replica does).
+
 At the end it checks, from SQL, the ledger and the tools' own log, and prints the results:
 1. every call has exactly one terminal record (a terminal status and one tool-result message);
 2. no `non_idempotent_write` / `unclassified` tool ran twice for one key;
@@ -24,13 +30,15 @@ At the end it checks, from SQL, the ledger and the tools' own log, and prints th
 4. every `read` call with attempts left succeeded;
 5. every `outcome_unknown` call was interrupted after its claim (a start without an end in the
    tool log, a claimed attempt in its attempt log, or, after a rollback, a write's claim that
-   the database holds: the ledger that knew how it ended is gone);
+   the database holds: the ledger that knew how it ended is gone; with `--cluster`, a call
+   recorded in an older life of its shard, which the failover renewed, for the same reason);
 6. every succeeded call's tool logged an end.
 Exit status 1 on any violation.
 
     .venv/bin/python -m bench.chaos                 # 2,000 calls
     .venv/bin/python -m bench.chaos --calls 200 --kill-every 1.5   # short
     .venv/bin/python -m bench.chaos --no-snapshot-rollback        # kills and the restart only
+    .venv/bin/python -m bench.chaos --cluster --calls 2000        # the ledger on a Redis Cluster
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import redis
 from sqlalchemy import func, select
 
 from bench.common import BenchWorker, CeleryWorker, RedisServer, header, wait_for, workdir
+from devtools.redis_cluster import RedisClusterNodes
 from dex_celery import EffectClass, Settings
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.engine.sweep import run_forever
@@ -220,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=300, help="seconds to wait at the end")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the ledger on a local Redis Cluster (3 primaries + 3 replicas); the restart is a "
+        "failover of one primary; no snapshot rollback",
+    )
+    parser.add_argument("--shards", type=int, default=3, help="ledger shards with --cluster")
+    parser.add_argument(
         "--schedule-to-start",
         type=float,
         default=30.0,
@@ -235,9 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(filename=folder / "driver.log", level=logging.INFO)
     server = RedisServer(folder / "redis", appendonly=True, appendfsync=args.appendfsync)
     server.start()
+    cluster: RedisClusterNodes | None = None
+    ledger_env = {"DEX_REDIS_URL": server.url}
+    if args.cluster:
+        args.snapshot_rollback = False
+        cluster = RedisClusterNodes(folder / "cluster").start()
+        ledger_env = {
+            "DEX_REDIS_URL": cluster.url,
+            "DEX_BROKER_URL": server.url,
+            "DEX_LEDGER_SHARDS": str(args.shards),
+        }
     log_path = folder / "tool-side-effects.log"
     env = {
-        "DEX_REDIS_URL": server.url,
+        **ledger_env,
         "DEX_DATABASE_URL": f"sqlite:///{folder / 'dex.db'}",
         "DEX_KEY_PREFIX": "chaos",
         "CHAOS_LOG": str(log_path),
@@ -261,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     requests = plan(args.calls)
     keys = [f"{r.session_id}/{r.turn_id}/{r.tool_call_id}" for r in requests]
     restarted = False
+    #: The shards a failover renewed (--cluster).
+    held: set[int] = set()
     rollback = Rollback(server, args.rollback_after, log_path) if args.snapshot_rollback else None
     t0 = time.monotonic()
     try:
@@ -270,10 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         while sent < len(requests):
             if not restarted and sent >= args.redis_restart_at * len(requests):
                 restarted = True
-                print(f"  restarting redis-server ({sent} calls requested)", flush=True)
-                server.kill()
-                time.sleep(1.0)
-                server.start()
+                if cluster is not None:
+                    held = fail_over(cluster, dx, sent)
+                else:
+                    print(f"  restarting redis-server ({sent} calls requested)", flush=True)
+                    server.kill()
+                    time.sleep(1.0)
+                    server.start()
             if rollback and rollback.taken_at is None and sent >= args.snapshot_at * len(requests):
                 rollback.snapshot(sent)
             if rollback and rollback.due():
@@ -319,16 +350,33 @@ def main(argv: list[str] | None = None) -> int:
         sweeper.join(timeout=30)
     elapsed = time.monotonic() - t0
     try:
-        violations = check(dx, keys, log_path)
+        violations = check(dx, keys, log_path, held)
     finally:
         server.kill()
+        if cluster is not None:
+            cluster.kill()
+    what = "cluster primary failovers" if cluster is not None else "redis restarts"
     print(
-        f"run took {elapsed:.0f}s; kills {dict(killer.kills)}; redis restarts "
+        f"run took {elapsed:.0f}s; kills {dict(killer.kills)}; {what} "
         f"{int(restarted)} (appendfsync {args.appendfsync}); rollbacks to an older snapshot "
         f"{int(bool(rollback and rollback.done))}; workers {args.workers} x "
         f"prefork -c {args.concurrency}; folder {folder}"
     )
     return 1 if violations else 0
+
+
+def fail_over(cluster: RedisClusterNodes, dx: Any, sent: int) -> set[int]:
+    """SIGKILL the primary of shard 0 and promote its replica: the shards it held start a new
+    life (their calls in flight are judged from the database), the others go on."""
+    primary = cluster.primary_of(dx.keys.shard(0).epoch)
+    held = [s.index for s in dx.keys.all_shards if cluster.primary_of(s.epoch) is primary]
+    promoted = cluster.fail_over(primary)
+    print(
+        f"  cluster primary :{primary.port} killed, replica :{promoted.port} promoted "
+        f"({sent} calls requested; shards {held} on it)",
+        flush=True,
+    )
+    return set(held)
 
 
 def terminal_count(dx: Any) -> int:
@@ -341,7 +389,13 @@ def terminal_count(dx: Any) -> int:
         return int(conn.execute(query).scalar_one())
 
 
-def check(dx: Any, keys: list[str], log_path: Path) -> int:
+def check(dx: Any, keys: list[str], log_path: Path, renewed_shards: set[int] | None = None) -> int:
+    """`renewed_shards`: ledger shards a failover of their cluster primary renewed. A call of
+    theirs recorded in the older life (its recorded epoch is not the final one) may have reached
+    a worker there: that life is gone, so its `outcome_unknown` is the conservative judgement
+    (S10.2), not a fault."""
+    renewed_shards = renewed_shards or set()
+    final_epoch = dx.runtime.epoch.recorded(dx.runtime.epoch.current(refresh=True))
     runs: dict[str, list[tuple[str, int]]] = defaultdict(list)
     if log_path.exists():
         for line in log_path.read_text().splitlines():
@@ -353,7 +407,9 @@ def check(dx: Any, keys: list[str], log_path: Path) -> int:
             r[0] for r in conn.execute(select(messages.c.call_key).where(messages.c.role == "tool"))
         )
     finished_events: Counter[str] = Counter()
-    for _id, fields in dx.ledger.client.xrange(dx.keys.events):
+    for _id, fields in (
+        entry for shard in dx.keys.all_shards for entry in dx.ledger.client.xrange(shard.events)
+    ):
         if fields.get("type") == "tool_call_finished":
             finished_events[fields.get("key")] += 1
     counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -389,7 +445,8 @@ def check(dx: Any, keys: list[str], log_path: Path) -> int:
             interrupted = any(a not in ends for a in starts)
             log = json.loads(row["attempt_log"] or "[]")
             claimed = any(e.get("claimed_at") for e in log) or row.get("claimed_by") is not None
-            if not (interrupted or claimed):
+            renewed = dx.keys.shard_of(key) in renewed_shards and row["ledger_epoch"] != final_epoch
+            if not (interrupted or claimed or renewed):
                 problems["5 unknown outcomes were interrupted after a claim"].append(
                     f"{key}: starts {starts} ends {sorted(ends)} log {log}"
                 )

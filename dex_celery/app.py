@@ -69,7 +69,11 @@ class Dex:
     def __init__(self, celery: Celery, settings: Settings | None = None) -> None:
         self.celery = celery
         self.settings = settings or Settings.from_env()
-        self.keys = KeySpace(self.settings.key_prefix)
+        self.keys = KeySpace(
+            self.settings.key_prefix,
+            shards=self.settings.ledger_shards,
+            tagged=self.settings.ledger_cluster,
+        )
         # SQL times (requests, deadlines, outcomes) come from the ledger's clock, Redis's (S10.1).
         self.store = Store(
             self.settings.database_url,

@@ -102,10 +102,11 @@ def check_redis_url(name: str, url: str) -> None:
     """Refuse a Redis URL neither redis-py nor the Sentinel support would accept (an `http://`
     URL, a bare host name)."""
     scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme not in ("redis", "rediss", "unix", "sentinel"):
+    if scheme not in ("redis", "rediss", "unix", "sentinel", "redis+cluster", "rediss+cluster"):
         raise ConfigurationError(
             f"{name} {safe_url(url)!r} is not a Redis URL (redis://host:port/db, rediss://..., "
-            "unix:///path/to/socket, or sentinel://host:26379;sentinel://host2:26379)"
+            "unix:///path/to/socket, sentinel://host:26379;sentinel://host2:26379, or "
+            "redis+cluster://host:port)"
         )
 
 

@@ -109,6 +109,11 @@ DEFAULT_CLAIM_REPLICAS_TIMEOUT = 1.0
 DEFAULT_REQUIRE_DURABLE_REDIS = False
 #: Run the sweeper as a thread of `celery beat` (it then never waits for a tool slot).
 DEFAULT_SWEEP_IN_BEAT = True
+#: `DEX_REDIS_URL` names a node of a Redis Cluster (also said by a `redis+cluster://` URL).
+DEFAULT_REDIS_CLUSTER = False
+#: Shards of the ledger, each with its own hash tag (docs/redis.md, "Redis Cluster"). Fixed for
+#: the life of a ledger: changing it needs a drained ledger (no call in flight).
+DEFAULT_LEDGER_SHARDS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,8 @@ class Settings:
     claim_replicas_timeout: float = DEFAULT_CLAIM_REPLICAS_TIMEOUT
     require_durable_redis: bool = DEFAULT_REQUIRE_DURABLE_REDIS
     sweep_in_beat: bool = DEFAULT_SWEEP_IN_BEAT
+    redis_cluster: bool = DEFAULT_REDIS_CLUSTER
+    ledger_shards: int = DEFAULT_LEDGER_SHARDS
 
     def __post_init__(self) -> None:
         positive = (
@@ -178,6 +185,7 @@ class Settings:
             "webhook_backoff",
             "webhook_timeout",
             "claim_replicas_timeout",
+            "ledger_shards",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -208,6 +216,21 @@ class Settings:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"
             )
+        if self.ledger_cluster and self.claim_replicas > 0:
+            raise ConfigurationError(
+                "claim_replicas is not supported with the ledger on a Redis Cluster yet (its WAIT "
+                "would have to reach the primary of each claim's shard): set it to 0"
+            )
+        if self.ledger_cluster and self.broker_url is None:
+            raise ConfigurationError(
+                "the ledger is on a Redis Cluster, which cannot serve as Celery's broker: set "
+                "DEX_BROKER_URL to a single Redis (redis://...) or RabbitMQ (amqp://...)"
+            )
+
+    @property
+    def ledger_cluster(self) -> bool:
+        """Whether the ledger's Redis is a Redis Cluster (`redis_cluster`, or the URL says so)."""
+        return self.redis_cluster or self.redis_url.partition("://")[0].endswith("+cluster")
 
     @property
     def effective_broker_url(self) -> str:

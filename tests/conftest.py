@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.redis_cluster import RedisClusterNodes
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.processes import RedisServer, Worker
@@ -53,6 +54,16 @@ def rabbitmq_vhost() -> Iterator[str]:
         pytest.skip(f"RabbitMQ broker runs skipped: {missing}")
     with test_vhost() as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """A real local Redis Cluster: three primaries, each with one replica (docs/redis.md)."""
+    cluster = RedisClusterNodes(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.kill()
 
 
 @pytest.fixture

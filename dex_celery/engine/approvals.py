@@ -181,7 +181,7 @@ class Approvals:
         key, approver, note = self._check(key, approver, note, "note")
         now = self.store.clock()
         decision = ApprovalDecision(Decision.APPROVED.value, approver, now, note)
-        epoch = self.epoch.current(refresh=True)
+        epoch = self.epoch.recorded(self.epoch.current(refresh=True))
         if not self.store.decide(key, decision, now=now, epoch=epoch):
             raise self._refusal(key, now)
         self._announce(key, Decision.APPROVED, approver, note)

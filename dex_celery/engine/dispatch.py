@@ -164,7 +164,7 @@ class Dispatcher:
             prepared.append((new, arguments))
         if not prepared:
             return []
-        epoch = self.epoch.current()
+        epoch = self.epoch.recorded()
         try:
             results = self.store.insert_calls(
                 [n for n, _ in prepared],

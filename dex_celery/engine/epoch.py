@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from sqlalchemy import Engine
@@ -26,3 +27,13 @@ class LedgerEpoch:
         if self._epoch is None or refresh:
             self._epoch = self._guard.check()
         return self._epoch
+
+    def recorded(self, epoch: str | None = None) -> str:
+        """The epoch as the database records it with a call (`ledger_epoch`, 64 characters at
+        most): the epoch itself for a single shard; for a sharded ledger a digest of every
+        shard's epoch, so a new life of any shard changes it and an orphan opened before counts
+        as possibly run (conservative: it can then never end "did not run")."""
+        epoch = self.current() if epoch is None else epoch
+        if "," not in epoch:
+            return epoch
+        return "shards:" + hashlib.sha256(epoch.encode()).hexdigest()[:40]

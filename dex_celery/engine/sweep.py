@@ -4,6 +4,9 @@ Every scan reads a deadline index (`ZRANGEBYSCORE ... LIMIT`) or an indexed SQL 
 cost follows the number of due items, never the size of history. Every move is a compare-and-set
 script or a conditional update, so two sweepers at once cause each transition once. A failure on
 one item is logged and left for the next sweep; it never stops the others.
+
+A sharded ledger (docs/redis.md, "Redis Cluster") is swept shard by shard: each shard's indexes,
+and, after a new life of some shards, the finished events of those shards announced again.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import record_sweep
 from dex_celery.engine.dispatch import claimed_write_outcome
-from dex_celery.ledger.ledger import LoseMode, Step, StepKind
+from dex_celery.ledger.keys import ShardKeys
+from dex_celery.ledger.ledger import LoseMode, Step, StepKind, shard_epoch
 from dex_celery.model.event_types import EventType
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
@@ -87,7 +91,11 @@ class Sweeper:
         # and has Redis gone back in time since the last look (then a new epoch, S10.2)?
         epoch = self.epoch.current(refresh=True)
         if self._epoch is not None and epoch != self._epoch:
-            self._replay_finished_events(epoch)
+            shards = self.ledger.keys.shards
+            for shard in self.ledger.keys.all_shards:
+                now_epoch = shard_epoch(epoch, shard.index, shards)
+                if now_epoch != shard_epoch(self._epoch, shard.index, shards):
+                    self._replay_finished_events(now_epoch, shard)
         self._epoch = epoch
         counts = dict.fromkeys(("lost", "expired", "timed_out", "recorded"), 0)
         errors = self._move_due(counts)
@@ -108,8 +116,12 @@ class Sweeper:
         return report
 
     def _moves(self) -> list[tuple[str, str, Callable[[str], Step]]]:
-        """(deadline index, count name, the ledger transition of a due item) for each index."""
-        ledger, keys = self.ledger, self.ledger.keys
+        """(deadline index, count name, the ledger transition of a due item) for each index of
+        each shard."""
+        return [move for keys in self.ledger.keys.all_shards for move in self._shard_moves(keys)]
+
+    def _shard_moves(self, keys: ShardKeys) -> list[tuple[str, str, Callable[[str], Step]]]:
+        ledger = self.ledger
         return [
             (
                 keys.lease_index,
@@ -155,11 +167,15 @@ class Sweeper:
     def _record_unrecorded_due(self, now: float, counts: dict[str, int]) -> int:
         """Write the outcomes left unrecorded past their grace; returns the number of errors."""
         errors = 0
-        due = self.ledger.due(
-            self.ledger.keys.unrecorded_index,
-            now=now - self.settings.unrecorded_grace,
-            limit=self.settings.sweep_batch,
-        )
+        due = [
+            key
+            for shard in self.ledger.keys.all_shards
+            for key in self.ledger.due(
+                shard.unrecorded_index,
+                now=now - self.settings.unrecorded_grace,
+                limit=self.settings.sweep_batch,
+            )
+        ]
         for key in due:
             try:
                 if self._record_unrecorded(key):
@@ -169,11 +185,12 @@ class Sweeper:
                 log.exception("could not record the outcome of %s; left for the next sweep", key)
         return errors
 
-    def _replay_finished_events(self, epoch: str) -> int:
-        """The events stream went back in time with Redis: announce again, once, the calls that
-        ended after its last surviving entry, so every ended call has its finished event (S7.3).
+    def _replay_finished_events(self, epoch: str, keys: ShardKeys) -> int:
+        """The events stream of a shard went back in time with Redis: announce again, once, the
+        shard's calls that ended after its last surviving entry, so every ended call has its
+        finished event (S7.3). `epoch` is the shard's new one.
         """
-        ledger, keys = self.ledger, self.ledger.keys
+        ledger = self.ledger
         if not ledger.client.set(keys.replayed(epoch), "1", nx=True, ex=self.settings.finished_ttl):
             return 0  # another process replays this rollback
         last = ledger.client.xrevrange(keys.events, count=1)
@@ -188,6 +205,8 @@ class Sweeper:
         seen = {f.get("key") for _id, f in entries if f.get("type") == EventType.TOOL_CALL_FINISHED}
         replayed = 0
         for record in self.store.finished_since(since, limit=REPLAY_LIMIT):
+            if ledger.keys.shard_of(record.key) != keys.index:
+                continue
             if record.key not in seen:
                 ledger.events.publish_finished(
                     record.key, status=record.status.value, error=record.error or ""
@@ -242,7 +261,7 @@ class Sweeper:
         if not candidates:
             return 0, 0, 0
         live = self.ledger.live([c.key for c in candidates])
-        epoch = self.epoch.current()
+        epoch = self.epoch.recorded()
         reopened = ended = errors = 0
         for record in candidates:
             if live[record.key]:

@@ -12,6 +12,14 @@ The URL syntax is Kombu's (`sentinel://[:password@]host:port[/db]`, one per Sent
 master name. The password and database number are taken from the first part and apply to the
 master; Sentinels themselves are reached without authentication.
 
+A Redis Cluster holds a sharded ledger (docs/redis.md, "Redis Cluster"):
+`redis+cluster://host1:port1,host2:port2,...` (the nodes a new client may ask for the cluster's
+map: name several, since a client started while the one named is down must still find the
+others) or `DEX_REDIS_CLUSTER=1` with a `redis://` URL. The
+client is redis-py's `RedisCluster`, which routes each command and script to the primary of its
+keys' slot and follows a failover's new map on the next command. It has the `redis.Redis`
+methods the ledger uses; the broker stays a separate single Redis or RabbitMQ.
+
 A client built on Sentinel asks the Sentinels for the master on every new connection, so after
 a failover the next command (after the connection error the old master's death causes) goes to
 the promoted replica. What a promotion can lose is the subject of `docs/redis.md`.
@@ -20,10 +28,11 @@ the promoted replica. What a promotion can lose is the subject of `docs/redis.md
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from dex_celery.errors import ConfigurationError
@@ -98,21 +107,30 @@ def parse_sentinel_url(url: str, master: str | None) -> SentinelTarget:
     )
 
 
+def is_cluster_url(url: str) -> bool:
+    return url.strip().lower().partition("://")[0].endswith("+cluster")
+
+
 def redis_client(
     url: str,
     *,
     sentinel_master: str | None = None,
+    cluster: bool = False,
     decode_responses: bool = True,
     socket_timeout: float = SOCKET_TIMEOUT,
     socket_connect_timeout: float = CONNECT_TIMEOUT,
 ) -> redis.Redis:
-    """A client of the Redis at `url`: `redis://`, `rediss://`, `unix://`, or Sentinels."""
+    """A client of the Redis at `url`: `redis://`, `rediss://`, `unix://`, Sentinels, or a
+    Redis Cluster (`redis+cluster://`, or `cluster`)."""
     options: dict[str, Any] = {
         "decode_responses": decode_responses,
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_connect_timeout,
         "health_check_interval": HEALTH_CHECK_INTERVAL,
     }
+    if cluster or is_cluster_url(url):
+        # Typed as the single-node client: it offers the same commands the ledger uses.
+        return cast(redis.Redis, cluster_client(url, options))
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **options)
     target = parse_sentinel_url(url, sentinel_master)
@@ -133,10 +151,49 @@ def redis_client(
     return client
 
 
+def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """`redis+cluster://[user:password@]h1:p1,h2:p2[/0]` -> (the URL of the first node as
+    `redis://` or `rediss://`, every node named). Raises `ConfigurationError` if malformed."""
+    scheme, _, rest = url.strip().partition("://")
+    plain_scheme = scheme.lower().removesuffix("+cluster")
+    netloc, slash, path = rest.partition("/")
+    auth, at, hosts = netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for part in filter(None, (p.strip() for p in hosts.split(","))):
+        host, colon, port = part.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigurationError(
+                f"{part!r} in the Redis Cluster URL {_redacted(url)!r} is not host:port"
+            )
+        nodes.append((host, int(port)))
+    if not nodes:
+        raise ConfigurationError(f"the Redis Cluster URL {_redacted(url)!r} names no node")
+    first = f"{plain_scheme}://{auth}{at}{nodes[0][0]}:{nodes[0][1]}{slash}{path}"
+    return first, nodes
+
+
+def cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
+    """redis-py's cluster client, started from every node the URL names."""
+    first, nodes = cluster_nodes(url)
+    parsed = urlsplit(first)
+    extra: dict[str, Any] = {}
+    if parsed.username:
+        extra["username"] = unquote(parsed.username)
+    if parsed.password:
+        extra["password"] = unquote(parsed.password)
+    if parsed.scheme == "rediss":
+        extra["ssl"] = True
+    startup = [ClusterNode(host, port) for host, port in nodes]  # type: ignore[no-untyped-call]
+    return RedisCluster(startup_nodes=startup, **extra, **options)
+
+
 def ledger_client(settings: Settings, **overrides: Any) -> redis.Redis:
     """The client of the ledger's Redis (`DEX_REDIS_URL`) as `settings` describe it."""
     return redis_client(
-        settings.redis_url, sentinel_master=settings.redis_sentinel_master, **overrides
+        settings.redis_url,
+        sentinel_master=settings.redis_sentinel_master,
+        cluster=settings.ledger_cluster,
+        **overrides,
     )
 
 

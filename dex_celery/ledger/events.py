@@ -10,14 +10,23 @@ resume: stream ids only grow, so it sees every later event once, in the order th
 written. The stream is trimmed to about `Settings.events_maxlen` entries (`MAXLEN ~`, whole
 macro-nodes at a time); a consumer that falls further behind than that can ask
 `trimmed_after(position)` whether it missed anything, and must then rebuild from the snapshot.
+
+A sharded ledger (docs/redis.md, "Redis Cluster") has one stream per shard, each written in the
+same step as its shard's transitions. A reader then reads every shard's stream and merges them
+by entry id (Redis's time of each append, per primary); its position is the list of the last
+id it has read in each stream, joined by commas in shard order (`1712345678901-0,0-0,...`), so
+resuming sees every later event of every shard once. One event's order across shards is its
+append time, as close as the primaries' clocks agree; within a call (one shard) it is exact.
+A plain stream id as `after=` on a sharded ledger means that id in every stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
@@ -39,7 +48,9 @@ NOW = "$"
 #: Longest single blocking read; a `follow` iterator re-checks its deadline this often.
 MAX_BLOCK_SECONDS = 1.0
 
-_POSITION = re.compile(r"^\d+(-\d+)?$")
+_POSITION = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+#: Between two rounds of non-blocking reads of a sharded ledger's streams, while a reader waits.
+SHARD_POLL_SECONDS = 0.05
 
 
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
@@ -65,11 +76,13 @@ class AgentEvent:
     fields: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
+    #: The entry's own stream id; "" when it equals `position` (one stream).
+    entry_id: str = field(default="", compare=False)
 
     @property
     def timestamp(self) -> float:
         """Unix seconds at which Redis appended the event (from the stream id)."""
-        return int(self.position.split("-", 1)[0]) / 1000.0
+        return int((self.entry_id or self.position).split("-", 1)[0]) / 1000.0
 
     @classmethod
     def from_entry(cls, position: str | bytes, raw: Mapping[Any, Any]) -> AgentEvent:
@@ -106,7 +119,8 @@ def _id_tuple(position: str) -> tuple[int, int]:
 
 
 def check_position(position: object) -> str:
-    """`0`, `$` or a stream id; anything else is an `InvalidEventPosition`."""
+    """`0`, `$`, a stream id, or (a sharded ledger) stream ids joined by commas; anything else
+    is an `InvalidEventPosition`."""
     if not isinstance(position, str) or (position != NOW and not _POSITION.match(position)):
         raise InvalidEventPosition(
             f"event position {position!r} must be '0', '$' or a stream id like '1712345678901-0'"
@@ -117,10 +131,25 @@ def check_position(position: object) -> str:
 class AgentEvents:
     """Read and append the AgentEvents stream of one deployment (one key prefix)."""
 
-    def __init__(self, client: redis.Redis, stream: str, *, maxlen: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        stream: str,
+        *,
+        maxlen: int,
+        streams: tuple[str, ...] = (),
+        stream_of: Callable[[str], str] | None = None,
+    ) -> None:
         self.client = client
         self.stream = stream
         self.maxlen = maxlen
+        #: Every shard's stream, in shard order (one: `stream`).
+        self.streams = streams or (stream,)
+        self._stream_of = stream_of or (lambda _key: stream)
+
+    @property
+    def sharded(self) -> bool:
+        return len(self.streams) > 1
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -131,7 +160,9 @@ class AgentEvents:
         the same atomic step as the transition they announce)."""
         entry = {"type": type.value, "key": key, **fields}
         return _text(
-            self.client.xadd(self.stream, cast(Any, entry), maxlen=self.maxlen, approximate=True)
+            self.client.xadd(
+                self._stream_of(key), cast(Any, entry), maxlen=self.maxlen, approximate=True
+            )
         )
 
     def publish_finished(self, key: str, *, status: str, error: str) -> str:
@@ -142,8 +173,23 @@ class AgentEvents:
 
     def latest_position(self) -> str:
         """The position of the newest event (`0-0` for an empty stream): 'from now on'."""
-        newest: Any = self.client.xrevrange(self.stream, "+", "-", count=1)
-        return _text(newest[0][0]) if newest else "0-0"
+        ids = []
+        for stream in self.streams:
+            newest: Any = self.client.xrevrange(stream, "+", "-", count=1)
+            ids.append(_text(newest[0][0]) if newest else "0-0")
+        return ",".join(ids)
+
+    def _positions(self, after: str) -> list[str]:
+        """`after` as one stream id per stream."""
+        parts = after.split(",")
+        if len(parts) == len(self.streams):
+            return parts
+        if len(parts) == 1:
+            return parts * len(self.streams)
+        raise InvalidEventPosition(
+            f"event position {after!r} names {len(parts)} streams; this ledger has "
+            f"{len(self.streams)}"
+        )
 
     def read(
         self, after: str = START, *, count: int = 100, block: float | None = None
@@ -152,11 +198,41 @@ class AgentEvents:
         after = check_position(after)
         if after == NOW:
             after = self.latest_position()
+        if self.sharded:
+            return self._read_shards(self._positions(after), count, block)
         wait_ms = None if block is None else max(1, int(block * 1000))
         reply: Any = self.client.xread({self.stream: after}, count=count, block=wait_ms)
         events: list[AgentEvent] = []
         for _stream, entries in reply or []:
             events.extend(AgentEvent.from_entry(pos, raw) for pos, raw in entries)
+        return events
+
+    def _read_shards(
+        self, positions: list[str], count: int, block: float | None
+    ) -> list[AgentEvent]:
+        """Every shard's stream after its position, merged by entry id, at most `count`.
+
+        One XREAD per stream (a cluster serves no read across slots); while nothing is there
+        and `block` allows, reads again every `SHARD_POLL_SECONDS`."""
+        deadline = None if block is None else time.monotonic() + block
+        while True:
+            found: list[tuple[tuple[int, int], int, str, Any]] = []
+            for i, (stream, after) in enumerate(zip(self.streams, positions, strict=True)):
+                reply: Any = self.client.xread({stream: after}, count=count)
+                for _stream, entries in reply or []:
+                    found.extend(
+                        (_id_tuple(_text(pos)), i, _text(pos), raw) for pos, raw in entries
+                    )
+            if found or deadline is None or time.monotonic() >= deadline:
+                break
+            time.sleep(min(SHARD_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        found.sort(key=lambda item: (item[0], item[1]))
+        events: list[AgentEvent] = []
+        current = list(positions)
+        for _id, i, pos, raw in found[:count]:
+            current[i] = pos
+            event = AgentEvent.from_entry(",".join(current), raw)
+            events.append(dataclasses.replace(event, entry_id=pos))
         return events
 
     def iterate(self, after: str = START, **filters: Unpack[EventFilters]) -> Iterator[AgentEvent]:
@@ -213,8 +289,14 @@ class AgentEvents:
         position = check_position(position)
         if position == NOW:
             return False
+        return any(
+            self._trimmed(stream, after)
+            for stream, after in zip(self.streams, self._positions(position), strict=True)
+        )
+
+    def _trimmed(self, stream: str, position: str) -> bool:
         try:
-            info: Any = self.client.xinfo_stream(self.stream)
+            info: Any = self.client.xinfo_stream(stream)
         except redis.ResponseError:  # no stream yet: nothing was ever trimmed
             return False
         added = int(info.get("entries-added", info.get("length", 0)))
@@ -224,7 +306,7 @@ class AgentEvents:
         return first is None or _id_tuple(position) < _id_tuple(_text(first[0]))
 
     def length(self) -> int:
-        return int(cast(Any, self.client.xlen(self.stream)))
+        return sum(int(cast(Any, self.client.xlen(stream))) for stream in self.streams)
 
 
 class EventFilters(TypedDict, total=False):

@@ -12,6 +12,11 @@ new epoch, which makes every call hash of the old life stale, so the calls in fl
 from the system of record, conservatively (S10.2). A restart that lost nothing (an append-only
 file fsynced on every write) is treated the same way: from inside Redis it cannot be told apart
 from a restored backup.
+
+A sharded ledger (docs/redis.md, "Redis Cluster") keeps one epoch and one marker per shard, and
+compares each shard's marker with the primary that serves the shard's slot: a failover of one
+primary of a cluster starts a new life for the shards that primary held, and only those. The
+epoch this process passes around is then the shards' epochs joined (`ledger.join_epochs`).
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
+from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 
 from dex_celery.errors import LedgerMismatch
-from dex_celery.ledger.ledger import Ledger
+from dex_celery.ledger.keys import ShardKeys
+from dex_celery.ledger.ledger import Ledger, join_epochs
 from dex_celery.store.bindings import bind, read_binding
 
 log = logging.getLogger("dex_celery.ledger")
@@ -37,6 +45,8 @@ def ledger_location(redis_url: str, key_prefix: str, sentinel_master: str | None
     parts = urlsplit(redis_url)
     if parts.scheme == "sentinel":
         where = f"sentinel master {sentinel_master or '?'}"
+    elif parts.scheme.endswith("+cluster"):
+        where = f"cluster {parts.netloc.rpartition('@')[2]}"
     elif parts.scheme == "unix":
         where = parts.path
     else:
@@ -76,21 +86,31 @@ class LedgerGuard:
         self.new_id = new_id
 
     def check(self) -> str:
-        seen = self._look()
-        ledger_id = self._bound(seen)
-        if seen.ledger_id != ledger_id:
+        """The epoch in force: one shard's, or (a sharded ledger) every shard's joined."""
+        shards = self.ledger.keys.all_shards
+        seen = [self._look(shard) for shard in shards]
+        ledger_id = self._bound(seen[0])
+        if seen[0].ledger_id != ledger_id:
             self.ledger.client.set(self.ledger.keys.ledger_id, ledger_id, nx=True)
-        return self._epoch(seen)
+        return join_epochs([self._epoch(s, shard) for s, shard in zip(seen, shards, strict=True)])
 
-    def _look(self) -> Observation:
-        keys = self.ledger.keys
-        pipe = self.ledger.client.pipeline(transaction=False)
-        pipe.get(keys.epoch)
-        pipe.get(keys.dataset)
-        pipe.get(keys.ledger_id)
-        pipe.info("server")
-        pipe.info("stats")
-        epoch, marker, ledger_id, server, stats = pipe.execute()
+    def _look(self, shard: ShardKeys) -> Observation:
+        client: Any = self.ledger.client
+        if isinstance(client, RedisCluster):
+            # The primary that serves this shard's slot, whose run id and evictions decide.
+            node = client.get_node_from_key(shard.epoch)  # type: ignore[no-untyped-call]
+            server = client.info("server", target_nodes=node)
+            stats = client.info("stats", target_nodes=node)
+            epoch, marker = client.get(shard.epoch), client.get(shard.dataset)
+            ledger_id = client.get(self.ledger.keys.ledger_id)
+        else:
+            pipe = client.pipeline(transaction=False)
+            pipe.get(shard.epoch)
+            pipe.get(shard.dataset)
+            pipe.get(self.ledger.keys.ledger_id)
+            pipe.info("server")
+            pipe.info("stats")
+            epoch, marker, ledger_id, server, stats = pipe.execute()
         run_id = server.get("run_id", "unknown")
         evicted = stats.get("evicted_keys", 0)
         return Observation(
@@ -120,28 +140,34 @@ class LedgerGuard:
             "refusing to act on the database's calls (one database, one ledger)"
         )
 
-    def _epoch(self, seen: Observation) -> str:
+    def _epoch(self, seen: Observation, shard: ShardKeys) -> str:
         if seen.marker == seen.server_marker and seen.epoch is not None:
             return seen.epoch
         if seen.marker is None and seen.epoch is not None and seen.evicted == 0:
             # A ledger written before the marker existed: adopt it as it is. Not after any
             # eviction: the marker itself may be what was evicted.
-            self.ledger.client.set(self.ledger.keys.dataset, seen.server_marker, nx=True)
+            self.ledger.client.set(shard.dataset, seen.server_marker, nx=True)
             return seen.epoch
+        where = (
+            self.location
+            if len(self.ledger.keys.all_shards) == 1
+            else (f"{self.location} shard {shard.index}")
+        )
         if seen.epoch is None and seen.marker is None:
-            log.info(
-                "ledger %s: no epoch yet (first start or empty Redis); starting one", self.location
-            )
+            log.info("ledger %s: no epoch yet (first start or empty Redis); starting one", where)
         else:
             log.warning(
                 "ledger %s: Redis may hold less than it acknowledged (server %s, data written "
                 "under %s): starting a new ledger epoch; calls in flight are judged from the "
                 "database, conservatively",
-                self.location,
+                where,
                 seen.server_marker,
                 seen.marker,
             )
         _, epoch = self.ledger.rotate(
-            expected_dataset=seen.marker or "", dataset=seen.server_marker, epoch=self.new_id()
+            expected_dataset=seen.marker or "",
+            dataset=seen.server_marker,
+            epoch=self.new_id(),
+            shard=shard.index,
         )
         return epoch

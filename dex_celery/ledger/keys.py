@@ -39,9 +39,17 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 |                              |        | starts under that name (`dex-celery status`)            |
 
 `<key>` is the idempotency key `session/turn/call`; wrapping it in braces makes it the hash
-tag, so everything of one call lands in one slot if the data is ever sharded. The indexes are
-global by design: one `ZRANGEBYSCORE ... LIMIT` per sweep reads only the due items. A cluster
-deployment would need one set of indexes per slot; that is not built.
+tag of the single-node layout above.
+
+Shards (`Settings.ledger_shards`, a Redis Cluster: docs/redis.md, "Redis Cluster"): every key
+of the table that a script touches exists once per shard, under the shard's hash tag:
+`dex:{<tag>}:call:<key>`, `dex:{<tag>}:idx:queue`, `dex:{<tag>}:events`, `dex:{<tag>}:epoch`,
+`dex:{<tag>}:dataset`, `dex:{<tag>}:clock`, `dex:{<tag>}:replayed:<epoch>`,
+`dex:{<tag>}:running:<key>`. A call belongs to shard `crc32(key) % shards`, so every script
+(which touches one call, or one worker's calls of one shard) reads and writes one slot. The
+deployment-wide keys (`ledger`, `cursor:orphans`, `stats`, `sweep_stats`, `webhooks:*`,
+`worker_starts`) share the tag `{dex}`: `{dex}:ledger`. With one shard and no cluster the names
+are exactly those of the table (`tagged` False).
 
 Only one attempt of a call is ever unfinished (a retry opens after the previous attempt has
 ended), so the call hash carries the current attempt's fields directly and finished attempts
@@ -50,91 +58,226 @@ are appended to its `log` field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
+
+from redis.crc import key_slot
+
+#: Hash slots of a Redis Cluster.
+CLUSTER_SLOTS = 16384
 
 
 @dataclass(frozen=True, slots=True)
-class KeySpace:
-    """Key names under one prefix."""
+class ShardKeys:
+    """The keys of one ledger shard: its calls, due-indexes, events stream, epoch and marker.
 
-    prefix: str = "dex"
+    `tag` None is the single-node layout (the names above, unchanged). Otherwise every name
+    carries the hash tag `{tag}`, so a script's keys (a call, its indexes, the stream, the
+    epoch, the frozen clock) all live in one cluster slot: Redis Cluster runs a script only on
+    keys of one slot.
+    """
+
+    prefix: str
+    index: int = 0
+    tag: str | None = None
+
+    def _name(self, rest: str) -> str:
+        if self.tag is None:
+            return f"{self.prefix}:{rest}"
+        return f"{self.prefix}:{{{self.tag}}}:{rest}"
 
     def call(self, key: str) -> str:
-        return f"{self.prefix}:call:{{{key}}}"
+        if self.tag is None:
+            return f"{self.prefix}:call:{{{key}}}"
+        return self._name(f"call:{key}")
 
     def running(self, key: str) -> str:
         """The lease of a fenced attempt whose tool may still be running (the repeat guard,
         S5.4): set by `time_out.lua`, renewed by the worker's heartbeat pump while the tool
         runs, deleted when it returns, lapsing when the worker dies. Same hash slot as the call."""
-        return f"{self.prefix}:running:{{{key}}}"
+        if self.tag is None:
+            return f"{self.prefix}:running:{{{key}}}"
+        return self._name(f"running:{key}")
 
     @property
     def queue_index(self) -> str:
-        return f"{self.prefix}:idx:queue"
+        return self._name("idx:queue")
 
     @property
     def lease_index(self) -> str:
-        return f"{self.prefix}:idx:lease"
+        return self._name("idx:lease")
 
     @property
     def close_index(self) -> str:
-        return f"{self.prefix}:idx:close"
+        return self._name("idx:close")
 
     @property
     def unrecorded_index(self) -> str:
-        return f"{self.prefix}:idx:unrecorded"
+        return self._name("idx:unrecorded")
 
     @property
     def epoch(self) -> str:
-        return f"{self.prefix}:epoch"
+        return self._name("epoch")
 
     @property
     def dataset(self) -> str:
-        return f"{self.prefix}:dataset"
-
-    @property
-    def ledger_id(self) -> str:
-        return f"{self.prefix}:ledger"
+        return self._name("dataset")
 
     @property
     def clock(self) -> str:
-        return f"{self.prefix}:clock"
+        return self._name("clock")
 
     @property
     def events(self) -> str:
-        return f"{self.prefix}:events"
+        return self._name("events")
 
     def replayed(self, epoch: str) -> str:
-        return f"{self.prefix}:replayed:{epoch}"
+        return self._name(f"replayed:{epoch}")
+
+
+def spread_tag(prefix: str, index: int, shards: int) -> str:
+    """The hash tag of shard `index` of `shards`: `<prefix>.<index>.<n>` with the smallest `n`
+    whose cluster slot lies in the index-th of `shards` equal slot ranges. A cluster made by
+    `redis-cli --cluster create` gives each primary an equal range, so with `shards` a multiple
+    of the primaries every primary holds as many shards (docs/redis.md, "Redis Cluster")."""
+    low = index * CLUSTER_SLOTS // shards
+    high = (index + 1) * CLUSTER_SLOTS // shards
+    n = 0
+    while True:
+        tag = f"{prefix}.{index}.{n}"
+        if low <= key_slot(tag.encode()) < high:
+            return tag
+        n += 1
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Key names under one prefix, split into `shards` shards.
+
+    `tagged` False with one shard is the single-node layout, every name as in the table above.
+    `tagged` (a Redis Cluster, or more than one shard) puts each shard's keys under its own
+    hash tag and the deployment-wide keys under `{<prefix>}`.
+    """
+
+    prefix: str = "dex"
+    shards: int = 1
+    tagged: bool = False
+    _shards: tuple[ShardKeys, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise ValueError(f"a ledger has at least one shard, got {self.shards}")
+        tagged = self.tagged or self.shards > 1
+        object.__setattr__(self, "tagged", tagged)
+        object.__setattr__(
+            self,
+            "_shards",
+            tuple(
+                ShardKeys(
+                    self.prefix, i, spread_tag(self.prefix, i, self.shards) if tagged else None
+                )
+                for i in range(self.shards)
+            ),
+        )
+
+    @property
+    def all_shards(self) -> tuple[ShardKeys, ...]:
+        return self._shards
+
+    def shard(self, index: int) -> ShardKeys:
+        return self._shards[index]
+
+    def shard_of(self, key: str) -> int:
+        """The shard a call belongs to, from its idempotency key alone (stable across
+        processes: CRC-32, not Python's salted `hash`)."""
+        return zlib.crc32(key.encode()) % self.shards if self.shards > 1 else 0
+
+    def of(self, key: str) -> ShardKeys:
+        """The keys of the shard that holds call `key`."""
+        return self._shards[self.shard_of(key)]
+
+    def call(self, key: str) -> str:
+        return self.of(key).call(key)
+
+    def running(self, key: str) -> str:
+        return self.of(key).running(key)
+
+    # --- shard 0 (the single shard of a single-node ledger) ---------------------------------------
+
+    @property
+    def queue_index(self) -> str:
+        return self._shards[0].queue_index
+
+    @property
+    def lease_index(self) -> str:
+        return self._shards[0].lease_index
+
+    @property
+    def close_index(self) -> str:
+        return self._shards[0].close_index
+
+    @property
+    def unrecorded_index(self) -> str:
+        return self._shards[0].unrecorded_index
+
+    @property
+    def epoch(self) -> str:
+        return self._shards[0].epoch
+
+    @property
+    def dataset(self) -> str:
+        return self._shards[0].dataset
+
+    @property
+    def clock(self) -> str:
+        return self._shards[0].clock
+
+    @property
+    def events(self) -> str:
+        return self._shards[0].events
+
+    def replayed(self, epoch: str) -> str:
+        return self._shards[0].replayed(epoch)
+
+    # --- deployment-wide keys ----------------------------------------------------------------------
+
+    def _global(self, rest: str) -> str:
+        if self.tagged:
+            return f"{{{self.prefix}}}:{rest}"
+        return f"{self.prefix}:{rest}"
+
+    @property
+    def ledger_id(self) -> str:
+        return self._global("ledger")
 
     @property
     def orphan_cursor(self) -> str:
-        return f"{self.prefix}:cursor:orphans"
+        return self._global("cursor:orphans")
 
     @property
     def stats(self) -> str:
-        return f"{self.prefix}:stats"
+        return self._global("stats")
 
     @property
     def sweep_stats(self) -> str:
-        return f"{self.prefix}:sweep_stats"
+        return self._global("sweep_stats")
 
     @property
     def webhook_cursor(self) -> str:
-        return f"{self.prefix}:webhooks:cursor"
+        return self._global("webhooks:cursor")
 
     @property
     def webhook_pending(self) -> str:
-        return f"{self.prefix}:webhooks:pending"
+        return self._global("webhooks:pending")
 
     @property
     def webhook_due(self) -> str:
-        return f"{self.prefix}:webhooks:due"
+        return self._global("webhooks:due")
 
     @property
     def webhook_stats(self) -> str:
-        return f"{self.prefix}:webhooks:stats"
+        return self._global("webhooks:stats")
 
     @property
     def worker_starts(self) -> str:
-        return f"{self.prefix}:worker_starts"
+        return self._global("worker_starts")

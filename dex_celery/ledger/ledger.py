@@ -24,7 +24,7 @@ import redis
 from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
 from dex_celery.ledger.events import AgentEvents
-from dex_celery.ledger.keys import KeySpace
+from dex_celery.ledger.keys import KeySpace, ShardKeys
 from dex_celery.ledger.protocol import decode
 from dex_celery.model.policy import PolicySnapshot
 
@@ -186,6 +186,23 @@ _SCRIPTS = (
 _STANDALONE = frozenset({"recorded", "rotate"})
 
 
+#: Joins the epochs of a sharded ledger's shards into the one epoch string this process passes
+#: around (`LedgerEpoch`); a single shard's epoch is its own, unchanged.
+EPOCH_SEPARATOR = ","
+
+
+def join_epochs(epochs: Sequence[str]) -> str:
+    return EPOCH_SEPARATOR.join(epochs)
+
+
+def shard_epoch(epoch: str, shard: int, shards: int) -> str:
+    """The epoch of shard `shard` within the joined epoch of all `shards`."""
+    if shards == 1:
+        return epoch
+    parts = epoch.split(EPOCH_SEPARATOR)
+    return parts[shard] if len(parts) == shards else ""
+
+
 def _n(attempt: int | None) -> str:
     """Attempt number for a script; '' lets the sweeper act on whichever attempt is current."""
     return "" if attempt is None else str(attempt)
@@ -234,7 +251,13 @@ class Ledger:
         self.finished_ttl = finished_ttl
         self.jitter = jitter
         #: The AgentEvents stream, the one way events outside the scripts are published.
-        self.events = AgentEvents(client, self.keys.events, maxlen=events_maxlen)
+        self.events = AgentEvents(
+            client,
+            self.keys.events,
+            maxlen=events_maxlen,
+            streams=tuple(s.events for s in self.keys.all_shards),
+            stream_of=lambda key: self.keys.of(key).events,
+        )
         common = _load("_common.lua")
         self._scripts = {
             name: client.register_script(
@@ -271,7 +294,11 @@ class Ledger:
         for _ in range(2):
             pipe = self.client.pipeline(transaction=False)
             for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                # EVALSHA by name: a cluster pipeline refuses its `evalsha` method, yet routes
+                # the command by its keys (one slot per script, docs/redis.md).
+                pipe.execute_command(  # type: ignore[no-untyped-call]
+                    "EVALSHA", script.sha, len(keys), *keys, *args
+                )
             replies = list(pipe.execute(raise_on_error=False))
             if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
                 break
@@ -283,8 +310,11 @@ class Ledger:
                 raise LedgerError(f"ledger script {name} failed: {reply}") from reply
         return [decode(name, reply) for reply in replies]
 
+    def _epoch_of(self, epoch: str, shard: ShardKeys) -> str:
+        return shard_epoch(epoch, shard.index, self.keys.shards)
+
     def _ending_keys(self, key: str) -> tuple[str, ...]:
-        k = self.keys
+        k = self.keys.of(key)
         return (
             k.call(key),
             k.queue_index,
@@ -300,14 +330,15 @@ class Ledger:
 
     # --- epoch ----------------------------------------------------------------------------------
 
-    def rotate(self, *, expected_dataset: str, dataset: str, epoch: str) -> tuple[bool, str]:
-        """Start a new life of the ledger (compare-and-set on the dataset marker).
+    def rotate(
+        self, *, expected_dataset: str, dataset: str, epoch: str, shard: int = 0
+    ) -> tuple[bool, str]:
+        """Start a new life of one shard of the ledger (compare-and-set on its dataset marker).
 
-        Returns (whether this call rotated, the epoch in force afterwards).
+        Returns (whether this call rotated, the shard's epoch in force afterwards).
         """
-        f = self._run(
-            "rotate", (self.keys.epoch, self.keys.dataset), (expected_dataset, dataset, epoch)
-        )
+        s = self.keys.shard(shard)
+        f = self._run("rotate", (s.epoch, s.dataset), (expected_dataset, dataset, epoch))
         return f["kind"] == "rotated", f["epoch"]
 
     # --- transitions ----------------------------------------------------------------------------
@@ -339,8 +370,10 @@ class Ledger:
         announce: bool = True,
         may_have_run: bool = False,
     ) -> list[OpenResult]:
-        """`open` for the calls of one turn in one round trip (each open is still atomic)."""
-        k = self.keys
+        """`open` for the calls of one turn in one round trip (each open is still atomic).
+
+        `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part."""
+        shards = [self.keys.of(key) for key, _ in calls]
         replies = self._run_many(
             "open",
             [
@@ -348,7 +381,7 @@ class Ledger:
                     (k.call(key), k.queue_index, k.epoch, k.clock, k.events),
                     (
                         key,
-                        epoch,
+                        self._epoch_of(epoch, k),
                         snapshot.effect.value,
                         snapshot.max_attempts,
                         snapshot.backoff_initial,
@@ -361,13 +394,13 @@ class Ledger:
                         "1" if may_have_run else "0",
                     ),
                 )
-                for key, snapshot in calls
+                for (key, snapshot), k in zip(calls, shards, strict=True)
             ],
         )
         return [OpenResult(reply["kind"]) for reply in replies]
 
     def claim(self, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
-        k = self.keys
+        k = self.keys.of(key)
         f = self._run(
             "claim",
             (
@@ -394,22 +427,31 @@ class Ledger:
         return Claim(kind, reason=f["reason"])
 
     def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
-        """Renew leases of `(key, fence)` pairs; return the keys that are fenced."""
+        """Renew leases of `(key, fence)` pairs; return the keys that are fenced.
+
+        One script run per shard (a script touches one shard's slot), in one round trip."""
         if not running:
             return set()
-        args: list[object] = []
+        by_shard: dict[int, list[tuple[str, str]]] = {}
         for key, fence in running:
-            args.extend((key, fence))
-        k = self.keys
-        f = self._run(
-            "heartbeat",
-            (k.lease_index, k.epoch, k.clock, *(k.call(key) for key, _ in running)),
-            args,
-        )
-        return {running[int(i) - 1][0] for i in filter(None, f["fenced"].split(","))}
+            by_shard.setdefault(self.keys.shard_of(key), []).append((key, fence))
+        groups = list(by_shard.items())
+        calls: list[tuple[Sequence[str], Sequence[Any]]] = []
+        for shard, pairs in groups:
+            k = self.keys.shard(shard)
+            args: list[object] = []
+            for key, fence in pairs:
+                args.extend((key, fence))
+            calls.append(
+                ((k.lease_index, k.epoch, k.clock, *(k.call(key) for key, _ in pairs)), args)
+            )
+        fenced: set[str] = set()
+        for (_shard, pairs), f in zip(groups, self._run_many("heartbeat", calls), strict=True):
+            fenced.update(pairs[int(i) - 1][0] for i in filter(None, f["fenced"].split(",")))
+        return fenced
 
     def finish(self, key: str, attempt: int, *, fence: str, cause: Cause, payload: str) -> Step:
-        k = self.keys
+        k = self.keys.of(key)
         f = self._run(
             "finish",
             (
@@ -483,7 +525,6 @@ class Ledger:
 
     def recorded_many(self, outcomes: Sequence[tuple[str, str, str]]) -> list[bool]:
         """`recorded` for a batch of `(key, status, error)` written in one SQL transaction."""
-        k = self.keys
         replies = self._run_many(
             "recorded",
             [
@@ -492,6 +533,7 @@ class Ledger:
                     (key, self.finished_ttl, self.events_maxlen, status, error),
                 )
                 for key, status, error in outcomes
+                for k in (self.keys.of(key),)
             ],
         )
         return [reply["kind"] == "announced" for reply in replies]
@@ -523,12 +565,16 @@ class Ledger:
     def live(self, keys: Sequence[str]) -> dict[str, bool]:
         """Whether the ledger still acts on each call: an entry of its current life, or an
         outcome decided in an older life (it happened; the unrecorded sweep writes it)."""
+        shards = self.keys.all_shards
         pipe = self.client.pipeline(transaction=False)
-        pipe.get(self.keys.epoch)
+        for shard in shards:
+            pipe.get(shard.epoch)
         for key in keys:
             pipe.hmget(self.keys.call(key), "status", "epoch")
-        epoch, *entries = pipe.execute()
+        replies = pipe.execute()
+        epochs, entries = replies[: len(shards)], replies[len(shards) :]
         return {
-            key: status is not None and (mine is None or mine == epoch or status != "active")
+            key: status is not None
+            and (mine is None or mine == epochs[self.keys.shard_of(key)] or status != "active")
             for key, (status, mine) in zip(keys, entries, strict=True)
         }

@@ -109,7 +109,10 @@ def release_tools(env: dict[str, str]) -> None:
 def events(dex: Dex, *, type_: str | None = None, key: str | None = None) -> list[dict[str, str]]:
     """Every event in the AgentEvents stream, optionally of one type and one call."""
     out = []
-    entries = cast(list[tuple[str, dict[str, str]]], dex.ledger.client.xrange(dex.keys.events))
+    entries: list[tuple[str, dict[str, str]]] = []
+    for shard in dex.keys.all_shards:  # every shard's stream (one on a single node)
+        entries += cast(list[tuple[str, dict[str, str]]], dex.ledger.client.xrange(shard.events))
+    entries.sort(key=lambda e: tuple(int(p) for p in e[0].split("-")))
     for _id, fields in entries:
         if type_ is not None and fields.get("type") != type_:
             continue

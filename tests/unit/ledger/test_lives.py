@@ -11,7 +11,14 @@ import time
 import fakeredis
 import pytest
 
-from dex_celery.ledger.ledger import Cause, ClaimKind, LoseMode, OpenResult, StepKind
+from dex_celery.ledger.ledger import (
+    Cause,
+    ClaimKind,
+    LoseMode,
+    OpenResult,
+    StepKind,
+    join_epochs,
+)
 from dex_celery.model.policy import EffectClass
 from tests.unit.ledger.test_scripts import (
     EPOCH,
@@ -27,10 +34,20 @@ from tests.unit.ledger.test_scripts import (
 )
 
 
-def _new_life(rig: Rig) -> None:
-    """What the ledger guard does when Redis went back in time: a new epoch."""
-    rotated, epoch = rig.ledger.rotate(expected_dataset="test", dataset="after", epoch="epoch-2")
-    assert (rotated, epoch) == (True, "epoch-2")
+def _new_life(rig: Rig, shards: tuple[int, ...] | None = None) -> str:
+    """What the ledger guard does when Redis went back in time: a new epoch (of every shard, or
+    of `shards`); returns the ledger's epoch afterwards."""
+    epochs = []
+    for shard in rig.keys.all_shards:
+        if shards is not None and shard.index not in shards:
+            epochs.append(EPOCH)
+            continue
+        rotated, epoch = rig.ledger.rotate(
+            expected_dataset="test", dataset="after", epoch="epoch-2", shard=shard.index
+        )
+        assert (rotated, epoch) == (True, "epoch-2")
+        epochs.append(epoch)
+    return join_epochs(epochs)
 
 
 def test_a_rotation_makes_every_hash_of_the_old_life_stale(rig: Rig) -> None:
@@ -63,17 +80,43 @@ def test_a_rotation_makes_every_hash_of_the_old_life_stale(rig: Rig) -> None:
 
 def test_open_in_the_new_life_replaces_a_stale_hash(rig: Rig) -> None:
     key = claimed(rig, EffectClass.READ)
-    _new_life(rig)
-    assert rig.ledger.open(key, snapshot(EffectClass.READ), epoch="epoch-2", may_have_run=True) is (
+    new = _new_life(rig)
+    assert rig.ledger.open(key, snapshot(EffectClass.READ), epoch=new, may_have_run=True) is (
         OpenResult.OPENED
     )
     h = rig.hash(key)
     assert (h["epoch"], h["n"], h["state"], h["reached"]) == ("epoch-2", "1", "enqueued", "1")
     assert rig.ledger.live([key]) == {key: True}
     # An open under the old epoch (a requester that has not looked yet) opens nothing.
-    assert rig.ledger.open("s/t/new", snapshot(EffectClass.READ), epoch=EPOCH) is (
+    assert rig.ledger.open("s/t/new", snapshot(EffectClass.READ), epoch=rig.epoch) is (
         OpenResult.EPOCH_CHANGED
     )
+
+
+def test_a_new_life_of_one_shard_leaves_the_other_shards_live(rig: Rig) -> None:
+    """docs/redis.md, "Redis Cluster": a failover of one primary starts a new life for the
+    shards it held, and only those; calls of the other shards go on as they were."""
+    if rig.keys.shards == 1:
+        pytest.skip("one shard: its life is the ledger's")
+    keys = {rig.keys.shard_of(f"s/t/c{i}"): f"s/t/c{i}" for i in range(50)}
+    assert sorted(keys) == [0, 1, 2]
+    for key in keys.values():
+        claimed(rig, EffectClass.NON_IDEMPOTENT_WRITE, key=key)
+    new = _new_life(rig, shards=(1,))
+    assert new == join_epochs([EPOCH, "epoch-2", EPOCH])
+    assert rig.ledger.live(list(keys.values())) == {
+        keys[0]: True,
+        keys[1]: False,
+        keys[2]: True,
+    }
+    assert rig.ledger.heartbeat([(key, "f1") for key in keys.values()]) == {keys[1]}
+    step = rig.ledger.finish(keys[2], 1, fence="f1", cause=Cause.OK, payload="1")
+    finished(step, "succeeded", "ok")
+    assert rig.ledger.finish(keys[1], 1, fence="f1", cause=Cause.OK, payload="1").kind is (
+        StepKind.LATE
+    )
+    # A call of the renewed shard opens under the new epoch; the others' epochs are unchanged.
+    assert rig.ledger.open("s/t/x1", snapshot(EffectClass.READ), epoch=new) is OpenResult.OPENED
 
 
 def test_rotation_is_compare_and_set(rig: Rig) -> None:

@@ -3,7 +3,10 @@
 The ledger decides "this attempt reached a worker" (S3.3) and, atomically with the move that
 ends an attempt, what happens to the call (S3.1, S3.2, S4.2, S4.3, S5.1, S5.2). Each test runs
 twice: once on fakeredis, once on the session's private redis-server, so a difference between
-the emulator's Lua and real Redis's Lua 5.1 shows up as a failing pair.
+the emulator's Lua and real Redis's Lua 5.1 shows up as a failing pair. A third run puts the
+ledger on a real Redis Cluster (three primaries with a replica each) split into three shards, so
+every script must touch keys of one slot only (Redis refuses a script across slots) and each
+call's keys, indexes, stream and epoch live in its own shard (docs/redis.md, "Redis Cluster").
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import fakeredis
 import pytest
 import redis
 
+from devtools.redis_cluster import RedisClusterNodes
 from dex_celery.ledger.attempt_log import parse_attempt_log
+from dex_celery.ledger.connection import redis_client
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import (
     Cause,
@@ -28,6 +33,7 @@ from dex_celery.ledger.ledger import (
     OpenResult,
     Step,
     StepKind,
+    join_epochs,
 )
 from dex_celery.model.policy import EffectClass, EffectSource, PolicySnapshot
 from tests.support.processes import RedisServer
@@ -66,16 +72,26 @@ class Rig:
     client: redis.Redis
     keys: KeySpace
     knobs: Knobs
+    #: The epoch this process passes (every shard's, joined, on a sharded ledger).
+    epoch: str = EPOCH
 
     def hash(self, key: str) -> dict[str, str]:
         return cast(dict[str, str], self.client.hgetall(self.keys.call(key)))
 
     def score(self, index: str, key: str) -> float | None:
+        """`index` named as shard 0's (`keys.queue_index`, ...), read in `key`'s shard."""
+        shard0, mine = self.keys.shard(0), self.keys.of(key)
+        for name in ("queue_index", "lease_index", "close_index", "unrecorded_index"):
+            if index == getattr(shard0, name):
+                index = getattr(mine, name)
         value = self.client.zscore(index, key)
         return None if value is None else float(value)
 
     def events(self, kind: str | None = None) -> list[dict[str, str]]:
-        entries = cast(list[tuple[str, dict[str, str]]], self.client.xrange(self.keys.events))
+        entries: list[tuple[str, dict[str, str]]] = []
+        for shard in self.keys.all_shards:
+            entries += cast(list[tuple[str, dict[str, str]]], self.client.xrange(shard.events))
+        entries.sort(key=lambda e: tuple(int(p) for p in e[0].split("-")))
         return [f for _id, f in entries if kind is None or f.get("type") == kind]
 
     def indexes(self, key: str) -> dict[str, float | None]:
@@ -92,17 +108,26 @@ class Rig:
         return self.hash(key), self.indexes(key), len(self.events())
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", "redis-server", "redis-cluster"])
 def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    keys = KeySpace(f"u{uuid.uuid4().hex[:10]}")
     if request.param == "fakeredis":
         client: redis.Redis = fakeredis.FakeRedis(
             server=fakeredis.FakeServer(), decode_responses=True
         )
-    else:
+    elif request.param == "redis-server":
         server = cast(RedisServer, request.getfixturevalue("redis_server"))
         client = redis.Redis.from_url(server.url, decode_responses=True)
-    keys = KeySpace(f"u{uuid.uuid4().hex[:10]}")
-    knobs = Knobs(freeze=lambda t: client.set(keys.clock, repr(t)))
+    else:
+        cluster = cast(RedisClusterNodes, request.getfixturevalue("redis_cluster"))
+        client = redis_client(cluster.url)
+        keys = KeySpace(keys.prefix, shards=3, tagged=True)
+
+    def freeze(t: float) -> None:
+        for shard in keys.all_shards:
+            client.set(shard.clock, repr(t))
+
+    knobs = Knobs(freeze=freeze)
     knobs.freeze(T0)
     ledger = Ledger(
         client,
@@ -111,12 +136,13 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
         jitter=lambda: knobs.jitter,
         clock_refresh=0.0,
     )
-    assert ledger.rotate(expected_dataset="", dataset="test", epoch=EPOCH) == (True, EPOCH)
-    yield Rig(ledger, client, keys, knobs)
-    if request.param == "redis-server":
-        names = list(client.scan_iter(match=f"{keys.prefix}:*"))
-        if names:
-            client.delete(*names)
+    for shard in keys.all_shards:
+        rotated = ledger.rotate(expected_dataset="", dataset="test", epoch=EPOCH, shard=shard.index)
+        assert rotated == (True, EPOCH)
+    yield Rig(ledger, client, keys, knobs, join_epochs([EPOCH] * keys.shards))
+    if request.param != "fakeredis":
+        for name in list(client.scan_iter(match=f"{keys.prefix}:*")):
+            client.delete(name)
     client.close()
 
 
@@ -144,7 +170,9 @@ def opened(
     max_attempts: int | None = None,
     key: str = "s/t/c",
 ) -> str:
-    assert rig.ledger.open(key, snapshot(effect, max_attempts), epoch=EPOCH) is OpenResult.OPENED
+    assert (
+        rig.ledger.open(key, snapshot(effect, max_attempts), epoch=rig.epoch) is OpenResult.OPENED
+    )
     return key
 
 
@@ -190,13 +218,13 @@ def test_open_twice_reports_exists_and_changes_nothing(rig: Rig) -> None:
     key = opened(rig)
     rig.knobs.advance(3)
     before = rig.state(key)
-    assert rig.ledger.open(key, snapshot(EffectClass.READ), epoch=EPOCH) is OpenResult.EXISTS
+    assert rig.ledger.open(key, snapshot(EffectClass.READ), epoch=rig.epoch) is OpenResult.EXISTS
     assert rig.state(key) == before
 
 
 def test_open_without_announce_writes_no_event(rig: Rig) -> None:
     key = "s/t/quiet"
-    result = rig.ledger.open(key, snapshot(EffectClass.READ), epoch=EPOCH, announce=False)
+    result = rig.ledger.open(key, snapshot(EffectClass.READ), epoch=rig.epoch, announce=False)
     assert result is OpenResult.OPENED
     assert rig.events() == []
 
@@ -204,10 +232,10 @@ def test_open_without_announce_writes_no_event(rig: Rig) -> None:
 @pytest.mark.parametrize("stored", ["another-epoch", None])
 def test_open_under_a_different_epoch_writes_nothing(rig: Rig, stored: str | None) -> None:
     """A ledger that is not the one the caller knows (Redis lost its data) opens nothing."""
-    rig.client.delete(rig.keys.epoch)
+    rig.client.delete(rig.keys.of("s/t/c").epoch)
     if stored is not None:
-        rig.client.set(rig.keys.epoch, stored)
-    result = rig.ledger.open("s/t/c", snapshot(EffectClass.READ), epoch=EPOCH)
+        rig.client.set(rig.keys.of("s/t/c").epoch, stored)
+    result = rig.ledger.open("s/t/c", snapshot(EffectClass.READ), epoch=rig.epoch)
     assert result is OpenResult.EPOCH_CHANGED
     assert rig.hash("s/t/c") == {}
     assert rig.indexes("s/t/c")["queue"] is None
@@ -582,7 +610,7 @@ def test_reopened_after_data_loss_never_ends_as_did_not_run(
     """S4.2, S4.3: a call reopened after Redis lost its data may have run in the lost ledger, so
     running out of attempts that never reached a worker is not "the tool did not run"."""
     key = "s/t/lost"
-    opened_ = rig.ledger.open(key, snapshot(effect, 1), epoch=EPOCH, may_have_run=True)
+    opened_ = rig.ledger.open(key, snapshot(effect, 1), epoch=rig.epoch, may_have_run=True)
     assert opened_ is OpenResult.OPENED
     assert rig.hash(key)["reached"] == "1"
     rig.knobs.advance(S2S + 1)
@@ -794,13 +822,16 @@ def test_a_second_finish_by_another_fence_never_changes_the_outcome(rig: Rig) ->
 
 def test_due_reads_only_items_whose_deadline_passed_oldest_first(rig: Rig) -> None:
     """docs/ledger.md, "Sweeps": a scan costs the number of due items, in deadline order, with a limit."""
-    for i in range(5):
-        opened(rig, key=f"s/t/c{i}")
+    shard = rig.keys.shard_of("s/t/c0")
+    # Keys of one shard (all of them on a single shard): a due-index is per shard.
+    keys = [k for k in (f"s/t/c{i}" for i in range(100)) if rig.keys.shard_of(k) == shard][:5]
+    for key in keys:
+        opened(rig, key=key)
         rig.knobs.advance(1)
-    index = rig.keys.queue_index
-    assert rig.ledger.due(index, now=T0 + S2S + 2) == ["s/t/c0", "s/t/c1", "s/t/c2"]
-    assert rig.ledger.due(index, now=T0 + S2S + 10, limit=2) == ["s/t/c0", "s/t/c1"]
-    assert rig.ledger.live(["s/t/c0", "s/t/none"]) == {"s/t/c0": True, "s/t/none": False}
+    index = rig.keys.shard(shard).queue_index
+    assert rig.ledger.due(index, now=T0 + S2S + 2) == keys[:3]
+    assert rig.ledger.due(index, now=T0 + S2S + 10, limit=2) == keys[:2]
+    assert rig.ledger.live([keys[0], "s/t/none"]) == {keys[0]: True, "s/t/none": False}
 
 
 def test_full_sequence_matches_between_backends(rig: Rig) -> None:
@@ -843,6 +874,6 @@ def test_batched_runs_survive_a_flushed_script_cache(rig: Rig) -> None:
     each transition exactly once (an open reported twice would leave a call unpublished)."""
     rig.client.script_flush()
     calls = [("s/t/a", snapshot(EffectClass.READ)), ("s/t/b", snapshot(EffectClass.READ))]
-    assert rig.ledger.open_many(calls, epoch=EPOCH) == [OpenResult.OPENED, OpenResult.OPENED]
-    assert rig.ledger.open_many(calls, epoch=EPOCH) == [OpenResult.EXISTS, OpenResult.EXISTS]
+    assert rig.ledger.open_many(calls, epoch=rig.epoch) == [OpenResult.OPENED, OpenResult.OPENED]
+    assert rig.ledger.open_many(calls, epoch=rig.epoch) == [OpenResult.EXISTS, OpenResult.EXISTS]
     assert len(rig.events("tool_call_requested")) == 2

@@ -9,7 +9,7 @@ which only a test sets: then a process reaching a named point writes a marker fi
 the marker, reads the pid from its name and kills that process. When off, a point costs one
 call of a cached function and a set lookup: no I/O, no environment read.
 
-The points, in the order an attempt reaches them (docs/ledger.md, "Crash points"):
+The points, in the order an attempt reaches them (docs/ledger.md, "Crash table"; docs/testing.md):
 
 - `before_claim`: delivered to a worker process, not claimed; the tool has not run (S4.2).
 - `tool_started`: claimed (and, for a write, fenced in SQL); the tool's code is about to run.

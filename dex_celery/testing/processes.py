@@ -105,7 +105,8 @@ class CeleryProcess:
     process: subprocess.Popen[bytes] | None = None
     logfile: Path = field(default_factory=lambda: Path("/dev/null"))
 
-    def start(self, *, timeout: float = 60) -> Self:
+    def start(self, *, timeout: float = 60, wait: bool = True) -> Self:
+        """Start it; with `wait`, return once it is ready (its log shows `ready_line`)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logfile = self.directory / f"{self.name}-{time.time_ns()}.log"
         command = [sys.executable, "-m", "celery", "-A", self.app, *self.args]
@@ -114,6 +115,11 @@ class CeleryProcess:
                 command, cwd=self.cwd, env={**os.environ, **self.env}, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
         wait_for(
             lambda: self.ready_line in self.log() or self.died(),
             timeout=timeout,
@@ -121,7 +127,6 @@ class CeleryProcess:
         )
         if self.died():
             raise RuntimeError(f"{self.name} exited at start:\n{self.log()[-3000:]}")
-        return self
 
     def died(self) -> bool:
         return self.process is not None and self.process.poll() is not None

@@ -74,11 +74,16 @@ class DexStack:
         return self.directory / "pause"
 
     def start_worker(
-        self, *, pause_at: PausePoint | str | None = None, through_link: bool = False
+        self,
+        *,
+        pause_at: PausePoint | str | None = None,
+        through_link: bool = False,
+        wait: bool = True,
     ) -> CeleryProcess:
         """Start a worker of the user's app (stopping the current one first). `pause_at`: it
         stops at that point of every attempt until `kill_at` kills it. `through_link`: it
-        reaches Redis through a proxy that `cut_redis_link` can cut."""
+        reaches Redis through a proxy that `cut_redis_link` can cut. `wait`: return once it
+        consumes."""
         self.stop_worker()
         env = dict(self.env)
         if pause_at is not None:
@@ -95,12 +100,13 @@ class DexStack:
         ]  # fmt: skip
         self.worker = CeleryProcess(
             self.config.app, args, env, self.directory, self.config.cwd, WORKER_READY
-        ).start()
+        ).start(wait=wait)
         return self.worker
 
     def stop_worker(self) -> None:
+        """SIGKILL the current worker (`worker.stop()` is the warm shutdown)."""
         if self.worker is not None:
-            self.worker.stop()
+            self.worker.kill_all()
             self.worker = None
 
     def start_beat(self) -> CeleryProcess:
@@ -118,8 +124,11 @@ class DexStack:
             self.beat = None
 
     def close(self) -> None:
-        self.stop_worker()
-        self.stop_beat()
+        """SIGKILL whatever the stack started (nothing of it is worth a warm shutdown)."""
+        for process in (self.worker, self.beat):
+            if process is not None:
+                process.kill_all()
+        self.worker = self.beat = None
         if self.link is not None:
             self.link.close()
             self.link = None
@@ -205,8 +214,8 @@ class DexStack:
             os.kill(pid, signal.SIGKILL)
         for marker in self.pause_dir.glob(f"{PausePoint(point).value}-{pid}-*"):
             marker.unlink()
-        if restart:
-            self.start_worker()
+        if restart:  # not waited for: the sweeper (in beat) decides the lost attempt meanwhile
+            self.start_worker(wait=False)
         return key
 
     def release(self, point: PausePoint | str) -> None:
@@ -223,9 +232,7 @@ class DexStack:
         broker messages are older than what happened (as a restore or a lagging replica). The
         worker and beat are started again (a supervisor would: Kombu's consumer does not
         survive its broker vanishing)."""
-        if self.worker is not None:
-            self.worker.kill_all()
-            self.worker = None
+        self.stop_worker()
         self.redis.restart()
         if self.config.beat:
             self.start_beat()

@@ -23,7 +23,7 @@ import pytest
 from tests.integration.test_wheel import installed  # noqa: F401 (the fixture)
 from tests.support.processes import ROOT
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(1500)]
 
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 HEADING = "\n## Testing your own tools under faults"

@@ -3,7 +3,7 @@
 A user copies `dex-celery web --host ...` from the README and gets `error: no app given` (issue
 24): there is no default app (README, "The `dex-celery` command"). So every `dex-celery`
 command the README shows, in a shell block, a table or a sentence, carries `-A`/`--app`, except
-the few that take no app (`db`, `demo`, `--version`). Then the README's operator commands are
+the few that take no app (`db`, `demo`, `--version`); so does every one in docs/*.md. Then the README's operator commands are
 run against a real local stack of the README's own recipe (`shop`): a private redis-server, a
 fresh PostgreSQL database, a prefork worker, the recipe's call; `web` is started in the
 background and must answer a signed-in request for that call.
@@ -79,6 +79,13 @@ def test_every_readme_command_names_its_app() -> None:
     assert len(commands) > 10, commands
     missing = [c for c in commands if not names_its_app(c)]
     assert not missing, f"README commands without -A/--app: {missing}"
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_every_docs_command_names_its_app(page: Path) -> None:
+    """The same for the pages under docs/: a reader copies from them too."""
+    missing = [c for c in readme_commands(page.read_text()) if not names_its_app(c)]
+    assert not missing, f"{page.name}: commands without -A/--app: {missing}"
 
 
 def operator_blocks() -> list[str]:

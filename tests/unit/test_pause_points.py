@@ -93,5 +93,5 @@ def test_effects_count_what_the_tool_recorded(
 
 
 def test_counting_without_the_plugin_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigurationError, match="dex_celery.testing"):
+    with pytest.raises(ConfigurationError, match=r"dex_celery\.testing"):
         effects.count("charge", "s/t/c")

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 from tests.integration.test_wheel import installed  # noqa: F401 (the fixture)
 from tests.support.processes import ROOT
@@ -60,15 +61,23 @@ def _env(bin_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_example(project: Path, bin_dir: Path) -> str:
+def run_example(
+    project: Path,
+    bin_dir: Path,
+    *,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    expected: int = EXPECTED,
+) -> str:
     (command,) = write_project(project)
     assert command[0] == "pytest", command
     done = subprocess.run(
-        [str(bin_dir / "python"), "-m", *command, "-p", "no:cacheprovider", "-rA"],
-        cwd=project, env=_env(bin_dir), capture_output=True, text=True, timeout=600,
+        [str(bin_dir / "python"), "-m", *command, "-p", "no:cacheprovider", "-rA", *extra],
+        cwd=project, env={**_env(bin_dir), **(env or {})}, capture_output=True, text=True,
+        timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert f"{EXPECTED} passed" in done.stdout, done.stdout[-3000:]
+    assert f"{expected} passed" in done.stdout, done.stdout[-3000:]
     return done.stdout
 
 
@@ -84,6 +93,29 @@ def test_the_example_passes_in_a_project_outside_the_repository(tmp_path: Path) 
     project.mkdir()
     assert not project.resolve().is_relative_to(ROOT)
     run_example(project, Path(sys.executable).parent)
+
+
+@pytest.mark.postgres
+def test_the_example_passes_on_postgresql(tmp_path: Path) -> None:
+    """`DEX_TESTING_DATABASE_URL`: the kit works in a schema of its own there, dropped after."""
+    url = os.environ["DEX_TEST_POSTGRES_URL"]
+    project = tmp_path / "payments-project"
+    project.mkdir()
+    chosen = ("-k", "before_record or in_tool")
+    run_example(
+        project,
+        Path(sys.executable).parent,
+        extra=chosen,
+        env={"DEX_TESTING_DATABASE_URL": url},
+        expected=2,
+    )
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as conn:
+        left = conn.execute(
+            sqlalchemy.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dex_kit_%'")
+        ).all()
+    engine.dispose()
+    assert left == []
 
 
 def test_the_example_passes_with_the_installed_wheel(

@@ -95,6 +95,15 @@ def test_the_example_passes_in_a_project_outside_the_repository(tmp_path: Path) 
     run_example(project, Path(sys.executable).parent)
 
 
+def test_the_example_passes_with_the_threads_pool(tmp_path: Path) -> None:
+    """`dex_pool` chooses the worker's pool: the same kills land in a threads worker."""
+    project = tmp_path / "payments-project"
+    project.mkdir()
+    chosen = ("-o", "dex_pool=threads", "-k", "in_tool or after_tool")
+    out = run_example(project, Path(sys.executable).parent, extra=chosen, expected=2)
+    assert "in_tool" in out and "after_tool" in out
+
+
 @pytest.mark.postgres
 def test_the_example_passes_on_postgresql(tmp_path: Path) -> None:
     """`DEX_TESTING_DATABASE_URL`: the kit works in a schema of its own there, dropped after."""

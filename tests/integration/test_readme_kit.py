@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(1500)]
 
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 HEADING = "\n## Testing your own tools under faults"
-#: The example's tests: five kill points, the rollback and the cut link.
-EXPECTED = 7
+#: The example's tests: five kill points, a pool process killed alone, the rollback, the cut link.
+EXPECTED = 8
 
 
 def example() -> list[tuple[str, str]]:
@@ -144,3 +144,8 @@ def test_the_example_passes_with_the_installed_wheel(
         cwd=project, env=_env(installed / "bin"), capture_output=True, text=True,
     )  # fmt: skip
     assert str(installed) in found.stdout, found  # the wheel's copy, not this checkout
+    # Enabled explicitly only: the wheel registers no pytest11 entry point that would load the
+    # kit (and repoint DEX_* settings) in every pytest run of every project.
+    (dist_info,) = (installed / "lib").glob("python3*/site-packages/dex_celery-*.dist-info")
+    points = dist_info / "entry_points.txt"
+    assert "pytest11" not in (points.read_text() if points.exists() else "")

@@ -14,7 +14,7 @@ import itertools
 import os
 import signal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,19 +76,24 @@ class DexStack:
     def start_worker(
         self,
         *,
-        pause_at: PausePoint | str | None = None,
+        pause_at: PausePoint | str | Sequence[PausePoint | str] | None = None,
         through_link: bool = False,
         wait: bool = True,
     ) -> CeleryProcess:
         """Start a worker of the user's app (stopping the current one first). `pause_at`: it
-        stops at that point of every attempt until `kill_at` kills it. `through_link`: it
+        stops at that point (or each of those points) of every attempt until `kill_at` kills
+        it or `release` lets it go on. `through_link`: it
         reaches Redis through a proxy that `cut_redis_link` can cut. `wait`: return once it
         consumes."""
         self.stop_worker()
         env = dict(self.env)
         if pause_at is not None:
-            env[PAUSE_AT_ENV] = PausePoint(pause_at).value
+            named = [pause_at] if isinstance(pause_at, str) else list(pause_at)
+            points = [PausePoint(p).value for p in named]
+            env[PAUSE_AT_ENV] = ",".join(points)
             env[PAUSE_DIR_ENV] = str(self.pause_dir)
+            for point in points:  # an earlier release would let this worker through at once
+                (self.pause_dir / f"release-{point}").unlink(missing_ok=True)
         if through_link:
             if self.link is None:
                 self.link = TcpProxy(self.redis.port).start()
@@ -104,10 +109,15 @@ class DexStack:
         return self.worker
 
     def stop_worker(self) -> None:
-        """SIGKILL the current worker (`worker.stop()` is the warm shutdown)."""
+        """SIGKILL the current worker (`worker.stop()` is the warm shutdown). The markers its
+        paused processes left are removed: they name processes that no longer exist."""
         if self.worker is not None:
             self.worker.kill_all()
             self.worker = None
+        if self.pause_dir.exists():
+            for marker in self.pause_dir.iterdir():
+                if not marker.name.startswith("release-"):
+                    marker.unlink(missing_ok=True)
 
     def start_beat(self) -> CeleryProcess:
         """Celery beat of the user's app: the dex sweeper (lost attempts, deadlines) runs in it."""

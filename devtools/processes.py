@@ -9,74 +9,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-import redis
+from dex_celery.processes.localstack import free_port
+from dex_celery.testing.processes import RedisServer, wait_for
 
-from dex_celery.processes.localstack import free_port, redis_server_args
+__all__ = ["ROOT", "CeleryBeat", "CeleryWorker", "RedisServer", "Worker", "free_port", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wait_for(
-    predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.05
-) -> None:
-    """Poll `predicate` until it is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-@dataclass
-class RedisServer:
-    """A private redis-server on a free port, in its own folder; never the shared one."""
-
-    directory: Path
-    appendonly: bool = False
-    appendfsync: str = "everysec"
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
-    #: More `redis-server` options, e.g. `("--maxmemory-policy", "allkeys-lru")`.
-    extra_args: Sequence[str] = ()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not on the PATH")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        args = redis_server_args(
-            binary,
-            self.port,
-            self.directory,
-            appendonly=self.appendonly,
-            appendfsync=self.appendfsync,
-            extra=self.extra_args,
-        )
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        # Loading a large append-only file after a restart takes a while.
-        wait_for(lambda: _pings(client), timeout=30, what=f"redis-server on port {self.port}")
-        return self
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self.process = None
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
 
 
 def as_host_args(hostname: str) -> list[str]:
@@ -120,13 +63,6 @@ def _ready_files(folder: Path) -> dict[Path, str]:
 def _children_of(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -27,6 +26,14 @@ from dex_celery import (
     ToolContext,
     ToolError,
     ToolPolicy,
+)
+from dex_celery.engine.pause_points import (
+    PAUSE_AT_ENV,
+    PAUSE_DIR_ENV,
+    PAUSE_TIMEOUT_ENV,
+    PausePoint,
+    armed,
+    hold,
 )
 from dex_celery.errors import AttemptCancelled
 
@@ -483,11 +490,7 @@ def _block_before_claim(sender: Any = None, task_id: str | None = None, **_: Any
         return
     if not str(getattr(sender, "name", "")).startswith("dex.tool."):
         return
-    prerun_marker(task_id).write_text(str(os.getpid()))
-    release = log_dir() / "release-prerun"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not release.exists():
-        time.sleep(0.05)
+    hold(prerun_marker(task_id), log_dir() / "release-prerun", 120, str(os.getpid()))
 
 
 #: `1`: the worker's outcome writer never writes (as if each process died right after its
@@ -497,12 +500,12 @@ STALL_WRITER_ENV = "DEX_TEST_STALL_OUTCOME_WRITER"
 
 @signals.worker_process_init.connect
 def _stall_outcome_writer(**_: Any) -> None:
-    """Test hook: inactive unless the env says so."""
+    """Test hook: inactive unless the env says so. The engine's `before_record` pause point
+    (dex_celery/engine/pause_points.py), held for an hour: the writer never writes."""
     if os.environ.get(STALL_WRITER_ENV) != "1":
         return
-    from dex_celery.engine.outcome_writer import OutcomeWriter
-
-    def never_write(self: OutcomeWriter, batch: list[Any]) -> None:
-        threading.Event().wait()
-
-    OutcomeWriter._write = never_write  # type: ignore[method-assign]
+    named = {p for p in os.environ.get(PAUSE_AT_ENV, "").split(",") if p}
+    os.environ[PAUSE_AT_ENV] = ",".join(sorted(named | {PausePoint.BEFORE_RECORD.value}))
+    os.environ.setdefault(PAUSE_DIR_ENV, str(log_dir() / "pause"))
+    os.environ[PAUSE_TIMEOUT_ENV] = "3600"
+    armed.cache_clear()

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dex_celery.engine import tracing
+from dex_celery.engine.pause_points import PausePoint, pause_at
 from dex_celery.engine.tracing import span
 from dex_celery.store.values import OutcomeRow
 
@@ -84,6 +85,7 @@ class OutcomeWriter:
                     self._idle.notify_all()
 
     def _write(self, batch: list[OutcomeRow]) -> None:
+        pause_at(PausePoint.BEFORE_RECORD, batch[0].key.key)  # crash tests only
         with span(tracing.RECORD, calls=len(batch)) as traced:
             self.store.record_outcomes(batch)
             self.ledger.recorded_many(

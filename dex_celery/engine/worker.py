@@ -25,6 +25,7 @@ from dex_celery.engine.dispatch import Dispatcher, outcome_of
 from dex_celery.engine.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.owners import owner_is_dead_here, owner_string
+from dex_celery.engine.pause_points import PausePoint, pause_at
 from dex_celery.engine.repeats import LATE_RESULT, announce_repeat_evidence
 from dex_celery.engine.task_events import (
     AttemptFailed,
@@ -285,6 +286,7 @@ class Worker:
         with span(tracing.ATTEMPT, parent, key=key, attempt=attempt, tool=tool.name) as traced:
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
             fence = uuid.uuid4().hex
+            pause_at(PausePoint.BEFORE_CLAIM, key)  # crash tests only (engine/pause_points.py)
             claim, refused = self._claim(key, attempt, fence, traced)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
@@ -293,6 +295,7 @@ class Worker:
                 cause, payload, lease_until = self._execute(
                     tool, call, attempt, claim, (arguments, sealed), fence
                 )
+                pause_at(PausePoint.AFTER_TOOL, key)
             try:
                 return self._finish(
                     tool, call, attempt, arguments, fence, cause, payload, traced, lease_until
@@ -347,6 +350,7 @@ class Worker:
         ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
         pump.add(key, fence, ctx, claim.heartbeat_timeout)
         try:
+            pause_at(PausePoint.TOOL_STARTED, key)
             with span(tracing.RUN, key=key, attempt=attempt) as running:
                 cause, payload = invoke_attempt(
                     self.ledger,

@@ -210,6 +210,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dex_celery.cli",
             "dex_celery.web",
             "dex_celery.examples",
+            "dex_celery.testing",
             "dex_celery",
         ),
     ),

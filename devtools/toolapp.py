@@ -495,9 +495,10 @@ def _block_before_claim(sender: Any = None, task_id: str | None = None, **_: Any
 STALL_WRITER_ENV = "DEX_TEST_STALL_OUTCOME_WRITER"
 
 
-@signals.worker_process_init.connect
-def _stall_outcome_writer(**_: Any) -> None:
-    """Test hook: inactive unless the env says so."""
+def _stall_outcome_writer() -> None:
+    """Test hook: inactive unless the env says so. Applied when the worker imports this module,
+    before anything forks, so every writer of the worker is stalled: the pool processes' own
+    and the outcome recorder's (`OutcomeChannel`, prefork)."""
     if os.environ.get(STALL_WRITER_ENV) != "1":
         return
     from dex_celery.engine.outcome_writer import OutcomeWriter
@@ -506,3 +507,31 @@ def _stall_outcome_writer(**_: Any) -> None:
         threading.Event().wait()
 
     OutcomeWriter._write = never_write  # type: ignore[method-assign]
+
+
+_stall_outcome_writer()
+
+#: A file path: the worker's outcome recorder (`OutcomeChannel`, prefork) writes its pid there
+#: and takes outcomes from the pool processes but never writes them, so a test can SIGKILL it
+#: while outcomes are pending in it. The pool processes' own writers are left alone.
+STALL_RECORDER_ENV = "DEX_TEST_STALL_RECORDER"
+
+
+def _stall_recorder() -> None:
+    """Test hook: inactive unless the env says so; applied at import, before anything forks."""
+    pid_file = os.environ.get(STALL_RECORDER_ENV)
+    if not pid_file:
+        return
+    from dex_celery.engine.outcome_writer import OutcomeChannel, OutcomeWriter
+
+    loop = OutcomeChannel._loop
+
+    def stalled_loop(self: OutcomeChannel, writer: OutcomeWriter) -> None:
+        writer._write = lambda batch: threading.Event().wait()  # type: ignore[method-assign]
+        Path(pid_file).write_text(str(os.getpid()))
+        loop(self, writer)
+
+    OutcomeChannel._loop = stalled_loop  # type: ignore[method-assign]
+
+
+_stall_recorder()

@@ -192,6 +192,7 @@ class Dex:
                         self.store,
                         self.tools,
                         self.outcome_checks,
+                        forward=self.worker_services.forward_outcome,
                     )
                     self._runtime = runtime
         return runtime

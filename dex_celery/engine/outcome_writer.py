@@ -108,6 +108,8 @@ class OutcomeWriter:
 
 #: A frame's header: the length of the pickled row that follows.
 _HEADER = struct.Struct("!I")
+#: What the recorder ignores: it stops when the pool's write ends close, after writing.
+_IGNORED = {signal.SIGTERM, signal.SIGINT}
 
 
 class OutcomeChannel:
@@ -136,12 +138,16 @@ class OutcomeChannel:
         os.set_blocking(self._write, False)
         self._forking = True
         after_fork(self._in_child)
+        # Held back across the fork, so the recorder ignores them before it can receive one
+        # (a group's SIGTERM at the worker's start must not kill it before it is set up).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _IGNORED)
         try:
             pid = os.fork()
+            if pid == 0:
+                self._recorder(mask)  # never returns
         finally:
             self._forking = False
-        if pid == 0:
-            self._recorder()  # never returns
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self.recorder_pid = pid
         os.close(self._read)
         self._read = -1
@@ -169,11 +175,12 @@ class OutcomeChannel:
             return False
         return True
 
-    def _recorder(self) -> None:
+    def _recorder(self, mask: set[int | signal.Signals]) -> None:
         code = 0
         try:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for signum in _IGNORED:
+                signal.signal(signum, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(self._write)
             self._write = -1
             writer = self._writer()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -498,10 +499,11 @@ def _block_before_claim(sender: Any = None, task_id: str | None = None, **_: Any
 STALL_WRITER_ENV = "DEX_TEST_STALL_OUTCOME_WRITER"
 
 
-@signals.worker_process_init.connect
-def _stall_outcome_writer(**_: Any) -> None:
+def _stall_outcome_writer() -> None:
     """Test hook: inactive unless the env says so. The engine's `before_record` pause point
-    (dex_celery/engine/pause_points.py), held for an hour: the writer never writes."""
+    (dex_celery/engine/pause_points.py), held for an hour: no writer ever writes. Armed when the
+    worker imports this module, before anything forks, so every writer of the worker is
+    stalled: the pool processes' own and the outcome recorder's (`OutcomeChannel`, prefork)."""
     if os.environ.get(STALL_WRITER_ENV) != "1":
         return
     named = {p for p in os.environ.get(PAUSE_AT_ENV, "").split(",") if p}
@@ -509,3 +511,31 @@ def _stall_outcome_writer(**_: Any) -> None:
     os.environ.setdefault(PAUSE_DIR_ENV, str(log_dir() / "pause"))
     os.environ[PAUSE_TIMEOUT_ENV] = "3600"
     armed.cache_clear()
+
+
+_stall_outcome_writer()
+
+#: A file path: the worker's outcome recorder (`OutcomeChannel`, prefork) writes its pid there
+#: and takes outcomes from the pool processes but never writes them, so a test can SIGKILL it
+#: while outcomes are pending in it. The pool processes' own writers are left alone.
+STALL_RECORDER_ENV = "DEX_TEST_STALL_RECORDER"
+
+
+def _stall_recorder() -> None:
+    """Test hook: inactive unless the env says so; applied at import, before anything forks."""
+    pid_file = os.environ.get(STALL_RECORDER_ENV)
+    if not pid_file:
+        return
+    from dex_celery.engine.outcome_writer import OutcomeChannel, OutcomeWriter
+
+    loop = OutcomeChannel._loop
+
+    def stalled_loop(self: OutcomeChannel, writer: OutcomeWriter) -> None:
+        writer._write = lambda batch: threading.Event().wait()  # type: ignore[method-assign]
+        Path(pid_file).write_text(str(os.getpid()))
+        loop(self, writer)
+
+    OutcomeChannel._loop = stalled_loop  # type: ignore[method-assign]
+
+
+_stall_recorder()

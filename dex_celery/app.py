@@ -213,6 +213,7 @@ class Dex:
                         self.store,
                         self._tools,  # the catalog itself: lookups reach the MCP sources
                         self.outcome_checks,
+                        forward=self.worker_services.forward_outcome,
                     )
                     self._runtime = runtime
         return runtime

@@ -1,4 +1,4 @@
-"""Writes the outcomes a worker process decides to SQL in batches, off the task's path.
+"""Writes the outcomes a worker decides to SQL in batches, off the task's path.
 
 The ledger already holds each decided outcome (and lists it in the unrecorded index) before it
 reaches this writer, so the task can return at once: the writer commits whatever has queued up
@@ -6,19 +6,32 @@ in one transaction, then releases the batch's ledger entries and announces them
 in one pipeline. If the process dies with a batch still queued, nothing is lost: the sweeper
 writes any outcome left unrecorded for longer than `Settings.unrecorded_grace` (docs/ledger.md, crash
 table, "after finish script, before SQL write").
+
+With the prefork pool the pool processes do not write at all: each hands its outcome to the
+worker's one recorder process through an `OutcomeChannel` (one pipe write), so the SQL
+transaction and the `recorded` round trip leave the tool's path and a batch gathers the outcomes
+of every pool process. An outcome the channel cannot take (too long for one atomic pipe write,
+the pipe full, the recorder gone) is written by the pool process's own writer, as before.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import pickle
 import queue
+import select
+import signal
+import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dex_celery.engine import tracing
 from dex_celery.engine.pause_points import PausePoint, pause_at
 from dex_celery.engine.tracing import span
+from dex_celery.forks import after_fork
 from dex_celery.store.values import OutcomeRow
 
 if TYPE_CHECKING:
@@ -93,3 +106,128 @@ class OutcomeWriter:
             )
             if traced.live:
                 tracing.recorded((r.key.key, r.outcome.status, r.trace) for r in batch)
+
+
+#: A frame's header: the length of the pickled row that follows.
+_HEADER = struct.Struct("!I")
+#: What the recorder ignores: it stops when the pool's write ends close, after writing.
+_IGNORED = {signal.SIGTERM, signal.SIGINT}
+
+
+class OutcomeChannel:
+    """Carries outcomes from a worker's prefork pool processes to one recorder process.
+
+    Built in the worker's main process before the pool forks (`worker_init`): it forks the
+    recorder (`dex-recorder`), which writes what it receives with its own `OutcomeWriter`
+    (many outcomes, of every pool process, per transaction and per `recorded` pipeline), so
+    neither the pool processes nor Celery's main process spend CPU on it. Every pool process
+    inherits the pipe's write end and sends a row as one frame in one `write` of at most
+    `PIPE_BUF` bytes to a non-blocking pipe, which POSIX makes all or nothing and never
+    interleaved with another process's frame: no lock is shared with processes that may be
+    SIGKILLed, and a full pipe (a recorder far behind) never holds a task: `send` answers False
+    and the caller writes the row itself, as does a pool process whose recorder is gone.
+
+    The recorder ignores SIGTERM and SIGINT and exits once every write end is closed (the pool
+    processes gone and `close` called, or the main process dead), after writing what it holds.
+    Whatever it had not written when killed is lost to it only: each outcome is in the ledger's
+    unrecorded index, and the sweeper writes it after `Settings.unrecorded_grace`.
+    """
+
+    def __init__(self, writer: Callable[[], OutcomeWriter]) -> None:
+        self._writer = writer
+        self._owner = os.getpid()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._forking = True
+        after_fork(self._in_child)
+        # Held back across the fork, so the recorder ignores them before it can receive one
+        # (a group's SIGTERM at the worker's start must not kill it before it is set up).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _IGNORED)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                self._recorder(mask)  # never returns
+        finally:
+            self._forking = False
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        self.recorder_pid = pid
+        os.close(self._read)
+        self._read = -1
+
+    def _in_child(self) -> None:
+        if self._forking:  # the recorder itself: it keeps the read end
+            return
+        if self._read >= 0:
+            os.close(self._read)
+            self._read = -1
+
+    def send(self, row: OutcomeRow) -> bool:
+        """In a pool process: hand `row` to the recorder. False when it must be written here
+        instead (the main process itself, a row too long for one frame, a full pipe, a
+        recorder that is gone)."""
+        if os.getpid() == self._owner or self._write < 0:
+            return False
+        data = pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = _HEADER.pack(len(data)) + data
+        if len(frame) > select.PIPE_BUF:
+            return False
+        try:
+            os.write(self._write, frame)
+        except OSError:  # BlockingIOError (full), BrokenPipeError (no recorder)
+            return False
+        return True
+
+    def _recorder(self, mask: set[int | signal.Signals]) -> None:
+        code = 0
+        try:
+            for signum in _IGNORED:
+                signal.signal(signum, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(self._write)
+            self._write = -1
+            writer = self._writer()
+            self._loop(writer)
+            if not writer.flush(timeout=60):
+                log.warning("outcomes unwritten when the recorder stopped; the sweeper will")
+        except BaseException:
+            log.exception("the outcome recorder failed; the sweeper records what it held")
+            code = 1
+        finally:
+            os._exit(code)
+
+    def _loop(self, writer: OutcomeWriter) -> None:
+        buffered = b""
+        while True:
+            chunk = os.read(self._read, 1 << 16)
+            if not chunk:  # every write end closed
+                return
+            buffered += chunk
+            while len(buffered) >= _HEADER.size:
+                (size,) = _HEADER.unpack_from(buffered)
+                end = _HEADER.size + size
+                if len(buffered) < end:
+                    break
+                try:
+                    writer.submit(pickle.loads(buffered[_HEADER.size : end]))
+                except Exception:  # the ledger still lists it unrecorded: the sweeper writes it
+                    log.exception("could not take an outcome from a pool process")
+                buffered = buffered[end:]
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """In the main process at shutdown, once the pool is gone: let the recorder write what
+        it holds and wait for it to exit. False if it was still running at `timeout`."""
+        if os.getpid() != self._owner or self._write < 0:
+            return True
+        os.close(self._write)
+        self._write = -1
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, _ = os.waitpid(self.recorder_pid, os.WNOHANG)
+            except ChildProcessError:  # already reaped
+                return True
+            if pid:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)

@@ -8,13 +8,14 @@ threads. Who calls whom (docs/architecture.md):
     Sweeper(ledger, store, dispatcher, settings, epoch)         what stopped moving
     Worker(celery, ledger, store, dispatcher, settings, writer) one attempt in a task
     OutcomeWriter(store, ledger)                                batched SQL writes of outcomes
+    (forward: a prefork pool process's outcomes to its main process's writer, `OutcomeChannel`)
     Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
     Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from celery import Celery
@@ -32,6 +33,7 @@ from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
+from dex_celery.store.values import OutcomeRow
 from dex_celery.tools.tool import Tool
 
 
@@ -51,6 +53,7 @@ class Runtime:
         store: Store,
         tools: Mapping[str, Tool],
         checks: OutcomeChecks,
+        forward: Callable[[OutcomeRow], bool] | None = None,
     ) -> None:
         self.celery = celery
         self.settings = settings
@@ -74,7 +77,9 @@ class Runtime:
         self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
         self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
-        self.worker = Worker(celery, self.ledger, store, self.dispatcher, settings, self.writer)
+        self.worker = Worker(
+            celery, self.ledger, store, self.dispatcher, settings, self.writer, forward
+        )
         self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
         self.reconciler = Reconciler(store, self.events, checks, settings)
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -258,6 +259,7 @@ class Worker:
         dispatcher: Dispatcher,
         settings: Settings,
         writer: OutcomeWriter,
+        forward: Callable[[OutcomeRow], bool] | None = None,
     ) -> None:
         self.celery = celery
         self.ledger = ledger
@@ -265,6 +267,9 @@ class Worker:
         self.dispatcher = dispatcher
         self.settings = settings
         self.writer = writer
+        #: Hands an outcome to the worker's main process (prefork: `OutcomeChannel.send`);
+        #: False: this process's own writer records it.
+        self.forward = forward
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
 
     def run(
@@ -396,11 +401,13 @@ class Worker:
             announce_repeat_evidence(self.store, self.ledger.events, key, LATE_RESULT)
         result = payload if cause is Cause.OK else None
         if step.kind is StepKind.FINISHED:
-            # The ledger holds the outcome now; SQL gets it in the next batch of this process.
+            # The ledger holds the outcome now; SQL gets it in the next batch of the worker's
+            # main process (prefork), else of this process.
             outcome = outcome_of(step, result)
             shown = arguments_json(stored_arguments(arguments))
             row = OutcomeRow(call, tool.name, shown, outcome, tracing.carrier())
-            self.writer.submit(row)
+            if self.forward is None or not self.forward(row):
+                self.writer.submit(row)
             return task_result(outcome)
         if step.kind is StepKind.RETRY:
             # A retry (rare) reads the policy snapshot back from SQL; the common path costs

@@ -9,8 +9,11 @@
 - `task_failure` with `WorkerLostError`: the fast path for a pool child that died while its
   parent lives (docs/ledger.md, crash table): the attempt is marked lost now instead of when
   its lease lapses;
+- `worker_init` with the prefork pool: the outcome recorder process and the `OutcomeChannel`
+  through which the pool processes hand it their outcomes (`forward_outcome`);
 - `worker_process_shutdown` / `worker_shutdown`: the outcomes this process still holds are
-  written before it exits (the sweeper would, later).
+  written before it exits (the sweeper would, later); the main process first takes what the
+  channel still carries.
 
 Each handler acts only for its own Celery app.
 """
@@ -24,10 +27,12 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
+from dex_celery.engine.outcome_writer import OutcomeChannel
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.checks import check_or_exit
 from dex_celery.processes.worker_starts import record_start
+from dex_celery.store.values import OutcomeRow
 from dex_celery.tools.tool import TASK_PREFIX
 
 log = logging.getLogger("dex_celery.processes.worker")
@@ -46,6 +51,7 @@ class WorkerServices:
         self.source = source
         self.refresh_tools = refresh_tools
         self.watch: DeploymentWatch | None = None
+        self.channel: OutcomeChannel | None = None
 
     def _ours(self, sender: Any) -> bool:
         return getattr(sender, "app", None) is self.celery
@@ -57,6 +63,9 @@ class WorkerServices:
         # Before the pool forks: every MCP server's tool list is read anew and its tools get
         # their tasks here (a server that cannot be reached keeps its kept list, or none).
         self.refresh_tools()
+        if _is_prefork(getattr(sender, "pool_cls", None)) and self.channel is None:
+            source = self.source
+            self.channel = OutcomeChannel(lambda: source.runtime.writer)
         if self.source.runtime.settings.worker_metrics_port:
             # deferred: prometheus_client is an optional dependency (extras `metrics`, `web`)
             from dex_celery.ops.metrics import serve_worker_metrics
@@ -94,11 +103,26 @@ class WorkerServices:
             return
         self.source.runtime.worker.on_worker_lost(task_id, str(exception))
 
+    def forward_outcome(self, row: OutcomeRow) -> bool:
+        """A pool process's outcome to the recorder process; False: write it here."""
+        channel = self.channel
+        return channel is not None and channel.send(row)
+
     def flush_outcomes(self, **_: Any) -> None:
         """Write the outcomes this process still holds before it exits."""
+        channel = self.channel
+        if channel is not None and not channel.close():
+            log.warning("the outcome recorder was still writing at shutdown; the sweeper will")
         runtime = self.source.built_runtime
         if runtime is not None and not runtime.writer.flush():
             log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
+
+
+def _is_prefork(pool: Any) -> bool:
+    """Whether Celery's `pool_cls` (a name or a class, as `worker_init` sees it) forks pool
+    processes: `prefork` (alias `processes`), the default."""
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    return name in ("prefork", "processes") or name.endswith("concurrency.prefork")
 
 
 def connect_worker(

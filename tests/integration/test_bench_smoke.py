@@ -8,9 +8,13 @@ assert its invariants (S3.2, S4.1-S4.3, S10.2): the script exits non-zero on any
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from tests.support.bench import run
+from tests.support.processes import ROOT
 
 
 def test_throughput_smoke() -> None:
@@ -123,3 +127,39 @@ def test_scrape_cost_smoke() -> None:
     assert "history     1,000: scrape median" in out and "the grouped scan it replaced" in out
     assert "ratio 1,000 / 100:" in out
     assert "us/outcome with counts kept" in out and "count upsert alone" in out
+
+
+@pytest.mark.postgres
+def test_peers_smoke() -> None:
+    """Peers (issue 25): dex-celery, plain Celery and DBOS on the same PostgreSQL, one run;
+    the DBOS variant is what this test is for, so it is skipped without the `dbos` package."""
+    pytest.importorskip("dbos")
+    out = run(
+        "peers",
+        "--calls", "40", "--rounds", "1", "--warmup", "5", "--batch", "20",
+        "--samples", "4", "--pause", "0.01",
+        timeout=300,
+    )  # fmt: skip
+    assert "DBOS skipped" not in out
+    for line in ("median    A:", "median  dex:", "median dbos:", "ratio dex/dbos:", "dbos : p50"):
+        assert line in out, out
+
+
+@pytest.mark.postgres
+def test_peers_without_dbos_says_so() -> None:
+    """Without the `dbos` package (hidden here: `sys.modules["dbos"] = None` makes its import
+    fail as if it were not installed) the peers bench says DBOS was skipped and why, and still
+    measures dex-celery and plain Celery."""
+    code = (
+        "import sys; sys.modules['dbos'] = None; from bench.peers import main; "
+        "raise SystemExit(main(['--calls', '30', '--rounds', '1', '--warmup', '5', "
+        "'--batch', '15', '--samples', '3', '--pause', '0.01']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "DBOS skipped: the `dbos` package is not installed" in out
+    assert "median  dex:" in out and "ratio dex/A:" in out and "dex  : p50" in out
+    assert "median dbos:" not in out and "dbos : p50" not in out

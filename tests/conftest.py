@@ -67,7 +67,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
 
 
 @pytest.fixture
-def broker(request: pytest.FixtureRequest) -> str:
+def broker_kind(request: pytest.FixtureRequest) -> str:
     """The broker of the test's deployment: the ledger's Redis unless a test is parametrized
     with `tests.support.rabbitmq.ON_BOTH_BROKERS` (docs/rabbitmq.md)."""
     return str(getattr(request, "param", REDIS))
@@ -75,14 +75,14 @@ def broker(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def env(
-    redis_server: RedisServer, tmp_path: Path, broker: str, request: pytest.FixtureRequest
+    redis_server: RedisServer, tmp_path: Path, broker_kind: str, request: pytest.FixtureRequest
 ) -> dict[str, str]:
     """Environment shared by the test process and the workers it starts."""
     redis.Redis.from_url(redis_server.url).flushall()
     tool_log = tmp_path / "tool-log"
     tool_log.mkdir()
     broker_env = {}
-    if broker == RABBITMQ:
+    if broker_kind == RABBITMQ:
         url = amqp_url(request.getfixturevalue("rabbitmq_vhost"))
         delete_queues(url, ("celery", UNSERVED_QUEUE))  # what an earlier test left queued
         broker_env["DEX_BROKER_URL"] = url

@@ -216,7 +216,7 @@ def shared_dex(dex: Dex, env: dict[str, str]) -> Iterator[Dex]:
     yield from _dex_with_sweeper({**env, "DEX_SCHEDULE_TO_START": SCHEDULE_TO_START})
 
 
-@pytest.mark.parametrize("broker", [RABBITMQ], indirect=True)
+@pytest.mark.parametrize("broker_kind", [RABBITMQ], indirect=True)
 def test_a_copy_redelivered_after_a_connection_loss_is_refused_while_the_first_runs(
     shared_dex: Dex,
     env: dict[str, str],

@@ -126,8 +126,8 @@ def queued_task_ids(url: str, queue: str) -> list[str]:
 REDIS = "redis"
 RABBITMQ = "rabbitmq"
 #: Runs a test once with the Redis broker (as before) and once with RabbitMQ as the broker and
-#: Redis as the ledger (the `broker` fixture of tests/conftest.py).
-ON_BOTH_BROKERS = pytest.mark.parametrize("broker", [REDIS, RABBITMQ], indirect=True)
+#: Redis as the ledger (the `broker_kind` fixture of tests/conftest.py).
+ON_BOTH_BROKERS = pytest.mark.parametrize("broker_kind", [REDIS, RABBITMQ], indirect=True)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from dex_celery.engine.outcome_writer import RECORDER_NAME
 from dex_celery.processes.localstack import free_port
 from dex_celery.testing.processes import RedisServer, wait_for
 
@@ -58,6 +59,14 @@ def _ready_files(folder: Path) -> dict[Path, str]:
         with contextlib.suppress(OSError):
             out[path] = path.read_text()
     return out
+
+
+def _comm(pid: int) -> str:
+    """The process's name (`comm`), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _children_of(pid: int) -> list[int]:
@@ -123,7 +132,15 @@ class CeleryWorker:
         return self.process.pid
 
     def children(self) -> list[int]:
-        """The pool processes (their ids on this host, outside any namespace)."""
+        """The pool processes (their ids on this host, outside any namespace); the outcome
+        recorder, also a child of the main process, is not one of them (`recorder`)."""
+        return [pid for pid in self._all_children() if _comm(pid) != RECORDER_NAME]
+
+    def recorder(self) -> int | None:
+        """The worker's outcome recorder process (prefork), if it has one."""
+        return next((p for p in self._all_children() if _comm(p) == RECORDER_NAME), None)
+
+    def _all_children(self) -> list[int]:
         parents = [self.pid] if self.host is None else _children_of(self.pid)
         return [child for parent in parents for child in _children_of(parent)]
 

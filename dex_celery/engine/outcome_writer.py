@@ -16,6 +16,7 @@ the pipe full, the recorder gone) is written by the pool process's own writer, a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -26,6 +27,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dex_celery.engine import tracing
@@ -108,6 +110,16 @@ class OutcomeWriter:
                 tracing.recorded((r.key.key, r.outcome.status, r.trace) for r in batch)
 
 
+#: The recorder's process name (`ps -o comm`), so operators and tools tell it from the pool's.
+RECORDER_NAME = "dex-recorder"
+
+
+def _name_this_process(name: str) -> None:
+    """Linux: set this process's `comm`; elsewhere nothing (the name is only for people)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/comm").write_text(name)
+
+
 #: A frame's header: the length of the pickled row that follows.
 _HEADER = struct.Struct("!I")
 #: What the recorder ignores: it stops when the pool's write ends close, after writing.
@@ -183,6 +195,7 @@ class OutcomeChannel:
             for signum in _IGNORED:
                 signal.signal(signum, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _name_this_process(RECORDER_NAME)
             os.close(self._write)
             self._write = -1
             writer = self._writer()

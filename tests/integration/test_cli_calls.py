@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
+from dex_celery.engine.owners import parse_owner
 from dex_celery.tools.redact import REDACTED
 from tests.support.processes import ROOT, Worker
 
@@ -101,8 +102,10 @@ def test_calls_show_gives_policy_attempts_and_messages(
     assert details["policy"]["max_attempts"] >= 1
     (attempt,) = details["attempt_log"]
     assert attempt["attempt"] == 1
-    host, _, pid = attempt["owner"].rpartition(":")
-    assert host and pid.isdigit()
+    # The owner names the worker's node and process (engine/owners.py); `node`/`pid` show them.
+    owner = parse_owner(attempt["owner"])
+    assert "@" in owner.node and owner.pid is not None and owner.space
+    assert (attempt["node"], attempt["pid"]) == (owner.node, owner.pid)
     assert attempt["claimed_at"] <= attempt["ended_at"]
     (message,) = details["messages"]
     assert message["role"] == "tool"

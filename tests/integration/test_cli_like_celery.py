@@ -20,6 +20,7 @@ from celery import Celery
 
 from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.cli.appfinder import find_dex
+from dex_celery.engine.owners import parse_owner
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
 from tests.support import cliapp
 from tests.support.crash import count_calls
@@ -229,7 +230,8 @@ def test_the_client_raises_dex_celery_errors_when_redis_is_down(
 def test_calls_show_has_each_attempts_error_and_the_workers_node_name(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
 ) -> None:
-    """The owner is `<Celery node name>:<pid>`, the name Flower and `celery inspect` show."""
+    """The owner starts with `<Celery node name>:<pid>`, the name Flower and `celery inspect`
+    show (then where that pid counts: engine/owners.py)."""
     start_worker(concurrency=1)
     client = dex.client()
     failing = client.request_call("s1", "t1", "bad", "failing", {"message": "no order 9"}).key
@@ -239,7 +241,8 @@ def test_calls_show_has_each_attempts_error_and_the_workers_node_name(
     (attempt,) = shown["attempt_log"]
     assert "no order 9" in attempt["error"]
     assert attempt["node"].startswith("w") and "@" in attempt["node"]
-    assert attempt["owner"] == f"{attempt['node']}:{attempt['pid']}"
+    assert attempt["owner"].startswith(f"{attempt['node']}:{attempt['pid']}:")
+    assert parse_owner(attempt["owner"]).node == attempt["node"]
     shown = json.loads(run("-A", APP, "calls", "show", flaky, "--json", env=env).stdout)
     first, second = shown["attempt_log"]
     assert first["error"] and second["error"] is None

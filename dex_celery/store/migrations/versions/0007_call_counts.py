@@ -45,13 +45,16 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("dex_tool_calls", schema=table_schema()) as batch:
         batch.add_column(sa.Column("trace_context", sa.Text(), nullable=True))
-    # Backfill: one grouped scan of the calls already ended, once.
+    # Backfill: one grouped scan of the calls already ended, once. Named in the configured
+    # schema: lightweight tables are not translated by the schema map (as ALTER TABLE is not).
+    schema = table_schema()
     calls = sa.table(
         "dex_tool_calls",
         sa.column("tool_name"),
         sa.column("effect"),
         sa.column("status"),
         sa.column("attempts"),
+        schema=schema,
     )
     counts = sa.table(
         "dex_call_counts",
@@ -59,6 +62,7 @@ def upgrade() -> None:
             sa.column(name)
             for name in ("tool_name", "effect", "status", "shard", "calls", "attempts", "retries")
         ),
+        schema=schema,
     )
     attempts = sa.func.coalesce(calls.c.attempts, 0)
     retries = sa.case((attempts > 1, attempts - 1), else_=0)

@@ -98,6 +98,9 @@ class Servers:
 
     ledger: RedisServer
     broker_url: str
+    #: Plain Celery's broker: on RabbitMQ a vhost of its own (its classic `celery` queue and
+    #: dex-celery's quorum one cannot share a name in one vhost); on Redis the same server.
+    plain_broker_url: str
     broker_redis: RedisServer | None
     counter_url: str
     database_url: str
@@ -183,7 +186,7 @@ def run_plain(
     servers: Servers, workers: int, calls: int, warmup: int, events: bool, idle: float
 ) -> Sample:
     env = {
-        "BENCH_BROKER_URL": servers.broker_url,
+        "BENCH_BROKER_URL": servers.plain_broker_url,
         "BENCH_COUNTER_URL": servers.counter_url,
         "BENCH_RESULT_BACKEND": "",
         "BENCH_ACKS_LATE": "1",
@@ -330,13 +333,16 @@ def main(argv: list[str] | None = None) -> int:
             if not args.rabbitmq:
                 broker_redis = RedisServer(folder / "broker").start()
                 stack.callback(broker_redis.kill)
-        broker_url = stack.enter_context(rabbitmq_vhost()) if args.rabbitmq else ""
         if broker_redis is not None:
-            broker_url = broker_redis.url
+            broker_url = plain_broker_url = broker_redis.url
+        else:
+            broker_url = stack.enter_context(rabbitmq_vhost())
+            plain_broker_url = stack.enter_context(rabbitmq_vhost())
         url = stack.enter_context(database(args.database, folder))
         servers = Servers(
             ledger,
             broker_url,
+            plain_broker_url,
             broker_redis,
             broker_redis.url if broker_redis is not None else ledger.url,
             url,

@@ -102,4 +102,4 @@ def test_the_operations_page_shows_the_units_and_the_restart_policies() -> None:
         assert f"config/systemd/{unit.name}" in page
     assert "Restart=always" in page
     assert "restart: unless-stopped" in page
-    assert "dex-celery dev" in page
+    assert "dex-celery -A APP dev" in page

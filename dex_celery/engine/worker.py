@@ -267,7 +267,7 @@ class Worker:
         self.dispatcher = dispatcher
         self.settings = settings
         self.writer = writer
-        #: Hands an outcome to the worker's main process (prefork: `OutcomeChannel.send`);
+        #: Hands an outcome to the worker's outcome recorder (prefork: `OutcomeChannel.send`);
         #: False: this process's own writer records it.
         self.forward = forward
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
@@ -402,7 +402,7 @@ class Worker:
         result = payload if cause is Cause.OK else None
         if step.kind is StepKind.FINISHED:
             # The ledger holds the outcome now; SQL gets it in the next batch of the worker's
-            # main process (prefork), else of this process.
+            # outcome recorder (prefork), else of this process's own writer.
             outcome = outcome_of(step, result)
             shown = arguments_json(stored_arguments(arguments))
             row = OutcomeRow(call, tool.name, shown, outcome, tracing.carrier())

@@ -30,6 +30,22 @@ def wait_finished(dex: Dex, key: str, *, timeout: float = 60) -> ToolCallRecord:
     return box[-1]
 
 
+def wait_late_result(dex: Dex, key: str, *, timeout: float = 60) -> ToolCallRecord:
+    """Wait until a late result (an attempt that finished after the outcome was decided, kept
+    as evidence only, S5.2) is on the record of `key`, and return the record."""
+    box: list[ToolCallRecord] = []
+
+    def landed() -> bool:
+        record = dex.store.get_call(key)
+        if record is not None and record.late_result:
+            box.append(record)
+            return True
+        return False
+
+    wait_for(landed, timeout=timeout, what=f"the late result of {key} to be kept")
+    return box[-1]
+
+
 def assert_outcome(
     dex: Dex, key: str, status: CallStatus | str, *, timeout: float = 60
 ) -> ToolCallRecord:

@@ -163,19 +163,8 @@ class DexStack:
         return assertions.wait_finished(self.dex, key, timeout=timeout)
 
     def wait_late_result(self, key: str, *, timeout: float = 60) -> ToolCallRecord:
-        """Wait until a late result (an attempt that finished after the outcome was decided,
-        kept as evidence only, S5.2) is on the record of `key`."""
-        box: list[ToolCallRecord] = []
-
-        def landed() -> bool:
-            record = self.record(key)
-            if record is not None and record.late_result:
-                box.append(record)
-                return True
-            return False
-
-        wait_for(landed, timeout=timeout, what=f"the late result of {key} to be kept")
-        return box[-1]
+        """Wait until a late result (S5.2) is on the record of `key`."""
+        return assertions.wait_late_result(self.dex, key, timeout=timeout)
 
     def assert_outcome(
         self, key: str, status: CallStatus | str, *, timeout: float = 60

@@ -20,6 +20,7 @@ from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.processes.celery_config import is_amqp_url
 from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
+from dex_celery.testing import assertions
 from dex_celery.tools.tool import TASK_PREFIX
 from tests.support.processes import wait_for
 from tests.support.rabbitmq import queued_task_ids
@@ -88,17 +89,7 @@ def _where_is(dex: Dex, key: str) -> str:
 
 def wait_late_result(dex: Dex, key: str, *, timeout: float = 30) -> ToolCallRecord:
     """Wait until a late result (S5.2) has been kept on the record of `key` and return it."""
-    box: list[ToolCallRecord] = []
-
-    def landed() -> bool:
-        record = dex.store.get_call(key)
-        if record is not None and record.late_result:
-            box.append(record)
-            return True
-        return False
-
-    wait_for(landed, timeout=timeout, what=f"the late result of {key} to be kept")
-    return box[-1]
+    return assertions.wait_late_result(dex, key, timeout=timeout)
 
 
 def release_tools(env: dict[str, str]) -> None:

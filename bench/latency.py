@@ -1,9 +1,13 @@
-"""Latency: request-to-record of single no-op calls on an idle system, against plain Celery's
+"""Latency: request-to-outcome of single no-op calls on an idle system, against plain Celery's
 `delay().get()` with a Redis result backend.
 
-dex-celery: `request_call` of the `read` no-op, until its `tool_call_finished` event (written by
-the `recorded` script after the SQL record landed; the record is then read back to confirm).
-Samples of both alternate one by one, each after a short idle pause, with both workers
+dex-celery, two figures:
+- `dex`: `request_call` of the `read` no-op, then `DexClient.wait` until it returns the
+  outcome: what a caller sees (the outcome as soon as the ledger has decided it, before the
+  worker's recorder writes it to SQL: `engine/decided.py`);
+- `dex (record in SQL)`: the same call, until its `tool_call_finished` event (written by the
+  `recorded` script after the SQL record landed; the record is then read back to confirm).
+Samples of the three alternate one by one, each after a short idle pause, with both workers
 (`prefork -c 2`) running, each on its own queue.
 
     .venv/bin/python -m bench.latency --samples 500
@@ -53,6 +57,16 @@ def dex_sample(dx: Any, client: redis.Redis, events: str, n: int, session: str) 
                     return elapsed
 
 
+def dex_wait_sample(dx: Any, n: int, session: str) -> float:
+    client = dx.client()
+    t0 = time.perf_counter()
+    record = client.request_call(session, f"w{n}", "c", "noop", {})
+    (done,) = client.wait([record.key], timeout=10)
+    elapsed = time.perf_counter() - t0
+    assert done.status.value == "succeeded", done
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=500)
@@ -84,32 +98,41 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(server.url)
     session = f"lat{uuid.uuid4().hex[:8]}"
     dex_times: list[float] = []
+    record_times: list[float] = []
     plain_times: list[float] = []
     try:
         for i in range(args.warmup + args.samples):
             time.sleep(args.pause)
-            d = dex_sample(dx, client, dx.keys.events, i, session)
+            d = dex_wait_sample(dx, i, session)
+            time.sleep(args.pause)
+            r = dex_sample(dx, client, dx.keys.events, i, session)
             time.sleep(args.pause)
             t0 = time.perf_counter()
             plain_app.noop.delay().get(timeout=30)
             p = time.perf_counter() - t0
             if i >= args.warmup:
                 dex_times.append(d)
+                record_times.append(r)
                 plain_times.append(p)
     finally:
         for w in workers:
             w.stop(warm=True)
         server.kill()
     print(f"{args.samples} samples each, {args.pause * 1000:.0f} ms idle before each")
-    for name, values in (("dex  ", dex_times), ("plain", plain_times)):
+    for name, values in (
+        ("dex                 ", dex_times),
+        ("dex (record in SQL) ", record_times),
+        ("plain               ", plain_times),
+    ):
         print(
             f"{name}: p50 {percentile(values, 50) * 1e3:6.2f} ms  p99 "
             f"{percentile(values, 99) * 1e3:6.2f} ms  max {max(values) * 1e3:6.2f} ms"
         )
-    print(
-        f"ratio dex/plain: p50 {percentile(dex_times, 50) / percentile(plain_times, 50):.2f}  "
-        f"p99 {percentile(dex_times, 99) / percentile(plain_times, 99):.2f}"
-    )
+    for name, values in (("dex/plain", dex_times), ("dex (record in SQL)/plain", record_times)):
+        print(
+            f"ratio {name}: p50 {percentile(values, 50) / percentile(plain_times, 50):.2f}  "
+            f"p99 {percentile(values, 99) / percentile(plain_times, 99):.2f}"
+        )
     return 0
 
 

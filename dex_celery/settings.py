@@ -57,6 +57,9 @@ DEFAULT_CHECK_TIMEOUT = 30.0
 DEFAULT_SWEEP_BATCH = 500
 #: A finished outcome not yet in SQL is written by the sweeper after this long.
 DEFAULT_UNRECORDED_GRACE = 5.0
+#: A caller waiting for an outcome the ledger decided writes it to SQL itself once the worker's
+#: recorder has not within this long (`DexClient.wait`); 0: at once.
+DEFAULT_RECORD_WAIT = 0.2
 #: A SQL call in flight without a ledger entry is examined after this long.
 DEFAULT_ORPHAN_GRACE = 10.0
 #: How long a finished call's ledger entry stays in Redis (evidence for `calls show`).
@@ -141,6 +144,7 @@ class Settings:
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
     sweep_batch: int = DEFAULT_SWEEP_BATCH
     unrecorded_grace: float = DEFAULT_UNRECORDED_GRACE
+    record_wait: float = DEFAULT_RECORD_WAIT
     orphan_grace: float = DEFAULT_ORPHAN_GRACE
     finished_ttl: int = DEFAULT_FINISHED_TTL
     events_maxlen: int = DEFAULT_EVENTS_MAXLEN
@@ -195,6 +199,10 @@ class Settings:
         if not 0 <= self.worker_metrics_port <= 65535:
             raise ConfigurationError(
                 f"setting worker_metrics_port must be 0 (off) or a port, got {self.worker_metrics_port!r}"
+            )
+        if self.record_wait < 0:
+            raise ConfigurationError(
+                f"setting record_wait must be 0 or more, got {self.record_wait!r}"
             )
         if self.claim_replicas < 0:
             raise ConfigurationError(

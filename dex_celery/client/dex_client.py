@@ -19,9 +19,11 @@ from dex_celery.backend_errors import (
     translating_backend_errors,
 )
 from dex_celery.engine.approvals import PendingApproval
+from dex_celery.engine.decided import decided_step
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, UnknownCall
 from dex_celery.ledger.events import START, AgentEvent, EventFilters
+from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.message_text import check_text
 from dex_celery.model.policy import EffectClass
@@ -29,6 +31,10 @@ from dex_celery.model.records import AgentSnapshot, MessageRole, SessionRecord, 
 
 if TYPE_CHECKING:
     from dex_celery.engine.runtime import RuntimeSource
+
+
+#: Events after which a waiting caller looks again: the ledger decided an outcome, or SQL has it.
+_ENDS = frozenset({EventType.TOOL_CALL_ENDED, EventType.TOOL_CALL_FINISHED})
 
 
 @translating_backend_errors
@@ -113,23 +119,77 @@ class DexClient:
     def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
         """Block until every call in `keys` has ended; `CallTimeout` after `timeout` seconds.
 
-        Wakes on `tool_call_finished` events rather than polling the database in a tight loop.
+        Returns SQL's records, so what follows (the snapshot, the session's messages) agrees
+        with them. Learns each outcome as soon as the ledger decides it (`tool_call_ended`):
+        the worker's recorder writes it to SQL in its next batch, usually within milliseconds
+        (`tool_call_finished` wakes this call); if it has not within `Settings.record_wait` of
+        the decision (a recorder far behind, stopped or killed), this caller writes it itself,
+        with the same conditional write, so whoever is first records it, once
+        (`engine/decided.py`). A caller never waits for the sweeper's `unrecorded_grace`.
         """
         deadline = time.monotonic() + timeout
-        events = self.source.runtime.events
-        # Taken before the first look at SQL, so no finished event can slip in between.
+        runtime = self.source.runtime
+        events = runtime.events
+        wanted = list(dict.fromkeys(keys))
+        for key in wanted:
+            CallKey.parse(key)
+        # Taken before the first look, so no event of these calls can slip in between.
         position = events.latest_position()
+        ended: dict[str, ToolCallRecord] = {}
         while True:
-            records = [self.get_call(k) for k in keys]
-            if all(r.finished for r in records):
-                return records
+            for key in wanted:
+                if key not in ended:
+                    record = self.get_call(key)
+                    if record.finished:
+                        ended[key] = record
+            waiting = [k for k in wanted if k not in ended]
+            if not waiting:
+                return [ended[k] for k in keys]
+            recorded, due = self._record_decided(waiting)
+            if recorded:
+                continue  # SQL holds them now: look again
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                waiting = [r.key for r in records if not r.finished]
                 raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
-            # Any event is a reason to look again; at most a second passes between looks.
-            for event in events.read(position, count=100, block=min(remaining, 1.0)):
+            position = self._next_end(position, set(waiting), min(remaining, due, 1.0))
+
+    def _record_decided(self, keys: Sequence[str]) -> tuple[int, float]:
+        """Record the outcomes of `keys` the ledger decided at least `record_wait` ago and SQL
+        still lacks. Returns how many this call recorded, and the seconds until the next of the
+        others is due (inf if none)."""
+        runtime = self.source.runtime
+        entries = runtime.ledger.read_many(keys)
+        steps = {k: (decided_step(e), e) for k, e in entries.items()}
+        if not any(step for step, _ in steps.values()):
+            return 0, float("inf")
+        now = runtime.ledger.now()
+        wait = runtime.settings.record_wait
+        recorded, due = 0, float("inf")
+        for key, (step, entry) in steps.items():
+            if step is None or entry is None:
+                continue
+            age = now - step.finished_at if step.finished_at is not None else wait
+            if age < wait:
+                due = min(due, wait - age)
+                continue
+            runtime.dispatcher.record(key, step, result=entry.result)
+            recorded += 1
+        return recorded, due
+
+    def _next_end(self, position: str, keys: set[str], block: float) -> str:
+        """Read events after `position` until one says a call of `keys` ended (`tool_call_ended`,
+        `tool_call_finished`) or `block` seconds pass; returns the position read up to."""
+        events = self.source.runtime.events
+        until = time.monotonic() + block
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return position
+            batch = events.read(position, count=100, block=left)
+            for event in batch:
                 position = event.position
+            if not batch or any(e.key in keys and e.type in _ENDS for e in batch):
+                return position
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
+from dex_celery.engine.decided import decided, outcome_of
 from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
 from dex_celery.engine.tracing import span
@@ -25,7 +26,6 @@ from dex_celery.errors import (
     PublishError,
     UnknownCall,
 )
-from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
@@ -227,8 +227,12 @@ class Dispatcher:
     ) -> RepeatHazard | None:
         """The repeat guard's judgement of the last identical call that passed it (S5.4);
         `window` is the new call's `repeat_window`. The ledger is asked only about a failed call
-        without a late result (a fenced attempt whose tool may go on), so the common cases cost
-        no Redis round trip."""
+        without a late result (a fenced attempt whose tool may go on), or about one SQL still
+        shows pending (its outcome may be decided in the ledger and not yet recorded, as its
+        caller may already have been told: `ledger_view`), so the common cases cost no Redis
+        round trip."""
+        if earlier.status is CallStatus.PENDING:
+            earlier = decided(earlier, self.ledger.read(earlier.key))
         running = (
             earlier.status is CallStatus.FAILED
             and earlier.late_result is None
@@ -543,26 +547,6 @@ def hold_back(admission: Admission, hazard: RepeatHazard, now: float) -> Admissi
     return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
 
 
-def outcome_of(step: Step, result: str | None) -> Outcome:
-    """The SQL outcome of a FINISHED step: status, the error the model reads, attempts."""
-    status = CallStatus(step.status)
-    reason = EndReason(step.reason)
-    return Outcome(
-        status=status,
-        error=error_text(
-            status,
-            reason,
-            step.detail,
-            step.attempt,
-            last_reached_worker=last_attempt_state(step.log) != "expired",
-        ),
-        result=result if status is CallStatus.SUCCEEDED else None,
-        attempts=step.attempt,
-        attempt_log=step.log,
-        did_not_run=reason is EndReason.DID_NOT_RUN,
-    )
-
-
 #: Effect classes whose attempts run only after their claim is committed in SQL (the write
 #: fence); the others keep a Redis-only claim, so SQL cannot say whether they ran.
 FENCED_EFFECTS = (EffectClass.NON_IDEMPOTENT_WRITE, EffectClass.UNCLASSIFIED)
@@ -595,15 +579,6 @@ def unclaimed_write_outcome(step: Step) -> Outcome | None:
         attempt_log=step.log,
         did_not_run=True,
     )
-
-
-def last_attempt_state(log_json: str | None) -> str:
-    """How the last logged attempt ended (`expired`: no worker claimed it); "" if unknown."""
-    try:
-        entries = parse_attempt_log(log_json)
-    except (ValueError, KeyError, TypeError):
-        return ""
-    return entries[-1].state if entries else ""
 
 
 def claimed_write_outcome(

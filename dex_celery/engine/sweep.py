@@ -228,6 +228,7 @@ class Sweeper:
             reason=entry.reason,
             log=entry.log_json,
             detail=entry.error,
+            finished_at=entry.finished_at,
         )
         self.dispatcher.record(key, step, result=entry.result)
         return True

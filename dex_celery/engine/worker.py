@@ -22,7 +22,8 @@ from celery.exceptions import Ignore
 from dex_celery.backend_errors import first_line, translate
 from dex_celery.engine import tracing
 from dex_celery.engine.counters import count_refused_claim
-from dex_celery.engine.dispatch import Dispatcher, outcome_of
+from dex_celery.engine.decided import outcome_of
+from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.owners import owner_is_dead_here, owner_string

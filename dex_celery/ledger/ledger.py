@@ -79,6 +79,9 @@ class Step:
     detail: str = ""
     #: The worker's result arrived after the deadline and was kept as evidence only.
     late_result: bool = False
+    #: When the ledger decided a FINISHED step's outcome (Redis's clock): the record's
+    #: `finished_at`, whenever SQL gets it.
+    finished_at: float | None = None
 
     @classmethod
     def from_fields(cls, f: dict[str, str]) -> Step:
@@ -95,6 +98,7 @@ class Step:
                 log=f.get("log") or "[]",
                 detail=f.get("detail", ""),
                 late_result=late,
+                finished_at=float(f["finished_at"]) if f.get("finished_at") else None,
             )
         return cls(kind)
 
@@ -141,6 +145,8 @@ class LedgerCall:
     log: tuple[AttemptLogEntry, ...]
     #: When the current attempt was claimed (Redis's clock); None while it waits in the queue.
     claimed_at: float | None = None
+    #: When the outcome was decided (Redis's clock); None while the call goes on.
+    finished_at: float | None = None
 
     @classmethod
     def from_hash(cls, key: str, h: dict[str, str]) -> LedgerCall:
@@ -162,6 +168,7 @@ class LedgerCall:
             log_json=h.get("log") or "[]",
             log=parse_attempt_log(h.get("log")),
             claimed_at=float(h["claimed_at"]) if h.get("claimed_at") else None,
+            finished_at=float(h["finished_at"]) if h.get("finished_at") else None,
         )
 
 

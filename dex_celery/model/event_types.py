@@ -12,6 +12,10 @@ class EventType(StrEnum):
     TOOL_CALL_AWAITING_APPROVAL = "tool_call_awaiting_approval"
     TOOL_CALL_DECIDED = "tool_call_decided"
     TOOL_CALL_STARTED = "tool_call_started"
+    #: The ledger decided the call's outcome (`status`) at the end of a worker's attempt; its
+    #: SQL record follows in the worker's recorder's next batch, then `tool_call_finished`.
+    #: A waiting caller learns the outcome from it without waiting for that batch.
+    TOOL_CALL_ENDED = "tool_call_ended"
     TOOL_CALL_FINISHED = "tool_call_finished"
     TOOL_CALL_LATE_RESULT = "tool_call_late_result"
     #: The reconcile beat job saw an `outcome_unknown` call for the first time (S8.4).

@@ -252,7 +252,7 @@ class CallRecords(StoreBase):
                         "b_status": r.outcome.status.value,
                         "b_error": r.outcome.error or None,
                         "b_result": r.outcome.result,
-                        "b_finished_at": now,
+                        "b_finished_at": r.outcome.decided_at or now,
                         "b_attempts": r.outcome.attempts,
                         "b_attempt_log": r.outcome.attempt_log,
                     },
@@ -458,7 +458,7 @@ def _outcome_values(
         status=outcome.status.value,
         error=outcome.error or None,
         result=outcome.result,
-        finished_at=now,
+        finished_at=outcome.decided_at or now,
     )
     if outcome.attempts:
         values["attempts"] = outcome.attempts

@@ -59,6 +59,9 @@ class Outcome:
     #: "The tool did not run": true only while no attempt of the call was claimed in the system
     #: of record (the write fence); otherwise the outcome becomes `outcome_unknown` (S10.2).
     did_not_run: bool = False
+    #: When the ledger decided it (Redis's clock), recorded as `finished_at`; None: when it is
+    #: written. A caller that learned the outcome from the ledger saw this time already.
+    decided_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

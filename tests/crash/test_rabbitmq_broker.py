@@ -154,9 +154,10 @@ def test_calls_running_across_a_broker_restart_run_once(
     )
     assert not worker.died(), worker.log()[-4000:]
     assert lines(read.key, "end") == []  # refused while attempt 1 still runs
-    assert f"Task dex.tool.slow_read[{read.key}#1] received" in worker.log().split(
-        "Connected to amqp", 2
-    )[-1]
+    assert (
+        f"Task dex.tool.slow_read[{read.key}#1] received"
+        in worker.log().split("Connected to amqp", 2)[-1]
+    )
 
     after = client.request_call("s1", "t1", "after", "slow_idempotent_write", {"seconds": 0})
     assert wait_finished(dex, after.key, timeout=120).status is CallStatus.SUCCEEDED

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.cli.main import main
-from dex_celery.engine.dispatch import outcome_of
+from dex_celery.engine.decided import outcome_of
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.records import MessageRole
 from dex_celery.web.app import WebApp

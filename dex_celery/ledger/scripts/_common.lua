@@ -124,7 +124,7 @@ local function terminal(w, c, unrecorded, key, now, status, reason, detail)
   put(w, c, 'status', status, 'reason', reason, 'error', detail, 'finished_at', now, 'fence', '')
   redis.call('ZADD', unrecorded, now, key)
   return {'kind', 'finished', 'status', status, 'reason', reason, 'attempt', c.n,
-    'log', c.log or '[]', 'detail', detail}
+    'log', c.log or '[]', 'detail', detail, 'finished_at', tostring(now)}
 end
 
 -- Decides the next step and queues its writes in `w`; the caller then runs `write_call`.

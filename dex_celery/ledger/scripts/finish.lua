@@ -61,6 +61,12 @@ end
 local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, cause, detail,
   jitter)
 write_call(call, w)
+if step[2] == 'finished' then
+  -- The ledger holds the outcome now; its SQL record follows in the recorder's next batch
+  -- (tool_call_finished). A waiting caller learns the outcome from this event (S7.3).
+  redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',
+    'type', 'tool_call_ended', 'key', key, 'status', step[4])
+end
 table.insert(step, 'late_result')
 table.insert(step, late_result)
 return step

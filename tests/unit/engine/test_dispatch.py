@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from dex_celery import CallConflict, CallStatus, EffectClass, Settings, ToolPolicy
-from dex_celery.engine.dispatch import admit, claimed_write_outcome, outcome_of, same_call
+from dex_celery.engine.decided import outcome_of
+from dex_celery.engine.dispatch import admit, claimed_write_outcome, same_call
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN

@@ -58,7 +58,9 @@ def test_an_unknown_point_is_a_configuration_error(monkeypatch: pytest.MonkeyPat
         armed()
 
 
-def test_a_named_point_holds_until_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_named_point_holds_until_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(PAUSE_AT_ENV, "after_tool")
     folder = tmp_path / "pause"
     pause_at(PausePoint.BEFORE_CLAIM, "s/t/c")  # not named: passes

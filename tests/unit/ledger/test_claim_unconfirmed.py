@@ -11,7 +11,8 @@ tests/crash/test_database_outage_truth.py.
 from __future__ import annotations
 
 from dex_celery import DID_NOT_RUN, CallStatus, EffectClass
-from dex_celery.engine.dispatch import outcome_of, unclaimed_write_outcome
+from dex_celery.engine.decided import outcome_of
+from dex_celery.engine.dispatch import unclaimed_write_outcome
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.model.outcomes import EndReason, error_text
 from tests.unit.ledger.test_scripts import Rig, claimed, finished

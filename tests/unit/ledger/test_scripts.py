@@ -857,6 +857,7 @@ def test_full_sequence_matches_between_backends(rig: Rig) -> None:
         "tool_call_requested",
         "tool_call_started",
         "tool_call_started",
+        "tool_call_ended",
         "tool_call_finished",
     ]
     entry = rig.ledger.read(key)

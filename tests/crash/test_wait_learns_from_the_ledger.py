@@ -1,0 +1,116 @@
+"""A caller learns an outcome when the ledger decides it, never waiting for the recorder (issue 25).
+
+The worker's outcome recorder (prefork: `OutcomeChannel`) writes decided outcomes to SQL in
+batches, off the tool's path. A test hook stalls it: it takes every outcome from the pool
+processes and writes none. No sweeper runs, so nothing else writes them either. `DexClient.wait`
+must still return each outcome (docs/ledger.md, "Recording outcomes"): it learns it from the
+ledger (`tool_call_ended`) and, since the recorder has not written it within `record_wait`,
+writes it itself. SQL stays the system of record: what `wait` returns is SQL's record, with one
+TOOL message and one finished event per call (S4.1, S7.3), the tool ran once (its own log), and
+`finished_at` is the ledger's time of the decision. Then the stalled recorder is SIGKILLed and
+the sweeper runs: nothing is written twice.
+
+The repeat guard (S5.4) judges an identical earlier call by the outcome the ledger decided, so a
+repeat of a call that succeeded is not held as "may still be running" only because its record
+has not reached SQL yet.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dex_celery import CallStatus, Dex
+from tests.support.crash import events, tool_messages
+from tests.support.processes import Worker, wait_for
+from tests.support.toolapp import STALL_RECORDER_ENV, charges, executions
+
+pytestmark = pytest.mark.crash
+
+
+def _decided_in_the_ledger(dex: Dex, keys: list[str]) -> bool:
+    return all(
+        (entry := dex.ledger.read(key)) is not None and entry.status == "succeeded"
+        for key in keys
+    )
+
+
+def test_wait_returns_outcomes_a_stalled_recorder_holds_and_records_them_once(
+    dex: Dex, start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "recorder.pid"
+    start_worker(extra_env={STALL_RECORDER_ENV: str(pid_file)})
+    client = dex.client()
+    records = [
+        client.request_call("s1", "t1", f"c{i}", "slow_non_idempotent_write", {"seconds": 0})
+        for i in range(3)
+    ]
+    keys = [r.key for r in records]
+    wait_for(
+        lambda: _decided_in_the_ledger(dex, keys),
+        timeout=60,
+        what="the ledger to decide every outcome",
+    )
+    # Decided, but the recorder holds them: SQL still shows every call pending.
+    assert all(dex.store.get_call(k).status is CallStatus.PENDING for k in keys)  # type: ignore[union-attr]
+    decided_at = {k: dex.ledger.read(k).finished_at for k in keys}  # type: ignore[union-attr]
+
+    done = client.wait(keys, timeout=30)
+
+    for key, record in zip(keys, done, strict=True):
+        assert record.status is CallStatus.SUCCEEDED
+        assert record.result == '"done"'
+        assert record == dex.store.get_call(key)  # SQL's record, written before wait returned
+        assert record.finished_at == pytest.approx(decided_at[key], abs=1e-3)
+        assert len(tool_messages(dex, key)) == 1
+        assert len(events(dex, type_="tool_call_ended", key=key)) == 1
+        assert len(events(dex, type_="tool_call_finished", key=key)) == 1
+        assert [line.split()[0] for line in executions(key)] == ["start", "end"]
+
+    # The stalled recorder dies with the outcomes it held; the sweeper finds nothing left.
+    wait_for(pid_file.exists, timeout=10, what="the recorder's pid")
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    for key in keys:  # out of the unrecorded index: the sweeper has nothing to write
+        index = dex.keys.of(key).unrecorded_index
+        assert dex.ledger.client.zscore(index, key) is None
+    report = dex.sweeper.sweep_once()
+    assert (report.recorded, report.errors) == (0, 0)
+    for key in keys:
+        assert dex.store.get_call(key) == done[keys.index(key)]
+        assert len(tool_messages(dex, key)) == 1
+        assert len(events(dex, type_="tool_call_finished", key=key)) == 1
+
+
+def test_a_repeat_of_a_write_decided_in_the_ledger_is_judged_by_its_outcome(
+    dex: Dex, start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    start_worker(extra_env={STALL_RECORDER_ENV: str(tmp_path / "recorder.pid")})
+    client = dex.client()
+    first = client.request_call("s2", "t1", "c1", "charge_order", {"order": "o-ledger"})
+    wait_for(
+        lambda: _decided_in_the_ledger(dex, [first.key]),
+        timeout=60,
+        what="the ledger to decide the first charge",
+    )
+    assert dex.store.get_call(first.key).status is CallStatus.PENDING  # type: ignore[union-attr]
+
+    # The earlier identical charge succeeded (in the ledger): the repeat is not held back.
+    repeat = client.request_call("s2", "t2", "c1", "charge_order", {"order": "o-ledger"})
+    assert repeat.status is CallStatus.PENDING
+    assert repeat.repeat_of is None
+
+    # Both are recorded by the waiting caller (the recorder is stalled, no sweeper runs).
+    waiter = threading.Thread(target=client.wait, args=([first.key, repeat.key],))
+    waiter.start()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    assert [dex.store.get_call(k).status for k in (first.key, repeat.key)] == [  # type: ignore[union-attr]
+        CallStatus.SUCCEEDED,
+        CallStatus.SUCCEEDED,
+    ]
+    assert len(charges("o-ledger")) == 2  # two calls the model asked for, each charged once

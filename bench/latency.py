@@ -6,7 +6,10 @@ dex-celery, two figures:
   outcome: what a caller sees (the outcome as soon as the ledger has decided it, before the
   worker's recorder writes it to SQL: `engine/decided.py`);
 - `dex (record in SQL)`: the same call, until its `tool_call_finished` event (written by the
-  `recorded` script after the SQL record landed; the record is then read back to confirm).
+  `recorded` script after the SQL record landed; the record is then read back to confirm);
+- `dex (ledger decided)`: in the same samples, until the `tool_call_ended` event (`finish.lua`:
+  the ledger holds the outcome, before the recorder writes it): what a caller answered from the
+  ledger alone could reach, the bound of taking SQL off the caller's wait.
 Samples of the three alternate one by one, each after a short idle pause, with both workers
 (`prefork -c 2`) running, each on its own queue.
 
@@ -36,11 +39,17 @@ from bench.common import (
 from bench.throughput import Setup, _dex
 
 
-def dex_sample(dx: Any, client: redis.Redis, events: str, n: int, session: str) -> float:
+def dex_sample(
+    dx: Any, client: redis.Redis, events: str, n: int, session: str
+) -> tuple[float, float]:
+    """Seconds from the request to its `tool_call_ended` event (the ledger decided the
+    outcome) and to its `tool_call_finished` event (the record is in SQL)."""
     last = client.xrevrange(events, count=1)
     position: Any = last[0][0] if last else "0-0"
     t0 = time.perf_counter()
     record = dx.client().request_call(session, f"t{n}", "c", "noop", {})
+    decided = 0.0
+    key = record.key.encode()
     while True:
         reply: Any = client.xread({events: position}, block=10_000, count=100)
         if not reply:
@@ -48,13 +57,14 @@ def dex_sample(dx: Any, client: redis.Redis, events: str, n: int, session: str) 
         for _stream, entries in reply:
             for entry_id, fields in entries:
                 position = entry_id
-                if (
-                    fields.get(b"type") == b"tool_call_finished"
-                    and fields.get(b"key") == record.key.encode()
-                ):
+                if fields.get(b"key") != key:
+                    continue
+                if fields.get(b"type") == b"tool_call_ended":
+                    decided = time.perf_counter() - t0
+                elif fields.get(b"type") == b"tool_call_finished":
                     elapsed = time.perf_counter() - t0
                     assert dx.store.get_call(record.key).status.value == "succeeded"
-                    return elapsed
+                    return decided or elapsed, elapsed
 
 
 def dex_wait_sample(dx: Any, n: int, session: str) -> float:
@@ -99,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     session = f"lat{uuid.uuid4().hex[:8]}"
     dex_times: list[float] = []
     record_times: list[float] = []
+    decided_times: list[float] = []
     plain_times: list[float] = []
     try:
         for i in range(args.warmup + args.samples):
             time.sleep(args.pause)
             d = dex_wait_sample(dx, i, session)
             time.sleep(args.pause)
-            r = dex_sample(dx, client, dx.keys.events, i, session)
+            e, r = dex_sample(dx, client, dx.keys.events, i, session)
             time.sleep(args.pause)
             t0 = time.perf_counter()
             plain_app.noop.delay().get(timeout=30)
@@ -113,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             if i >= args.warmup:
                 dex_times.append(d)
                 record_times.append(r)
+                decided_times.append(e)
                 plain_times.append(p)
     finally:
         for w in workers:
@@ -122,13 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in (
         ("dex                 ", dex_times),
         ("dex (record in SQL) ", record_times),
+        ("dex (ledger decided)", decided_times),
         ("plain               ", plain_times),
     ):
         print(
             f"{name}: p50 {percentile(values, 50) * 1e3:6.2f} ms  p99 "
             f"{percentile(values, 99) * 1e3:6.2f} ms  max {max(values) * 1e3:6.2f} ms"
         )
-    for name, values in (("dex/plain", dex_times), ("dex (record in SQL)/plain", record_times)):
+    for name, values in (
+        ("dex/plain", dex_times),
+        ("dex (record in SQL)/plain", record_times),
+        ("dex (ledger decided)/plain", decided_times),
+    ):
         print(
             f"ratio {name}: p50 {percentile(values, 50) / percentile(plain_times, 50):.2f}  "
             f"p99 {percentile(values, 99) / percentile(plain_times, 99):.2f}"

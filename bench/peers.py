@@ -11,7 +11,8 @@ Throughput (no-op calls/s, interleaved round by round: plain, dex, DBOS, plain, 
          `SUCCESS` in its system database (the same PostgreSQL server, a schema of its own).
 
 Idle latency (request to recorded outcome, samples alternating one by one, every worker up):
-dex-celery until its `tool_call_finished` event, plain Celery `delay().get()` with a Redis
+dex-celery `request_call` then `DexClient.wait` (it returns the SQL record), plain Celery
+`delay().get()` with a Redis
 result backend, DBOS `enqueue(...).get_result()` polling every `--dbos-poll` s.
 
 Without the `dbos` package (`pip install -e '.[bench]'`) DBOS is skipped with a message and the
@@ -52,7 +53,7 @@ from bench.common import (
     wait_for,
     workdir,
 )
-from bench.latency import dex_sample
+from bench.latency import dex_wait_sample
 from bench.throughput import Run, Setup, _dex, cpu_meter, run_dex, run_plain
 
 #: The message printed (and the variant left out) when DBOS is not installed.
@@ -230,7 +231,6 @@ def measure_latency(
             BenchWorker("bench.plain_app", plain_env, setup.folder, extra_args=("-Q", "plain"))
         ),
     ]
-    client = redis.Redis.from_url(setup.url)
     session = f"lat{uuid.uuid4().hex[:8]}"
     out = Latency()
     try:
@@ -238,7 +238,7 @@ def measure_latency(
             peer.start()
         for i in range(warmup + samples):
             time.sleep(pause)
-            d = dex_sample(dx, client, dx.keys.events, i, session)
+            d = dex_wait_sample(dx, i, session)
             time.sleep(pause)
             t0 = time.perf_counter()
             plain_app.noop.delay().get(timeout=30)

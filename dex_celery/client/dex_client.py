@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from dex_celery.engine.runtime import RuntimeSource
 
 
-#: Events after which a waiting caller looks again: the ledger decided an outcome, or SQL has it.
-_ENDS = frozenset({EventType.TOOL_CALL_ENDED, EventType.TOOL_CALL_FINISHED})
-
-
 @translating_backend_errors
 class DexClient:
     """What an agent loop uses: sessions, call requests, records, approvals and events.
@@ -129,67 +125,89 @@ class DexClient:
         """
         deadline = time.monotonic() + timeout
         runtime = self.source.runtime
-        events = runtime.events
         wanted = list(dict.fromkeys(keys))
         for key in wanted:
             CallKey.parse(key)
         # Taken before the first look, so no event of these calls can slip in between.
-        position = events.latest_position()
+        position = runtime.events.latest_position()
         ended: dict[str, ToolCallRecord] = {}
+        look = set(wanted)  # whose SQL record to read
+        check = set(wanted)  # whose ledger entry to ask for a decided outcome
+        due: dict[str, float] = {}  # when a decided outcome's `record_wait` is over (monotonic)
         while True:
             for key in wanted:
-                if key not in ended:
+                if key in look and key not in ended:
                     record = self.get_call(key)
                     if record.finished:
                         ended[key] = record
             waiting = [k for k in wanted if k not in ended]
             if not waiting:
                 return [ended[k] for k in keys]
-            recorded, due = self._record_decided(waiting)
-            if recorded:
-                continue  # SQL holds them now: look again
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            check.update(k for k in waiting if due.get(k, now + 1) <= now)
+            look = set(self._record_decided([k for k in waiting if k in check], due))
+            check = set()
+            if look:
+                continue  # this call recorded them: read them back
+            remaining = deadline - now
             if remaining <= 0:
                 raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
-            position = self._next_end(position, set(waiting), min(remaining, due, 1.0))
+            wake = min([remaining, 1.0, *(d - now for k, d in due.items() if k in waiting)])
+            position, finished, decided = self._next_end(position, set(waiting), max(wake, 0.0))
+            look = finished
+            for key in decided - finished:
+                due.setdefault(key, time.monotonic() + runtime.settings.record_wait)
+            if not finished and not decided and wake >= min(remaining, 1.0):
+                # A quiet second: look at everything again (an event trimmed away or missed).
+                look, check = set(waiting), set(waiting)
 
-    def _record_decided(self, keys: Sequence[str]) -> tuple[int, float]:
+    def _record_decided(self, keys: Sequence[str], due: dict[str, float]) -> list[str]:
         """Record the outcomes of `keys` the ledger decided at least `record_wait` ago and SQL
-        still lacks. Returns how many this call recorded, and the seconds until the next of the
-        others is due (inf if none)."""
+        still lacks; returns their keys. For the others decided more recently, `due` gets when
+        their `record_wait` is over (monotonic clock)."""
+        if not keys:
+            return []
         runtime = self.source.runtime
         entries = runtime.ledger.read_many(keys)
         steps = {k: (decided_step(e), e) for k, e in entries.items()}
         if not any(step for step, _ in steps.values()):
-            return 0, float("inf")
+            return []
         now = runtime.ledger.now()
         wait = runtime.settings.record_wait
-        recorded, due = 0, float("inf")
+        recorded: list[str] = []
         for key, (step, entry) in steps.items():
             if step is None or entry is None:
                 continue
             age = now - step.finished_at if step.finished_at is not None else wait
             if age < wait:
-                due = min(due, wait - age)
+                due[key] = time.monotonic() + (wait - age)
                 continue
             runtime.dispatcher.record(key, step, result=entry.result)
-            recorded += 1
-        return recorded, due
+            due.pop(key, None)
+            recorded.append(key)
+        return recorded
 
-    def _next_end(self, position: str, keys: set[str], block: float) -> str:
-        """Read events after `position` until one says a call of `keys` ended (`tool_call_ended`,
-        `tool_call_finished`) or `block` seconds pass; returns the position read up to."""
+    def _next_end(
+        self, position: str, keys: set[str], block: float
+    ) -> tuple[str, set[str], set[str]]:
+        """Read events after `position` until one says a call of `keys` ended or `block` seconds
+        pass. Returns the position read up to, the calls SQL now holds (`tool_call_finished`)
+        and the calls the ledger decided (`tool_call_ended`)."""
         events = self.source.runtime.events
         until = time.monotonic() + block
-        while True:
+        finished: set[str] = set()
+        decided: set[str] = set()
+        while not finished and not decided:
             left = until - time.monotonic()
             if left <= 0:
-                return position
-            batch = events.read(position, count=100, block=left)
-            for event in batch:
+                break
+            for event in events.read(position, count=100, block=left):
                 position = event.position
-            if not batch or any(e.key in keys and e.type in _ENDS for e in batch):
-                return position
+                if event.key in keys and event.type is EventType.TOOL_CALL_FINISHED:
+                    finished.add(event.key)
+                elif event.key in keys and event.type is EventType.TOOL_CALL_ENDED:
+                    decided.add(event.key)
+        return position, finished, decided
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 

@@ -35,8 +35,7 @@ pytestmark = pytest.mark.crash
 
 def _decided_in_the_ledger(dex: Dex, keys: list[str]) -> bool:
     return all(
-        (entry := dex.ledger.read(key)) is not None and entry.status == "succeeded"
-        for key in keys
+        (entry := dex.ledger.read(key)) is not None and entry.status == "succeeded" for key in keys
     )
 
 

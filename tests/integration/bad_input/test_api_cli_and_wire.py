@@ -193,6 +193,7 @@ API_CASES = [
     ApiCase("env-finished-ttl-negative", _settings(DEX_FINISHED_TTL="-5"), ConfigurationError),
     ApiCase("env-key-prefix-with-braces", _settings(DEX_KEY_PREFIX="a{b}"), ConfigurationError),
     ApiCase("env-key-prefix-empty", _settings(DEX_KEY_PREFIX=""), ConfigurationError),
+    ApiCase("env-record-wait-negative", _settings(DEX_RECORD_WAIT="-1"), ConfigurationError),
 ]
 
 

@@ -1,16 +1,17 @@
 """Latency: request-to-outcome of single no-op calls on an idle system, against plain Celery's
 `delay().get()` with a Redis result backend.
 
-dex-celery, two figures:
-- `dex`: `request_call` of the `read` no-op, then `DexClient.wait` until it returns the
-  outcome: what a caller sees (the outcome as soon as the ledger has decided it, before the
-  worker's recorder writes it to SQL: `engine/decided.py`);
+dex-celery, four figures:
+- `dex wait()`: `request_call` of the `read` no-op, then `DexClient.wait` until it returns the
+  SQL record (the default: what follows agrees with SQL);
+- `dex wait(recorded=False)`: the same, returning at the ledger's decision, before the worker's
+  recorder writes it to SQL (`engine/decided.py`);
 - `dex (record in SQL)`: the same call, until its `tool_call_finished` event (written by the
   `recorded` script after the SQL record landed; the record is then read back to confirm);
 - `dex (ledger decided)`: in the same samples, until the `tool_call_ended` event (`finish.lua`:
   the ledger holds the outcome, before the recorder writes it): what a caller answered from the
   ledger alone could reach, the bound of taking SQL off the caller's wait.
-Samples of the three alternate one by one, each after a short idle pause, with both workers
+Samples of all alternate one by one, each after a short idle pause, with both workers
 (`prefork -c 2`) running, each on its own queue.
 
     .venv/bin/python -m bench.latency --samples 500
@@ -67,11 +68,12 @@ def dex_sample(
                     return decided or elapsed, elapsed
 
 
-def dex_wait_sample(dx: Any, n: int, session: str) -> float:
+def dex_wait_sample(dx: Any, n: int, session: str, *, recorded: bool = True) -> float:
+    """Seconds from `request_call` until `DexClient.wait(..., recorded=recorded)` returns."""
     client = dx.client()
     t0 = time.perf_counter()
-    record = client.request_call(session, f"w{n}", "c", "noop", {})
-    (done,) = client.wait([record.key], timeout=10)
+    record = client.request_call(session, f"{'w' if recorded else 'l'}{n}", "c", "noop", {})
+    (done,) = client.wait([record.key], timeout=10, recorded=recorded)
     elapsed = time.perf_counter() - t0
     assert done.status.value == "succeeded", done
     return elapsed
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(server.url)
     session = f"lat{uuid.uuid4().hex[:8]}"
     dex_times: list[float] = []
+    early_times: list[float] = []
     record_times: list[float] = []
     decided_times: list[float] = []
     plain_times: list[float] = []
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.pause)
             d = dex_wait_sample(dx, i, session)
             time.sleep(args.pause)
+            early = dex_wait_sample(dx, i, session, recorded=False)
+            time.sleep(args.pause)
             e, r = dex_sample(dx, client, dx.keys.events, i, session)
             time.sleep(args.pause)
             t0 = time.perf_counter()
@@ -123,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             p = time.perf_counter() - t0
             if i >= args.warmup:
                 dex_times.append(d)
+                early_times.append(early)
                 record_times.append(r)
                 decided_times.append(e)
                 plain_times.append(p)
@@ -132,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         server.kill()
     print(f"{args.samples} samples each, {args.pause * 1000:.0f} ms idle before each")
     for name, values in (
-        ("dex                 ", dex_times),
+        ("dex wait()          ", dex_times),
+        ("dex wait(recorded=False)", early_times),
         ("dex (record in SQL) ", record_times),
         ("dex (ledger decided)", decided_times),
         ("plain               ", plain_times),
@@ -142,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{percentile(values, 99) * 1e3:6.2f} ms  max {max(values) * 1e3:6.2f} ms"
         )
     for name, values in (
-        ("dex/plain", dex_times),
+        ("dex wait()/plain", dex_times),
+        ("dex wait(recorded=False)/plain", early_times),
         ("dex (record in SQL)/plain", record_times),
         ("dex (ledger decided)/plain", decided_times),
     ):

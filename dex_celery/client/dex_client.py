@@ -19,10 +19,11 @@ from dex_celery.backend_errors import (
     translating_backend_errors,
 )
 from dex_celery.engine.approvals import PendingApproval
-from dex_celery.engine.decided import decided_step
+from dex_celery.engine.decided import decided, decided_step
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, UnknownCall
 from dex_celery.ledger.events import START, AgentEvent, EventFilters
+from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.message_text import check_text
@@ -112,16 +113,23 @@ class DexClient:
             raise UnknownCall(f"no tool call {key!r}")
         return record
 
-    def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
+    def wait(
+        self, keys: Sequence[str], *, timeout: float = 60.0, recorded: bool = True
+    ) -> list[ToolCallRecord]:
         """Block until every call in `keys` has ended; `CallTimeout` after `timeout` seconds.
 
-        Returns SQL's records, so what follows (the snapshot, the session's messages) agrees
-        with them. Learns each outcome as soon as the ledger decides it (`tool_call_ended`):
-        the worker's recorder writes it to SQL in its next batch, usually within milliseconds
-        (`tool_call_finished` wakes this call); if it has not within `Settings.record_wait` of
-        the decision (a recorder far behind, stopped or killed), this caller writes it itself,
-        with the same conditional write, so whoever is first records it, once
-        (`engine/decided.py`). A caller never waits for the sweeper's `unrecorded_grace`.
+        Learns each outcome as soon as the ledger decides it (`tool_call_ended`). By default
+        returns SQL's records, so what follows (the snapshot, the session's messages, another
+        process's reads) agrees with them: the worker's recorder writes each outcome in its next
+        batch, usually within milliseconds (`tool_call_finished` wakes this call); if it has
+        not within `Settings.record_wait` of the decision (a recorder far behind, stopped or
+        killed), this caller writes it itself, with the same conditional write, so whoever is
+        first records it, once. A caller never waits for the sweeper's `unrecorded_grace`.
+
+        `recorded=False` returns at the ledger's decision, each record as SQL will hold it
+        (`engine/decided.py`), without waiting for the write: the lowest latency, for a caller
+        that uses only the returned records; the snapshot and the session's messages catch up
+        within the recorder's next batch.
         """
         deadline = time.monotonic() + timeout
         runtime = self.source.runtime
@@ -131,61 +139,82 @@ class DexClient:
         # Taken before the first look, so no event of these calls can slip in between.
         position = runtime.events.latest_position()
         ended: dict[str, ToolCallRecord] = {}
-        look = set(wanted)  # whose SQL record to read
-        check = set(wanted)  # whose ledger entry to ask for a decided outcome
+        stored: dict[str, ToolCallRecord] = {}  # the last SQL record of each call still going
+        check = set(wanted)  # whose ledger entry to read
+        look: set[str] = set()  # whose SQL record to read
         due: dict[str, float] = {}  # when a decided outcome's `record_wait` is over (monotonic)
         while True:
+            asked = [k for k in wanted if k in check and k not in ended]
+            entries = runtime.ledger.read_many(asked) if asked else {}
+            # A call the ledger holds in flight has no record in SQL yet: SQL is read only for
+            # the others (decided, awaiting approval, gone from the ledger).
+            look.update(k for k in asked if (e := entries.get(k)) is None or e.status != "active")
             for key in wanted:
                 if key in look and key not in ended:
                     record = self.get_call(key)
+                    stored[key] = record
                     if record.finished:
                         ended[key] = record
+            look = self._take_decided(asked, entries, stored, ended, due, recorded)
             waiting = [k for k in wanted if k not in ended]
             if not waiting:
                 return [ended[k] for k in keys]
-            now = time.monotonic()
-            check.update(k for k in waiting if due.get(k, now + 1) <= now)
-            look = set(self._record_decided([k for k in waiting if k in check], due))
             check = set()
             if look:
                 continue  # this call recorded them: read them back
+            now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
                 raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
             wake = min([remaining, 1.0, *(d - now for k, d in due.items() if k in waiting)])
-            position, finished, decided = self._next_end(position, set(waiting), max(wake, 0.0))
+            position, finished, decided_now = self._next_end(position, set(waiting), max(wake, 0.0))
             look = finished
-            for key in decided - finished:
-                due.setdefault(key, time.monotonic() + runtime.settings.record_wait)
-            if not finished and not decided and wake >= min(remaining, 1.0):
+            if recorded:
+                for key in decided_now - finished:
+                    due.setdefault(key, time.monotonic() + runtime.settings.record_wait)
+                now = time.monotonic()
+                check = {k for k in waiting if due.get(k, now + 1) <= now}
+            else:
+                check = decided_now - finished
+            if not finished and not decided_now and wake >= min(remaining, 1.0):
                 # A quiet second: look at everything again (an event trimmed away or missed).
                 look, check = set(waiting), set(waiting)
 
-    def _record_decided(self, keys: Sequence[str], due: dict[str, float]) -> list[str]:
-        """Record the outcomes of `keys` the ledger decided at least `record_wait` ago and SQL
-        still lacks; returns their keys. For the others decided more recently, `due` gets when
-        their `record_wait` is over (monotonic clock)."""
-        if not keys:
-            return []
+    def _take_decided(
+        self,
+        keys: Sequence[str],
+        entries: Mapping[str, LedgerCall | None],
+        stored: Mapping[str, ToolCallRecord],
+        ended: dict[str, ToolCallRecord],
+        due: dict[str, float],
+        recorded: bool,
+    ) -> set[str]:
+        """The outcomes among `keys` the ledger decided and SQL lacks (`engine/decided.py`).
+
+        `recorded`: each decided at least `record_wait` ago is recorded now (the keys recorded
+        are returned, to be read back from SQL); for the others `due` gets when their
+        `record_wait` is over. Otherwise each goes to `ended` as SQL will hold it."""
         runtime = self.source.runtime
-        entries = runtime.ledger.read_many(keys)
-        steps = {k: (decided_step(e), e) for k, e in entries.items()}
-        if not any(step for step, _ in steps.values()):
-            return []
-        now = runtime.ledger.now()
         wait = runtime.settings.record_wait
-        recorded: list[str] = []
-        for key, (step, entry) in steps.items():
-            if step is None or entry is None:
+        now: float | None = None
+        written: set[str] = set()
+        for key in keys:
+            entry = entries.get(key)
+            step = decided_step(entry)
+            if step is None or entry is None or key in ended or key not in stored:
                 continue
+            if not recorded:
+                ended[key] = decided(stored[key], entry)
+                continue
+            now = runtime.ledger.now() if now is None else now
             age = now - step.finished_at if step.finished_at is not None else wait
             if age < wait:
                 due[key] = time.monotonic() + (wait - age)
                 continue
             runtime.dispatcher.record(key, step, result=entry.result)
             due.pop(key, None)
-            recorded.append(key)
-        return recorded
+            written.add(key)
+        return written
 
     def _next_end(
         self, position: str, keys: set[str], block: float
@@ -279,8 +308,10 @@ class AsyncDexClient:
     async def get_call(self, key: str) -> ToolCallRecord:
         return await asyncio.to_thread(self.sync.get_call, key)
 
-    async def wait(self, keys: Sequence[str], *, timeout: float = 60.0) -> list[ToolCallRecord]:
-        return await asyncio.to_thread(self.sync.wait, keys, timeout=timeout)
+    async def wait(
+        self, keys: Sequence[str], *, timeout: float = 60.0, recorded: bool = True
+    ) -> list[ToolCallRecord]:
+        return await asyncio.to_thread(self.sync.wait, keys, timeout=timeout, recorded=recorded)
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 

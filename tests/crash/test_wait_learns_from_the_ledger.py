@@ -5,7 +5,8 @@ batches, off the tool's path. A test hook stalls it: it takes every outcome from
 processes and writes none. No sweeper runs, so nothing else writes them either. `DexClient.wait`
 must still return each outcome (docs/ledger.md, "Recording outcomes"): it learns it from the
 ledger (`tool_call_ended`) and, since the recorder has not written it within `record_wait`,
-writes it itself. SQL stays the system of record: what `wait` returns is SQL's record, with one
+writes it itself (`wait(recorded=False)` returns the same records at once and writes nothing).
+SQL stays the system of record: what `wait` returns is SQL's record, with one
 TOOL message and one finished event per call (S4.1, S7.3), the tool ran once (its own log), and
 `finished_at` is the ledger's time of the decision. Then the stalled recorder is SIGKILLed and
 the sweeper runs: nothing is written twice.
@@ -59,7 +60,13 @@ def test_wait_returns_outcomes_a_stalled_recorder_holds_and_records_them_once(
     assert all(dex.store.get_call(k).status is CallStatus.PENDING for k in keys)  # type: ignore[union-attr]
     decided_at = {k: dex.ledger.read(k).finished_at for k in keys}  # type: ignore[union-attr]
 
+    # `recorded=False`: the outcomes at once, as SQL will hold them; this caller writes nothing.
+    early = client.wait(keys, timeout=30, recorded=False)
+    assert [r.status for r in early] == [CallStatus.SUCCEEDED] * 3
+    assert all(dex.store.get_call(k).status is CallStatus.PENDING for k in keys)  # type: ignore[union-attr]
+
     done = client.wait(keys, timeout=30)
+    assert done == early  # the record SQL holds is the one the ledger showed
 
     for key, record in zip(keys, done, strict=True):
         assert record.status is CallStatus.SUCCEEDED

@@ -212,11 +212,19 @@ def _dex(setup: Setup) -> Any:
 
 
 def _dex_batch(dx: Any, n: int, batch: int) -> None:
+    """Request `n` no-op calls in turns of `batch`, then wait until every one is recorded.
+
+    Done is counted as plain Celery's side counts its INCRs: from Redis, here the
+    `tool_call_finished` events of this session's calls (each written by `recorded` after the
+    call's SQL record committed), read as they come; then one SQL count confirms that all `n`
+    records are `succeeded`. (Polling SQL for the count every 10 ms cost the driver about as
+    much CPU as the requests.)"""
     from dex_celery.engine.dispatch import CallRequest
     from dex_celery.store.schema import tool_calls
 
     session = f"s{uuid.uuid4().hex[:12]}"
     client = dx.client()
+    position = dx.events.latest_position()
     for start in range(0, n, batch):
         turn = f"t{start // batch}"
         client.request_calls(
@@ -225,17 +233,25 @@ def _dex_batch(dx: Any, n: int, batch: int) -> None:
                 for i in range(start, min(n, start + batch))
             ]
         )
+    prefix = f"{session}/"
+    finished: set[str] = set()
+    deadline = time.monotonic() + 300
+    while len(finished) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(finished)} of {n} dex calls recorded after 300 s")
+        for e in dx.events.read(position, count=1000, block=0.5):
+            position = e.position
+            if e.type == "tool_call_finished" and e.key.startswith(prefix):
+                finished.add(e.key)
     query = (
         select(func.count())
         .select_from(tool_calls)
         .where(tool_calls.c.session_id == session, tool_calls.c.status == "succeeded")
     )
-
-    def done() -> bool:
-        with dx.store.engine.connect() as conn:
-            return int(conn.execute(query).scalar_one()) >= n
-
-    wait_for(done, timeout=300, what=f"{n} dex terminal records", interval=0.01)
+    with dx.store.engine.connect() as conn:
+        recorded = int(conn.execute(query).scalar_one())
+    if recorded != n:
+        raise AssertionError(f"{recorded} of {n} dex calls succeeded in SQL")
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from dex_celery.engine.pause_points import (
     armed,
     hold,
 )
-from dex_celery.errors import AttemptCancelled
+from dex_celery.errors import AttemptCancelled, ToolLost
 
 LOG_ENV = "DEX_TEST_TOOL_LOG"
 #: Set to `1` in a worker's environment: every tool task blocks in `task_prerun`, before its claim,
@@ -463,6 +463,17 @@ def _edge_tools(dex: Dex) -> None:
     def big_write(ctx: ToolContext, size: int) -> Any:
         _note(ctx, "start")
         return "x" * size
+
+    @dex.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, repeat_guard=False
+        )
+    )
+    def lost_reply_write(ctx: ToolContext) -> Any:
+        """Its effect takes place (the log line), then the service's answer is lost: the
+        attempt ends `lost`, so the call is `outcome_unknown` (S4.3)."""
+        _note(ctx, "start")
+        raise ToolLost("the service took the request, then the connection dropped")
 
     @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False))
     def non_json_write(ctx: ToolContext) -> Any:

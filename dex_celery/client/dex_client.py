@@ -201,7 +201,12 @@ class DexClient:
         for key in keys:
             entry = entries.get(key)
             step = decided_step(entry)
-            if step is None or entry is None or key in ended or key not in stored:
+            if key in ended:
+                continue
+            if step is None or entry is None or key not in stored:
+                # Not an end a caller takes (the worker's path or the sweeper records it, and
+                # `tool_call_finished` says so): nothing more to ask the ledger.
+                due.pop(key, None)
                 continue
             if not recorded:
                 ended[key] = decided(stored[key], entry)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from dex_celery import CallStatus, Dex
+from dex_celery import CallStatus, CallTimeout, Dex
 from tests.support.crash import events, tool_messages
 from tests.support.processes import Worker, wait_for
 from tests.support.toolapp import STALL_RECORDER_ENV, charges, executions
@@ -120,3 +120,30 @@ def test_a_repeat_of_a_write_decided_in_the_ledger_is_judged_by_its_outcome(
         CallStatus.SUCCEEDED,
     ]
     assert len(charges("o-ledger")) == 2  # two calls the model asked for, each charged once
+
+
+def test_an_end_sql_must_judge_is_left_to_its_record_without_polling(
+    dex: Dex, start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """A write whose service's answer was lost ends `lost` in the ledger: an end the write fence
+    may still judge (docs/ledger.md, "Recording outcomes"), so a caller never records it. With
+    the recorder stalled and no sweeper, `wait` times out; meanwhile it asks the ledger about the
+    call a few times (once after `record_wait`, then once a quiet second), never in a loop."""
+    start_worker(extra_env={STALL_RECORDER_ENV: str(tmp_path / "recorder.pid")})
+    client = dex.client()
+
+    def reads() -> int:
+        stats = dex.ledger.client.info("commandstats")
+        return int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+
+    before = reads()
+    record = client.request_call("s3", "t1", "c1", "lost_reply_write", {})
+    with pytest.raises(CallTimeout):
+        client.wait([record.key], timeout=4)  # the ledger decides while it waits
+    entry = dex.ledger.read(record.key)
+    assert entry is not None and entry.status == "outcome_unknown"
+    assert reads() - before <= 12
+    stored = dex.store.get_call(record.key)
+    assert stored is not None and stored.status is CallStatus.PENDING  # nothing written by it
+    for mode in ("ended", "finished"):
+        assert len(events(dex, type_=f"tool_call_{mode}", key=record.key)) == (mode == "ended")

@@ -229,7 +229,7 @@ class Dispatcher:
         `window` is the new call's `repeat_window`. The ledger is asked only about a failed call
         without a late result (a fenced attempt whose tool may go on), or about one SQL still
         shows pending (its outcome may be decided in the ledger and not yet recorded, as its
-        caller may already have been told: `ledger_view`), so the common cases cost no Redis
+        caller may already have been told: `engine/decided.py`), so the common cases cost no Redis
         round trip."""
         if earlier.status is CallStatus.PENDING:
             earlier = decided(earlier, self.ledger.read(earlier.key))

@@ -137,7 +137,7 @@ class CeleryWorker:
         return [pid for pid in self._all_children() if _comm(pid) != RECORDER_NAME]
 
     def recorder(self) -> int | None:
-        """The worker's outcome recorder process (prefork, threads and solo pools), if any."""
+        """The worker's outcome recorder process (prefork), if it has one."""
         return next((p for p in self._all_children() if _comm(p) == RECORDER_NAME), None)
 
     def _all_children(self) -> list[int]:

@@ -10,11 +10,8 @@ table, "after finish script, before SQL write").
 With the prefork pool the pool processes do not write at all: each hands its outcome to the
 worker's one recorder process through an `OutcomeChannel` (one pipe write), so the SQL
 transaction and the `recorded` round trip leave the tool's path and a batch gathers the outcomes
-of every pool process. With the threads (and solo) pool the tools run in the worker process
-itself, whose Python threads share one interpreter lock: its tool threads hand their outcomes
-to the recorder the same way (`in_process`), so the SQL writes leave that process. An outcome
-the channel cannot take (too long for one atomic pipe write, the pipe full, the recorder gone)
-is written by the sending process's own writer, as before.
+of every pool process. An outcome the channel cannot take (too long for one atomic pipe write,
+the pipe full, the recorder gone) is written by the pool process's own writer, as before.
 """
 
 from __future__ import annotations
@@ -138,11 +135,9 @@ class OutcomeChannel:
     neither the pool processes nor Celery's main process spend CPU on it. Every pool process
     inherits the pipe's write end and sends a row as one frame in one `write` of at most
     `PIPE_BUF` bytes to a non-blocking pipe, which POSIX makes all or nothing and never
-    interleaved with another process's (or thread's) frame: no lock is shared with processes
-    that may be SIGKILLed, and a full pipe (a recorder far behind) never holds a task: `send`
-    answers False and the caller writes the row itself, as does a pool process whose recorder
-    is gone. `in_process`: the tools run in threads of the main process (threads, solo pools),
-    which sends itself.
+    interleaved with another process's frame: no lock is shared with processes that may be
+    SIGKILLed, and a full pipe (a recorder far behind) never holds a task: `send` answers False
+    and the caller writes the row itself, as does a pool process whose recorder is gone.
 
     The recorder ignores SIGTERM and SIGINT and exits once every write end is closed (the pool
     processes gone and `close` called, or the main process dead), after writing what it holds.
@@ -150,11 +145,9 @@ class OutcomeChannel:
     unrecorded index, and the sweeper writes it after `Settings.unrecorded_grace`.
     """
 
-    def __init__(self, writer: Callable[[], OutcomeWriter], *, in_process: bool = False) -> None:
+    def __init__(self, writer: Callable[[], OutcomeWriter]) -> None:
         self._writer = writer
         self._owner = os.getpid()
-        #: The tools run in this (the worker's main) process, not in forked pool processes.
-        self._in_process = in_process
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._forking = True
@@ -181,10 +174,10 @@ class OutcomeChannel:
             self._read = -1
 
     def send(self, row: OutcomeRow) -> bool:
-        """In a pool process (or, `in_process`, a tool thread of the worker process): hand `row`
-        to the recorder. False when it must be written here instead (the prefork pool's main
-        process itself, a row too long for one frame, a full pipe, a recorder that is gone)."""
-        if self._write < 0 or (os.getpid() == self._owner and not self._in_process):
+        """In a pool process: hand `row` to the recorder. False when it must be written here
+        instead (the main process itself, a row too long for one frame, a full pipe, a
+        recorder that is gone)."""
+        if os.getpid() == self._owner or self._write < 0:
             return False
         data = pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
         frame = _HEADER.pack(len(data)) + data

@@ -9,9 +9,8 @@
 - `task_failure` with `WorkerLostError`: the fast path for a pool child that died while its
   parent lives (docs/ledger.md, crash table): the attempt is marked lost now instead of when
   its lease lapses;
-- `worker_init` with the prefork, threads or solo pool: the outcome recorder process and the
-  `OutcomeChannel` through which the pool processes (or the worker's own tool threads) hand it
-  their outcomes (`forward_outcome`);
+- `worker_init` with the prefork pool: the outcome recorder process and the `OutcomeChannel`
+  through which the pool processes hand it their outcomes (`forward_outcome`);
 - `worker_process_shutdown` / `worker_shutdown`: the outcomes this process still holds are
   written before it exits (the sweeper would, later); the main process first takes what the
   channel still carries.
@@ -64,12 +63,9 @@ class WorkerServices:
         # Before the pool forks: every MCP server's tool list is read anew and its tools get
         # their tasks here (a server that cannot be reached keeps its kept list, or none).
         self.refresh_tools()
-        pool = _pool_name(getattr(sender, "pool_cls", None))
-        if pool in _RECORDED_POOLS and self.channel is None:
+        if _is_prefork(getattr(sender, "pool_cls", None)) and self.channel is None:
             source = self.source
-            self.channel = OutcomeChannel(
-                lambda: source.runtime.writer, in_process=pool != "prefork"
-            )
+            self.channel = OutcomeChannel(lambda: source.runtime.writer)
         if self.source.runtime.settings.worker_metrics_port:
             # deferred: prometheus_client is an optional dependency (extras `metrics`, `web`)
             from dex_celery.ops.metrics import serve_worker_metrics
@@ -122,20 +118,11 @@ class WorkerServices:
             log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
 
 
-#: Pools whose outcomes go to a recorder process: prefork's pool processes send theirs; threads
-#: and solo run tools in the worker process, which sends its own. Not gevent or eventlet: a fork
-#: of a monkey-patched process is not one to rely on; their worker writes with its own thread.
-_RECORDED_POOLS = frozenset({"prefork", "threads", "solo"})
-
-
-def _pool_name(pool: Any) -> str:
-    """Celery's `pool_cls` (a name, an alias or a class, as `worker_init` sees it) as one of
-    `prefork`, `threads`, `solo`, `gevent`, `eventlet` ("" if unknown)."""
-    if not isinstance(pool, str):
-        pool = getattr(pool, "__module__", "").rpartition(".")[2]
-    aliases = {"processes": "prefork", "thread": "threads", "custom": ""}
-    name = aliases.get(pool, pool)
-    return name if name in ("prefork", "threads", "solo", "gevent", "eventlet") else ""
+def _is_prefork(pool: Any) -> bool:
+    """Whether Celery's `pool_cls` (a name or a class, as `worker_init` sees it) forks pool
+    processes: `prefork` (alias `processes`), the default."""
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "")
+    return name in ("prefork", "processes") or name.endswith("concurrency.prefork")
 
 
 def connect_worker(

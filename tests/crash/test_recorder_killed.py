@@ -1,8 +1,7 @@
 """The outcome recorder (issue 25) SIGKILLed while outcomes are pending in it loses nothing.
 
 With the prefork pool the pool processes hand each decided outcome to the worker's recorder
-process (`OutcomeChannel`) instead of writing it to SQL themselves; with the threads pool the
-worker process's own tool threads do. A test hook makes the
+process (`OutcomeChannel`) instead of writing it to SQL themselves. A test hook makes the
 recorder take outcomes but never write them; it is then SIGKILLed. docs/ledger.md crash table,
 "after finish script, before SQL write": the ledger holds each outcome in its unrecorded index,
 so the sweeper writes it. S4.1: every call ends with exactly one record, one TOOL message and
@@ -29,17 +28,11 @@ from tests.support.toolapp import STALL_RECORDER_ENV, executions
 pytestmark = pytest.mark.crash
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_outcomes_pending_in_a_killed_recorder_are_recorded_once(
-    dex: Dex,
-    env: dict[str, str],
-    start_worker: Callable[..., Worker],
-    tmp_path: Path,
-    pool: str,
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "recorder.pid"
-    worker = start_worker(extra_env={STALL_RECORDER_ENV: str(pid_file)}, pool=pool)
-    wait_for(lambda: worker.recorder() is not None, timeout=10, what="the worker's recorder")
+    start_worker(extra_env={STALL_RECORDER_ENV: str(pid_file)})
     client = dex.client()
     records = [
         client.request_call("s1", "t1", f"c{i}", "slow_non_idempotent_write", {"seconds": 0})
@@ -69,8 +62,8 @@ def test_outcomes_pending_in_a_killed_recorder_are_recorded_once(
         what="the recorder to die",
     )
 
-    # The worker lives on; with its recorder gone, a pool process (threads: the worker process)
-    # records its own outcome (no sweeper runs yet, so nothing else could write it).
+    # The worker lives on; with its recorder gone, a pool process records its own outcome
+    # (no sweeper runs yet, so nothing else could write it).
     after = client.request_call("s1", "t2", "c9", "slow_non_idempotent_write", {"seconds": 0})
     assert wait_finished(dex, after.key, timeout=60).status is CallStatus.SUCCEEDED
 

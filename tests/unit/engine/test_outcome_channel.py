@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -110,33 +109,6 @@ def test_the_main_process_and_a_long_row_are_written_where_they_are(tmp_path: Pa
     assert _exit_code(_fork(lambda: 0 if channel.send(_row(2, long_result)) is False else 4)) == 0
     assert channel.close(timeout=30)
     assert _lines(out) == ["flushed"]
-
-
-def test_tool_threads_of_the_worker_process_hand_their_rows_over_in_process(
-    tmp_path: Path,
-) -> None:
-    """The threads and solo pools run tools in the worker process itself: `in_process`, its
-    threads send, every row arrives whole and once, and `close` lets the recorder write them
-    all before it exits."""
-    out = tmp_path / "rows"
-    channel = OutcomeChannel(lambda: FileWriter(out), in_process=True)  # type: ignore[arg-type, return-value]
-    per_thread = 50  # 200 frames of ~230 bytes: less than the pipe holds, so none is refused
-    sent: list[bool] = []
-
-    def send_all(base: int) -> None:
-        sent.extend(channel.send(_row(base + i, f"r{base + i}")) for i in range(per_thread))
-
-    threads = [threading.Thread(target=send_all, args=(n * per_thread,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(sent) and len(sent) == 4 * per_thread
-    assert channel.close(timeout=30)
-    lines = _lines(out)
-    assert lines[-1] == "flushed"
-    assert sorted(lines[:-1]) == sorted(f"c{i} r{i}" for i in range(4 * per_thread))
-    assert channel.send(_row(0)) is False  # closed: the process writes it itself
 
 
 def test_a_full_pipe_is_refused_not_waited_on(tmp_path: Path) -> None:

@@ -63,11 +63,9 @@ def last_attempt_state(log_json: str | None) -> str:
     return entries[-1].state if entries else ""
 
 
-def decided_step(entry: LedgerCall | None) -> Step | None:
-    """The FINISHED step of an outcome the ledger alone decided and SQL may not hold yet; None
-    while the call goes on, or for an end SQL may still judge (`Dispatcher.record`)."""
-    if entry is None or (entry.status, entry.reason) not in _DECIDED_BY_THE_LEDGER:
-        return None
+def finished_step(entry: LedgerCall) -> Step:
+    """The FINISHED step a ledger entry with a decided outcome stands for: what its recording
+    (`Dispatcher.record`) is given, by the sweeper or a waiting caller."""
     return Step(
         StepKind.FINISHED,
         attempt=entry.attempt,
@@ -77,6 +75,14 @@ def decided_step(entry: LedgerCall | None) -> Step | None:
         detail=entry.error,
         finished_at=entry.finished_at,
     )
+
+
+def decided_step(entry: LedgerCall | None) -> Step | None:
+    """The FINISHED step of an outcome the ledger alone decided and SQL may not hold yet; None
+    while the call goes on, or for an end SQL may still judge (`Dispatcher.record`)."""
+    if entry is None or (entry.status, entry.reason) not in _DECIDED_BY_THE_LEDGER:
+        return None
+    return finished_step(entry)
 
 
 def decided(record: ToolCallRecord, entry: LedgerCall | None) -> ToolCallRecord:

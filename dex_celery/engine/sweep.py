@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import record_sweep
+from dex_celery.engine.decided import finished_step
 from dex_celery.engine.dispatch import claimed_write_outcome
 from dex_celery.ledger.keys import ShardKeys
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind, shard_epoch
@@ -221,16 +222,7 @@ class Sweeper:
         entry = self.ledger.read(key)
         if entry is None or entry.status not in {s.value for s in CallStatus if s.terminal}:
             return False
-        step = Step(
-            StepKind.FINISHED,
-            attempt=entry.attempt,
-            status=entry.status,
-            reason=entry.reason,
-            log=entry.log_json,
-            detail=entry.error,
-            finished_at=entry.finished_at,
-        )
-        self.dispatcher.record(key, step, result=entry.result)
+        self.dispatcher.record(key, finished_step(entry), result=entry.result)
         return True
 
     def _expire_approvals(self, now: float) -> tuple[int, int]:

@@ -18,7 +18,10 @@ framework's ids and approval mechanism into these calls, so the three agree on:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
@@ -28,6 +31,11 @@ from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.tools.tool import Tool, find_tool
+
+log = logging.getLogger(__name__)
+
+#: How often (seconds) a call the model is waiting for reports that it still waits.
+PROGRESS_EVERY = 5.0
 
 #: The note dex records with an approval given through a framework.
 APPROVED_NOTE = "approved in the {framework} run"
@@ -114,6 +122,39 @@ def record_text(record: ToolCallRecord) -> str:
     return tool_output(record.status, record.result, record.error or "")
 
 
+@dataclass(frozen=True, slots=True)
+class CallProgress:
+    """A call the framework is still waiting for: reported every `PROGRESS_EVERY` seconds, so a
+    long tool, a queue or a Redis outage is not silence in the framework's run."""
+
+    key: str
+    tool: str
+    status: CallStatus
+    attempts: int
+    waited: float
+    timeout: float
+
+    def text(self) -> str:
+        return (
+            f"dex call {self.key} ({self.tool}) is {self.status.value} after {self.waited:.0f}s "
+            f"(attempts {self.attempts}; the framework waits up to {self.timeout:g}s)"
+        )
+
+
+ProgressCallback = Callable[[CallProgress], None]
+
+
+def report_progress(
+    record: ToolCallRecord, waited: float, timeout: float, progress: ProgressCallback | None
+) -> None:
+    update = CallProgress(
+        record.key, record.tool_name, record.status, record.attempts, waited, timeout
+    )
+    log.info("%s", update.text())
+    if progress is not None:
+        progress(update)
+
+
 class Decisions:
     """A person's decisions on dex calls, made through a framework, for both client kinds."""
 
@@ -160,23 +201,48 @@ class Decisions:
 
     # --- the model's text -----------------------------------------------------------------
 
-    def text(self, record: ToolCallRecord, timeout: float) -> str:
-        """Wait for a dispatched call to end and return what the model reads of it."""
+    def text(
+        self,
+        record: ToolCallRecord,
+        timeout: float,
+        progress: ProgressCallback | None = None,
+        every: float = PROGRESS_EVERY,
+    ) -> str:
+        """Wait for a dispatched call to end and return what the model reads of it, reporting
+        progress every `every` seconds while it waits."""
         if record.status is CallStatus.AWAITING_APPROVAL:
             return pending_text(record)
-        if not record.finished:
-            try:
-                (record,) = self.client.wait([record.key], timeout=timeout)
-            except CallTimeout:
+        started = time.monotonic()
+        while not record.finished:
+            remaining = timeout - (time.monotonic() - started)
+            if remaining <= 0:
                 return in_flight_text(record, timeout)
+            try:
+                (record,) = self.client.wait([record.key], timeout=min(every, remaining))
+            except CallTimeout:
+                record = self.client.get_call(record.key)
+                if not record.finished:
+                    report_progress(record, time.monotonic() - started, timeout, progress)
         return record_text(record)
 
-    async def atext(self, record: ToolCallRecord, timeout: float) -> str:
+    async def atext(
+        self,
+        record: ToolCallRecord,
+        timeout: float,
+        progress: ProgressCallback | None = None,
+        every: float = PROGRESS_EVERY,
+    ) -> str:
         if record.status is CallStatus.AWAITING_APPROVAL:
             return pending_text(record)
-        if not record.finished:
-            try:
-                (record,) = await self.aclient.wait([record.key], timeout=timeout)
-            except CallTimeout:
+        started = time.monotonic()
+        while not record.finished:
+            remaining = timeout - (time.monotonic() - started)
+            if remaining <= 0:
                 return in_flight_text(record, timeout)
+            try:
+                (record,) = await self.aclient.wait([record.key], timeout=min(every, remaining))
+            except CallTimeout:
+                record = await self.aclient.get_call(record.key)
+                if not record.finished:
+                    report_progress(record, time.monotonic() - started, timeout, progress)
         return record_text(record)

@@ -41,13 +41,18 @@ Pydantic AI's `override_args` is: the call is recorded `rejected` and the model 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.config import get_config, get_stream_writer
 from langgraph.prebuilt import ToolRuntime
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
@@ -58,21 +63,29 @@ from dex_celery.errors import (
     InvalidRequest,
     RequestInFlight,
 )
+from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
+    CallProgress,
     Decisions,
+    ProgressCallback,
     request_in_flight_text,
     runtime_source,
     select_tools,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
 #: Who decided, in dex's record, when the resume value does not say.
 DEFAULT_APPROVER = "langgraph"
+#: The id prefix of a `HumanMessage` that carries a dex message (`dex-message-<id>`).
+DEX_MESSAGE_ID_PREFIX = "dex-message-"
+#: The key of the custom stream events (`stream_mode="custom"`) a waiting call reports.
+PROGRESS_EVENT = "dex_progress"
 
 SessionIdSource = str | Callable[[ToolRuntime], str]
 
@@ -119,10 +132,15 @@ def dex_tools(
     session_id: SessionIdSource | None = None,
     approver: str = DEFAULT_APPROVER,
     wait_timeout: float = 300.0,
+    progress: ProgressCallback | None = None,
 ) -> list[BaseTool]:
-    """LangChain tools of the named dex tools (all registered tools by default)."""
+    """LangChain tools of the named dex tools (all registered tools by default).
+
+    A call still running after a few seconds reports its progress (`CallProgress`) to
+    `progress`, else as a custom stream event `{"dex_progress": {...}}` of the graph
+    (`stream_mode="custom"`)."""
     source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, approver, wait_timeout)
+    bridge = _Bridge(source, session_id, approver, wait_timeout, progress)
     return [bridge.tool(tool) for tool in select_tools(source, names)]
 
 
@@ -133,11 +151,14 @@ class _Bridge:
         session_id: SessionIdSource | None,
         approver: str,
         wait_timeout: float,
+        progress: ProgressCallback | None = None,
     ) -> None:
         self.decisions = Decisions(source, "LangGraph")
+        self.conversation = Conversation(source)
         self.session_id = session_id
         self.approver = approver
         self.wait_timeout = wait_timeout
+        self.progress = progress or _stream_progress
 
     def tool(self, tool: Tool) -> BaseTool:
         # `runtime: ToolRuntime` is how a ToolNode (and create_agent) hands a tool the graph's
@@ -186,6 +207,9 @@ class _Bridge:
 
     def run(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
         session, turn, call_id = self.ids(runtime)
+        self.conversation.record(
+            session, seen_messages(_messages(runtime.state)), call_secrets(tool, arguments)
+        )
         try:
             record = self.decisions.client.request_call(
                 session, turn, call_id, tool.name, arguments
@@ -202,10 +226,13 @@ class _Bridge:
             else:
                 reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
                 record = self.decisions.reject(record, who, reason)
-        return self.decisions.text(record, self.wait_timeout)
+        return self.decisions.text(record, self.wait_timeout, self.progress)
 
     async def arun(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
         session, turn, call_id = self.ids(runtime)
+        await self.conversation.arecord(
+            session, seen_messages(_messages(runtime.state)), call_secrets(tool, arguments)
+        )
         try:
             record = await self.decisions.aclient.request_call(
                 session, turn, call_id, tool.name, arguments
@@ -222,7 +249,93 @@ class _Bridge:
             else:
                 reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
                 record = await self.decisions.areject(record, who, reason)
-        return await self.decisions.atext(record, self.wait_timeout)
+        return await self.decisions.atext(record, self.wait_timeout, self.progress)
+
+
+# --- one conversation (S12.1) -------------------------------------------------------------------
+
+
+def seen_messages(messages: Sequence[Any]) -> list[SeenMessage]:
+    """The human messages and the AI's text of a LangGraph `messages` state, in order."""
+    seen = []
+    for message in messages:
+        if isinstance(message, HumanMessage):
+            role = MessageRole.USER
+        elif isinstance(message, AIMessage):
+            role = MessageRole.ASSISTANT
+        else:
+            continue
+        text = message.text if isinstance(message.text, str) else str(message.text)
+        if text:
+            seen.append(SeenMessage(role, text))
+    return seen
+
+
+def dex_messages(
+    dex: RuntimeSource | DexClient | AsyncDexClient, session_id: str, messages: Sequence[Any]
+) -> list[HumanMessage]:
+    """The session's user messages written through dex (reconciliation reports first) that the
+    graph's `messages` do not hold yet, as `HumanMessage`s to add to the state: for a graph of
+    your own, call it in the node before the model. `DexConversation` does it for
+    `create_agent`."""
+    texts = [m.text for m in seen_messages(messages) if m.role is MessageRole.USER]
+    pending = Conversation(runtime_source(dex)).undelivered(session_id, texts)
+    return [
+        HumanMessage(content=m.text or "", id=f"{DEX_MESSAGE_ID_PREFIX}{m.id}") for m in pending
+    ]
+
+
+class DexConversation(AgentMiddleware):
+    """`create_agent` middleware: before each model call, the session's user messages written
+    through dex that the state does not hold yet become `HumanMessage`s of the state, so the
+    model reads them now and the checkpoint keeps them (a resumed thread is not handed them
+    again). The session is the graph's `thread_id`, unless `session_id` is given, as for
+    `dex_tools`.
+
+        agent = create_agent(model, dex_tools(dex), middleware=[DexConversation(dex)],
+                             checkpointer=saver)
+    """
+
+    def __init__(
+        self,
+        dex: RuntimeSource | DexClient | AsyncDexClient,
+        *,
+        session_id: str | Callable[[Mapping[str, Any]], str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = runtime_source(dex)
+        self.session_id = session_id
+
+    def _session(self) -> str:
+        config = get_config()
+        if isinstance(self.session_id, str):
+            return self.session_id
+        if self.session_id is not None:
+            return self.session_id(config)
+        thread = (config.get("configurable") or {}).get("thread_id")
+        if not isinstance(thread, str) or not thread:
+            raise ConfigurationError(
+                "the graph has no thread_id to use as the session id; run it with "
+                "config={'configurable': {'thread_id': ...}} or pass DexConversation(..., "
+                "session_id=...)"
+            )
+        return thread
+
+    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        pending = dex_messages(self.source, self._session(), _messages(state))
+        return {"messages": pending} if pending else None
+
+    async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.before_model, state, runtime)
+
+
+def _stream_progress(progress: CallProgress) -> None:
+    """A waiting call's progress as a custom stream event of the graph run."""
+    try:
+        writer = get_stream_writer()
+    except RuntimeError:  # not inside a graph run: the log line is all there is
+        return
+    writer({PROGRESS_EVENT: {**dataclasses.asdict(progress), "status": progress.status.value}})
 
 
 def _interrupt_value(

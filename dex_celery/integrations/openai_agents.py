@@ -42,7 +42,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents import FunctionTool, RunContextWrapper
+from agents import FunctionTool, RunContextWrapper, SQLiteSession
+from agents.items import TResponseInputItem
+from agents.memory.session import Session, SessionABC
 from agents.run_config import ToolErrorFormatterArgs
 from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
@@ -51,24 +53,26 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import (
     ApprovalError,
-    CallTimeout,
     ConfigurationError,
     DexError,
     InvalidRequest,
     RequestInFlight,
     UnknownSession,
 )
+from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     Decisions,
+    ProgressCallback,
     record_text,
     request_in_flight_text,
     runtime_source,
 )
 from dex_celery.integrations.framework_calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
-from dex_celery.model.outcomes import CallStatus, tool_output
+from dex_celery.model.conversation import SeenMessage
+from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass, resolve_policy
-from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.records import MessageRole
 from dex_celery.tools.tool import Tool, find_tool
 
 #: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).
@@ -88,25 +92,22 @@ def dex_function_tools(
     session_id: SessionIdSource | None = None,
     approver: str = DEFAULT_APPROVER,
     wait_timeout: float = 300.0,
+    progress: ProgressCallback | None = None,
 ) -> list[FunctionTool]:
     """The SDK function tools of the named dex tools (all registered tools by default).
 
-    `dex` may also be a `DexClient` or `AsyncDexClient` of the deployment.
+    `dex` may also be a `DexClient` or `AsyncDexClient` of the deployment. A call still
+    running after a few seconds reports its progress (`CallProgress`) to `progress` and to the
+    log. With a `DexSession`, use `session.function_tools(...)`, which names its session.
     """
-    source: RuntimeSource
-    if isinstance(dex, AsyncDexClient):
-        source = dex.sync.source
-    elif isinstance(dex, DexClient):
-        source = dex.source
-    else:
-        source = dex
+    source = runtime_source(dex)
     registered = source.runtime.tools
     tools = (
         [find_tool(registered, name) for name in names]
         if names is not None
         else list(registered.values())
     )
-    bridge = _Bridge(source, session_id, approver, wait_timeout)
+    bridge = _Bridge(source, session_id, approver, wait_timeout, progress)
     return [bridge.function_tool(tool) for tool in tools]
 
 
@@ -117,12 +118,16 @@ class _Bridge:
         session_id: SessionIdSource | None,
         approver: str,
         wait_timeout: float,
+        progress: ProgressCallback | None = None,
     ) -> None:
         self.source = source
         self.client = AsyncDexClient(source)
+        self.decisions = Decisions(source, "OpenAI Agents SDK")
+        self.conversation = Conversation(source)
         self.session_id = session_id
         self.approver = approver
         self.wait_timeout = wait_timeout
+        self.progress = progress
 
     def function_tool(self, tool: Tool) -> FunctionTool:
         async def invoke(ctx: AgentsToolContext[Any], arguments: str) -> str:
@@ -203,9 +208,18 @@ class _Bridge:
     # --- the call ------------------------------------------------------------------------------
 
     async def invoke(self, tool: Tool, ctx: AgentsToolContext[Any], arguments: str) -> str:
+        session = self.run_id(ctx)
+        try:
+            secrets = call_secrets(tool, json.loads(arguments or "{}"))
+        except ValueError:
+            secrets = {}
+        if secrets:
+            # The messages that led here were copied by the `DexSession` as the SDK saved them;
+            # this call's secrets are scrubbed from those copies now that they are known.
+            await self.conversation.arecord(session, [], secrets)
         try:
             record = await self.client.request_call(
-                self.run_id(ctx), self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"
+                session, self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"
             )
         except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
             return f"Error: {e}"
@@ -222,17 +236,7 @@ class _Bridge:
             except ApprovalError:
                 # Decided meanwhile elsewhere, or its deadline passed: the record says how.
                 record = await self.client.get_call(record.key)
-        if record.status is CallStatus.AWAITING_APPROVAL:
-            return pending_text(record)
-        if not record.finished:
-            try:
-                (record,) = await self.client.wait([record.key], timeout=self.wait_timeout)
-            except CallTimeout:
-                return (
-                    f"The call {record.key} is still in flight after {self.wait_timeout:g}s; its "
-                    "outcome will be in the session's history."
-                )
-        return tool_output(record.status, record.result, record.error or "")
+        return await self.decisions.atext(record, self.wait_timeout, self.progress)
 
 
 def dex_rejections(
@@ -268,10 +272,90 @@ def dex_rejections(
     return formatter
 
 
-def pending_text(record: ToolCallRecord) -> str:
-    """What the model reads for a call still waiting for a person's decision."""
-    deadline = json.dumps(record.approval_deadline)
-    return (
-        f"The call {record.key} is waiting for a person's approval (deadline {deadline}) and has "
-        "not run."
-    )
+class DexSession(SessionABC):
+    """An SDK `Session` that is also the dex session: one conversation (S12.1).
+
+    The Agents SDK keeps a conversation in a `Session` (`Runner.run(agent, input,
+    session=...)`), so that is where dex meets it. `DexSession` wraps the session that stores
+    the items (`inner`; an in-memory `SQLiteSession` by default, or your own) and adds two
+    things, both decided from the stored items themselves:
+
+    - when the SDK saves items (`add_items`), the user and assistant messages are copied into
+      the dex session, so the approvals page, `calls show` and the webhook show what led to a
+      call;
+    - when the SDK loads the history for a run (`get_items`), the session's user messages
+      written through dex that the stored items do not hold yet (reconciliation reports first)
+      are added to the stored items, so the model reads them at this run and the history keeps
+      them: a later run is not handed them again.
+
+        session = DexSession(dex, "conv-42", SQLiteSession("conv-42", "chats.db"))
+        agent = Agent(name="desk", tools=session.function_tools(["refund"]))
+        await Runner.run(agent, "Where is my refund?", session=session)
+    """
+
+    def __init__(
+        self,
+        dex: RuntimeSource | DexClient | AsyncDexClient,
+        session_id: str,
+        inner: Session | None = None,
+    ) -> None:
+        self.source = runtime_source(dex)
+        self.session_id = session_id
+        self.inner: Session = inner if inner is not None else SQLiteSession(session_id)
+        self.session_settings = self.inner.session_settings
+        self._conversation = Conversation(self.source)
+
+    def function_tools(
+        self, names: Sequence[str] | None = None, **options: Any
+    ) -> list[FunctionTool]:
+        """`dex_function_tools` whose calls belong to this session."""
+        return dex_function_tools(self.source, names, session_id=self.session_id, **options)
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        items = await self.inner.get_items()
+        texts = [m.text for m in seen_items(items) if m.role is MessageRole.USER]
+        pending = await self._conversation.aundelivered(self.session_id, texts)
+        if pending:
+            handed: list[TResponseInputItem] = [
+                {"role": "user", "content": m.text or ""} for m in pending
+            ]
+            await self.inner.add_items(handed)
+            items = [*items, *handed]
+        return items if limit is None else items[-limit:] if limit > 0 else []
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        await self.inner.add_items(items)
+        await self._conversation.arecord(self.session_id, seen_items(await self.inner.get_items()))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        await self.inner.clear_session()
+
+
+def seen_items(items: Sequence[Any]) -> list[SeenMessage]:
+    """The user messages and the assistant's text of SDK input items, in order."""
+    seen = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("role") not in ("user", "assistant"):
+            continue
+        if item.get("type", "message") != "message":
+            continue
+        text = _item_text(item.get("content"))
+        if text:
+            role = MessageRole.USER if item["role"] == "user" else MessageRole.ASSISTANT
+            seen.append(SeenMessage(role, text))
+    return seen
+
+
+def _item_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") in ("input_text", "output_text")
+        )
+    return ""

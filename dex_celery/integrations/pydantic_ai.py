@@ -50,7 +50,14 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import Tool as PydanticTool
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
@@ -58,9 +65,11 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError, InvalidRequest, RequestInFlight
+from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     Decisions,
+    ProgressCallback,
     record_text,
     request_in_flight_text,
     runtime_source,
@@ -69,8 +78,9 @@ from dex_celery.integrations.framework_calls import (
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
 log = logging.getLogger(__name__)
@@ -92,11 +102,13 @@ class DexTools(AbstractCapability[Any]):
     session_id: SessionIdSource | None = field(default=None, kw_only=True)
     approver: str = field(default=DEFAULT_APPROVER, kw_only=True)
     wait_timeout: float = field(default=300.0, kw_only=True)
+    progress: ProgressCallback | None = field(default=None, kw_only=True)
     toolset: FunctionToolset[Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._source = runtime_source(self.dex)
         self._decisions = Decisions(self._source, "Pydantic AI")
+        self._conversation = Conversation(self._source)
         self._tools = {tool.name: tool for tool in select_tools(self._source, self.names)}
         self.toolset = FunctionToolset([self._pydantic_tool(tool) for tool in self._tools.values()])
 
@@ -109,17 +121,17 @@ class DexTools(AbstractCapability[Any]):
 
     # --- ids -----------------------------------------------------------------------------------
 
+    def session_of(self, ctx: RunContext[Any]) -> str:
+        """The dex session of this run: `session_id`, else the conversation id, else the run."""
+        if isinstance(self.session_id, str):
+            return self.session_id
+        if self.session_id is not None:
+            return self.session_id(ctx)
+        return ctx.conversation_id or ctx.run_id or ""
+
     def key_ids(self, ctx: RunContext[Any], tool_call_id: str) -> tuple[str, str]:
         """`(session id, turn id)` of the call `tool_call_id` of this run's history."""
-        if isinstance(self.session_id, str):
-            session = self.session_id
-        elif self.session_id is not None:
-            session = self.session_id(ctx)
-        elif ctx.conversation_id:
-            session = ctx.conversation_id
-        else:
-            session = ctx.run_id or ""
-        return session, turn_id(_model_responses(ctx.messages, tool_call_id))
+        return self.session_of(ctx), turn_id(_model_responses(ctx.messages, tool_call_id))
 
     # --- the tool ------------------------------------------------------------------------------
 
@@ -141,6 +153,9 @@ class DexTools(AbstractCapability[Any]):
         asked = _asked_arguments(ctx.messages, call_id)
         if ctx.tool_call_approved and asked is not None and not same_arguments(asked, arguments):
             return await self._refuse_changed_arguments(tool, ctx, session, turn, asked)
+        await self._conversation.arecord(
+            session, seen_messages(ctx.messages), call_secrets(tool, arguments)
+        )
         try:
             record = await self._decisions.aclient.request_call(
                 session, turn, call_id, tool.name, arguments
@@ -155,7 +170,7 @@ class DexTools(AbstractCapability[Any]):
                     metadata={"dex_key": record.key, "approval_deadline": record.approval_deadline}
                 )
             record = await self._decisions.aapprove(record, self._decided_by(ctx))
-        return await self._decisions.atext(record, self.wait_timeout)
+        return await self._decisions.atext(record, self.wait_timeout, self.progress)
 
     async def _refuse_changed_arguments(
         self, tool: Tool, ctx: RunContext[Any], session: str, turn: str, asked: dict[str, Any]
@@ -179,11 +194,19 @@ class DexTools(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Record in dex the calls a person denied, and give the model the record's text.
+        """Before each model request: hand the model the session's user messages written
+        through dex that the history does not hold yet (reconciliation reports first), and
+        record in dex the calls a person denied, giving the model the record's text.
+
+        The messages go in with `ctx.enqueue`, Pydantic AI's own way to add to a request and to
+        the run's history, each as a `ModelRequest` whose metadata names the dex message: the
+        model reads it now, and the history the run returns holds it, so a run resumed from that
+        history is not handed it again (docs/frameworks.md, "One conversation").
 
         Pydantic AI answers a `ToolDenied` without calling the tool; its `denied` tool return is
         in the history by the next model request, which is where it is found here.
         """
+        await self._hand_over(ctx)
         rewritten: dict[int, ModelRequest] = {}
         for history in (ctx.messages, request_context.messages):
             if not history or not isinstance(history[-1], ModelRequest):
@@ -193,6 +216,19 @@ class DexTools(AbstractCapability[Any]):
                 rewritten[id(request)] = await self._with_denials_recorded(ctx, request)
             history[-1] = rewritten[id(request)]
         return request_context
+
+    async def _hand_over(self, ctx: RunContext[Any]) -> None:
+        session = self.session_of(ctx)
+        if not session:
+            return
+        user_texts = [m.text for m in seen_messages(ctx.messages) if m.role is MessageRole.USER]
+        for message in await self._conversation.aundelivered(session, user_texts):
+            ctx.enqueue(
+                ModelRequest(
+                    parts=[UserPromptPart(message.text or "")],
+                    metadata={DEX_MESSAGE_ID: message.id},
+                )
+            )
 
     async def _with_denials_recorded(
         self, ctx: RunContext[Any], request: ModelRequest
@@ -227,6 +263,29 @@ class DexTools(AbstractCapability[Any]):
         if not record.finished:
             return None
         return record_text(record)
+
+
+def seen_messages(messages: Sequence[Any]) -> list[SeenMessage]:
+    """The user prompts and the model's text of a Pydantic AI history, in order."""
+    seen = []
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart):
+                    text = _user_text(part.content)
+                    if text:
+                        seen.append(SeenMessage(MessageRole.USER, text))
+        elif isinstance(message, ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+            if text:
+                seen.append(SeenMessage(MessageRole.ASSISTANT, text))
+    return seen
+
+
+def _user_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(item for item in content if isinstance(item, str))
 
 
 def _model_responses(messages: Sequence[Any], tool_call_id: str) -> int:

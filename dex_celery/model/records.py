@@ -35,6 +35,9 @@ class Message:
     tool_arguments: str | None = None
     id: int = 0
     created_at: float = 0.0
+    #: Copied from an agent framework's own history (a user or assistant message that led to a
+    #: call), not written through dex; such messages are never handed back to the framework.
+    mirrored: bool = False
 
 
 @dataclass(frozen=True, slots=True)

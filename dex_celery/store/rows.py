@@ -77,6 +77,7 @@ def message_record(row: RowMapping) -> Message:
         tool_arguments=row["tool_arguments"],
         id=row["id"],
         created_at=row["created_at"],
+        mirrored=row.get("mirror_key") is not None,
     )
 
 

@@ -53,7 +53,13 @@ messages = Table(
     # writers race to record it.
     Column("call_key", String(620), nullable=True, unique=True),
     Column("created_at", Float, nullable=False),
+    # A message copied from an agent framework's own history (docs/frameworks.md, "One
+    # conversation"): its identity there, so a history seen again is not copied twice. NULL for
+    # messages written through dex (TOOL outcomes, `send_user_message`), which are the ones a
+    # framework is handed back.
+    Column("mirror_key", String(64), nullable=True),
     Index("ix_dex_messages_session", "session_id", "id"),
+    Index("uq_dex_messages_mirror", "session_id", "mirror_key", unique=True),
 )
 
 tool_calls = Table(

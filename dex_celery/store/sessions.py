@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from sqlalchemy import (
     Connection,
     insert,
     select,
+    update,
 )
 
 from dex_celery.errors import UnknownSession
+from dex_celery.model.conversation import CopiedMessage
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import (
     Message,
@@ -94,6 +98,70 @@ class SessionsAndMessages(StoreBase):
             )
             new_id = result.inserted_primary_key[0] if result.inserted_primary_key else 0
         return Message(role=role, text=text, id=int(new_id), created_at=now)
+
+    # --- one conversation with an agent framework (S12.1) ----------------------------------------
+
+    def copy_messages(
+        self,
+        session_id: str,
+        copied: Sequence[CopiedMessage],
+        rescrub: Callable[[str], str] | None = None,
+    ) -> int:
+        """Keep a framework's user and assistant messages in the session (created if new), each
+        once however often its history is seen; `rescrub` applies a call's secrets to the copies
+        kept before (a secret may be in a message that led to an earlier call). Returns how many
+        were new."""
+        now = self.clock()
+        added = 0
+        with self.engine.begin() as conn:
+            insert_ignore(conn, sessions, id=session_id, default_effect=None, created_at=now)
+            known = set(
+                conn.execute(
+                    select(messages.c.mirror_key).where(
+                        messages.c.session_id == session_id, messages.c.mirror_key.is_not(None)
+                    )
+                ).scalars()
+            )
+            if rescrub is not None:
+                for row in conn.execute(
+                    select(messages.c.id, messages.c.text).where(
+                        messages.c.session_id == session_id, messages.c.mirror_key.is_not(None)
+                    )
+                ).all():
+                    scrubbed = rescrub(row.text or "")
+                    if scrubbed != (row.text or ""):
+                        conn.execute(
+                            update(messages).where(messages.c.id == row.id).values(text=scrubbed)
+                        )
+            for message in copied:
+                if message.key in known:
+                    continue
+                # Two calls of one turn may copy the same history at once: the unique key decides.
+                added += insert_ignore(
+                    conn,
+                    messages,
+                    session_id=session_id,
+                    role=message.role.value,
+                    text=message.text,
+                    mirror_key=message.key,
+                    created_at=now,
+                )
+        return added
+
+    def sent_user_messages(self, session_id: str) -> list[Message]:
+        """The session's user messages written through dex (`send_user_message`, reconciliation
+        reports), oldest first: what a framework's history is handed; none for no session."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(messages)
+                .where(
+                    messages.c.session_id == session_id,
+                    messages.c.role == MessageRole.USER.value,
+                    messages.c.mirror_key.is_(None),
+                )
+                .order_by(messages.c.id)
+            ).mappings()
+            return [message_record(r) for r in rows]
 
 
 def session_default(conn: Connection, session_id: str, now: float) -> EffectClass | None:

@@ -25,7 +25,7 @@ from dex_celery.errors import InvalidDecision
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.langgraph import Decision, dex_tools
 from tests.support.crash import lines, tool_messages, wait_started
-from tests.support.langchain_model import ScriptedChatModel, tool_call
+from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 from tests.support.processes import Worker
 
 

@@ -18,7 +18,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from dex_celery import Settings
 from dex_celery.integrations.langgraph import dex_tools
-from tests.support.langchain_model import ScriptedChatModel, tool_call
+from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 from tests.support.toolapp import make_app
 
 #: The write the crash test kills the agent process in the middle of.

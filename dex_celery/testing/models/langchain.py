@@ -1,4 +1,4 @@
-"""A scripted LangChain chat model for LangGraph tests (no network).
+"""A scripted LangChain chat model for LangGraph and `create_agent` (docs/testing.md).
 
 The n-th model response of a conversation is `turns[n]`, chosen by counting the AI messages the
 model is given, so a graph resumed from its checkpoint (in this process or another) follows the
@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
 
 class ScriptedChatModel(BaseChatModel):
+    """The n-th model response of the conversation is `turns[n]` (the last one repeats)."""
+
     turns: list[AIMessage]
     seen: list[list[BaseMessage]] = Field(default_factory=list)
 
@@ -45,6 +47,11 @@ class ScriptedChatModel(BaseChatModel):
             m.tool_call_id: str(m.content) for m in self.seen[call] if isinstance(m, ToolMessage)
         }
 
+    def user_texts(self, call: int = -1) -> list[str]:
+        """The user (human) messages of one of the model's inputs."""
+        return [str(m.content) for m in self.seen[call] if isinstance(m, HumanMessage)]
+
 
 def tool_call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    """A model response making one tool call."""
     return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])

@@ -206,10 +206,11 @@ class Decisions:
         record: ToolCallRecord,
         timeout: float,
         progress: ProgressCallback | None = None,
-        every: float = PROGRESS_EVERY,
+        every: float | None = None,
     ) -> str:
         """Wait for a dispatched call to end and return what the model reads of it, reporting
-        progress every `every` seconds while it waits."""
+        progress every `every` seconds (`PROGRESS_EVERY`) while it waits."""
+        every = every or PROGRESS_EVERY
         if record.status is CallStatus.AWAITING_APPROVAL:
             return pending_text(record)
         started = time.monotonic()
@@ -230,8 +231,9 @@ class Decisions:
         record: ToolCallRecord,
         timeout: float,
         progress: ProgressCallback | None = None,
-        every: float = PROGRESS_EVERY,
+        every: float | None = None,
     ) -> str:
+        every = every or PROGRESS_EVERY
         if record.status is CallStatus.AWAITING_APPROVAL:
             return pending_text(record)
         started = time.monotonic()

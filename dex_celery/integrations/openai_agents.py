@@ -140,6 +140,7 @@ class _Bridge:
                 return False
             # Recorded now, while a person decides: a rejected call is never left unrecorded.
             # A bad request raises InvalidRequest again when invoked, and the model reads it then.
+            await self.scrub_conversation(self.run_id(ctx), tool, arguments)
             with contextlib.suppress(InvalidRequest):
                 await self.client.request_call(
                     self.run_id(ctx), self.turn_id(ctx), call_id, tool.name, arguments
@@ -207,16 +208,19 @@ class _Bridge:
 
     # --- the call ------------------------------------------------------------------------------
 
+    async def scrub_conversation(self, session: str, tool: Tool, arguments: Any) -> None:
+        """The messages that led to a call were copied by the `DexSession` as the SDK saved
+        them, before the call's secrets were known: scrub those copies of them now."""
+        secrets = call_secrets(tool, arguments)
+        if secrets:
+            await self.conversation.arecord(session, [], secrets)
+
     async def invoke(self, tool: Tool, ctx: AgentsToolContext[Any], arguments: str) -> str:
         session = self.run_id(ctx)
         try:
-            secrets = call_secrets(tool, json.loads(arguments or "{}"))
+            await self.scrub_conversation(session, tool, json.loads(arguments or "{}"))
         except ValueError:
-            secrets = {}
-        if secrets:
-            # The messages that led here were copied by the `DexSession` as the SDK saved them;
-            # this call's secrets are scrubbed from those copies now that they are known.
-            await self.conversation.arecord(session, [], secrets)
+            pass  # not JSON: the request refuses it below, and the model reads why
         try:
             record = await self.client.request_call(
                 session, self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"

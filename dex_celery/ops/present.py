@@ -240,6 +240,27 @@ def _messages_of(record: ToolCallRecord, history: Sequence[Message]) -> list[dic
     return out
 
 
+#: How many of the session's user and assistant messages before a call its details show.
+CONVERSATION_SHOWN = 6
+
+
+def conversation_before(
+    history: Sequence[Message], at: float, limit: int = CONVERSATION_SHOWN
+) -> list[dict[str, Any]]:
+    """The last `limit` user and assistant messages of the session written no later than the
+    call, oldest first: what led to it, whether the agent loop wrote them through dex or a
+    framework's history was copied in (S12.1; copies are scrubbed of the call's secrets)."""
+    shown = [
+        m
+        for m in history
+        if m.created_at <= at and m.role in (MessageRole.USER, MessageRole.ASSISTANT) and m.text
+    ]
+    return [
+        {"id": m.id, "role": m.role.value, "text": m.text, "created_at": m.created_at}
+        for m in shown[-limit:]
+    ]
+
+
 def call_details(
     source: RuntimeSource, record: ToolCallRecord, *, full: bool = False
 ) -> dict[str, Any]:
@@ -264,6 +285,7 @@ def call_details(
         late_result=_late(record.late_result or (entry.late if entry else None)),
         ledger_epoch=record.ledger_epoch,
         messages=_messages_of(record, history),
+        conversation=conversation_before(history, record.requested_at),
     )
     evidence = repeat_evidence(source.runtime.store, record)
     details["repeat"] = evidence.as_dict() if evidence is not None else None
@@ -283,7 +305,7 @@ def _cut_details(d: dict[str, Any]) -> bool:
             cut = cut or was
     for holder, name in [(a, "error") for a in d["attempt_log"]] + [
         (m, field) for m in d["messages"] for field in ("text", "tool_output")
-    ]:
+    ] + [(m, "text") for m in d["conversation"]]:
         if isinstance(holder.get(name), str):
             holder[name], was = cut_text(holder[name])
             cut = cut or was
@@ -338,6 +360,7 @@ def render_details(d: dict[str, Any], *, full: bool = False) -> str:
     if d["late_result"] is not None:
         lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")
     lines.append(_ledger_line(d["ledger"], d.get("ledger_error")))
+    lines.extend(_conversation_lines(d["conversation"], full))
     lines.extend(_message_lines(d["messages"], full))
     if d.get("cut"):
         lines.append(
@@ -391,6 +414,16 @@ def _ledger_line(ledger: dict[str, Any] | None, error: str | None) -> str:
     if error:
         return f"ledger    unavailable ({error})"
     return "ledger    (no entry: finished and expired, or never opened)"
+
+
+def _conversation_lines(conversation: list[dict[str, Any]], full: bool = False) -> list[str]:
+    lines = ["conversation before the call"]
+    if not conversation:
+        lines.append("  (no user or assistant message before this call)")
+    for m in conversation:
+        text = m["text"] if full else shorten(m["text"], 300)
+        lines.append(f"  [{m['role']}] {format_time(m['created_at'])}  {text}")
+    return lines
 
 
 def _message_lines(messages: list[dict[str, Any]], full: bool = False) -> list[str]:

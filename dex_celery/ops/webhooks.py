@@ -42,10 +42,12 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from dex_celery.errors import ConfigurationError
+from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.ledger.events import AgentEvent, EventType
 from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.times import format_utc
+from dex_celery.ops.present import conversation_before, cut_text
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import record_arguments
 
@@ -293,6 +295,8 @@ class WebhookSender:
             )
             if kind is WebhookEvent.AWAITING_APPROVAL:
                 body["approval_deadline"] = record.approval_deadline
+                # What led to the call, for the person deciding (S12.1).
+                body["conversation"] = self._conversation(record)
                 # Held back by the repeat guard (S5.4): why, and the earlier call it repeats.
                 body["repeat_of"] = record.repeat_of
                 body["repeat_reason"] = record.repeat_reason
@@ -302,6 +306,16 @@ class WebhookSender:
             row = UnknownOutcomes(self.source.runtime.store).get(event.key)
             body["report"] = row.report if row is not None else None
         return body
+
+    def _conversation(self, record: ToolCallRecord) -> list[dict[str, Any]]:
+        try:
+            _calls, history = self.source.runtime.store.snapshot(record.session_id)
+        except DexError:
+            return []
+        return [
+            {**m, "text": cut_text(m["text"])[0]}
+            for m in conversation_before(history, record.requested_at)
+        ]
 
     # --- delivering ----------------------------------------------------------------------------
 

@@ -286,7 +286,8 @@ def dex_messages(
 
 
 class DexConversation(AgentMiddleware):
-    """`create_agent` middleware: before each model call, the session's user messages written
+    """`create_agent` middleware: before each model call, the state's messages are copied into
+    the session, and the session's user messages written
     through dex that the state does not hold yet become `HumanMessage`s of the state, so the
     model reads them now and the checkpoint keeps them (a resumed thread is not handed them
     again). The session is the graph's `thread_id`, unless `session_id` is given, as for
@@ -322,7 +323,9 @@ class DexConversation(AgentMiddleware):
         return thread
 
     def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        pending = dex_messages(self.source, self._session(), _messages(state))
+        session, messages = self._session(), _messages(state)
+        Conversation(self.source).record(session, seen_messages(messages))
+        pending = dex_messages(self.source, session, messages)
         return {"messages": pending} if pending else None
 
     async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:

@@ -194,8 +194,8 @@ class DexTools(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Before each model request: hand the model the session's user messages written
-        through dex that the history does not hold yet (reconciliation reports first), and
+        """Before each model request: copy the history into the session, hand the model the
+        session's user messages written through dex that the history does not hold yet (reconciliation reports first), and
         record in dex the calls a person denied, giving the model the record's text.
 
         The messages go in with `ctx.enqueue`, Pydantic AI's own way to add to a request and to
@@ -221,7 +221,9 @@ class DexTools(AbstractCapability[Any]):
         session = self.session_of(ctx)
         if not session:
             return
-        user_texts = [m.text for m in seen_messages(ctx.messages) if m.role is MessageRole.USER]
+        seen = seen_messages(ctx.messages)
+        await self._conversation.arecord(session, seen)
+        user_texts = [m.text for m in seen if m.role is MessageRole.USER]
         for message in await self._conversation.aundelivered(session, user_texts):
             ctx.enqueue(
                 ModelRequest(

@@ -1,0 +1,61 @@
+"""docs/frameworks.md's "Reconciliation" and "Approvals in context" files and command, run as
+written in a fresh folder against a real redis-server and database (S12.1)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dex_celery import Dex
+from tests.support.processes import ROOT
+
+BLOCK = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
+REPORT = "Note from the payment system: the refund on order 1002 went through."
+
+
+@pytest.fixture
+def folder(tmp_path: Path, dex: Dex) -> Path:
+    for name, body in BLOCK.findall((ROOT / "docs" / "frameworks.md").read_text()):
+        (tmp_path / name).write_text(body)
+    return tmp_path
+
+
+def _run(folder: Path, env: dict[str, str], *command: str) -> str:
+    out = subprocess.run(
+        command,
+        cwd=folder,
+        env={**os.environ, **env, "PYTHONPATH": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_the_report_reaches_the_langgraph_model_once(folder: Path, env: dict[str, str]) -> None:
+    printed = _run(folder, env, sys.executable, "report_reaches_langgraph.py")
+    user_texts = ast.literal_eval(printed.strip().splitlines()[-1])
+    assert user_texts.count(REPORT) == 1
+    assert user_texts[0] == "Where is my refund?" and "Thanks." in user_texts
+
+
+def test_the_approval_shows_the_request_without_the_card(
+    folder: Path, env: dict[str, str]
+) -> None:
+    printed = _run(folder, env, sys.executable, "approval_in_context.py")
+    assert printed.strip() == "conv-7/turn-1/call_1"
+    shown = _run(
+        folder, env, str(Path(sys.executable).with_name("dex-celery")),
+        "-A", "shop", "calls", "show", "conv-7/turn-1/call_1",
+    )  # fmt: skip
+    section = shown.split("conversation before the call", 1)[1]
+    assert "Refund order 1002 to my card ***." in section
+    assert "[assistant]" in section and "I will refund order 1002." in section
+    assert "4111" not in shown

@@ -217,10 +217,9 @@ class _Bridge:
 
     async def invoke(self, tool: Tool, ctx: AgentsToolContext[Any], arguments: str) -> str:
         session = self.run_id(ctx)
-        try:
+        # Arguments that are not JSON are refused by the request below, and the model reads why.
+        with contextlib.suppress(ValueError):
             await self.scrub_conversation(session, tool, json.loads(arguments or "{}"))
-        except ValueError:
-            pass  # not JSON: the request refuses it below, and the model reads why
         try:
             record = await self.client.request_call(
                 session, self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"

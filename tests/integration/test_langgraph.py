@@ -24,8 +24,8 @@ from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.errors import InvalidDecision
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.langgraph import Decision, dex_tools
-from tests.support.crash import lines, tool_messages, wait_started
 from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
+from tests.support.crash import lines, tool_messages, wait_started
 from tests.support.processes import Worker
 
 

@@ -159,8 +159,8 @@ def test_readme_pydantic_ai_and_langgraph_examples_run(
 ) -> None:
     from pydantic_ai.models.function import FunctionModel
 
-    from tests.integration.test_pydantic_ai import Scripted, call
     from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
+    from tests.integration.test_pydantic_ai import Scripted, call
 
     folder, _env = example
     monkeypatch.chdir(folder)

@@ -81,8 +81,11 @@ class HotStatements:
     count_ended: DriverStatement
 
 
-#: Every column of a message but its generated id: what `rows.tool_message_row` fills in.
-_MESSAGE_COLUMNS = tuple(c.name for c in messages.columns if not c.primary_key)
+#: Every column of a message but its generated id and the key of a framework's copy (a TOOL
+#: message is never one): what `rows.tool_message_row` fills in.
+_MESSAGE_COLUMNS = tuple(
+    c.name for c in messages.columns if not c.primary_key and c.name != "mirror_key"
+)
 
 
 def _build(engine: Engine) -> HotStatements:

@@ -26,9 +26,8 @@ from typing import Any
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import ApprovalError, CallTimeout, UnknownSession
+from dex_celery.errors import ApprovalError, CallTimeout
 from dex_celery.model.outcomes import CallStatus, tool_output
-from dex_celery.model.policy import EffectClass, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.tools.tool import Tool, find_tool
 
@@ -66,20 +65,6 @@ def select_tools(source: RuntimeSource, names: Sequence[str] | None) -> list[Too
     if names is None:
         return list(registered.values())
     return [find_tool(registered, name) for name in names]
-
-
-def requires_approval(source: RuntimeSource, tool: Tool, session_id: str) -> bool:
-    """What the call's policy snapshot will say (S1.3, S1.4), the session's default included."""
-    try:
-        session_default: EffectClass | None = source.runtime.store.get_session(
-            session_id
-        ).default_effect
-    except UnknownSession:
-        session_default = None
-    snapshot = resolve_policy(
-        tool.policy, tool.annotations, session_default, source.runtime.settings
-    )
-    return snapshot.requires_approval
 
 
 def same_arguments(requested: Mapping[str, Any], approved: Mapping[str, Any]) -> bool:

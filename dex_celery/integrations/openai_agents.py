@@ -21,10 +21,11 @@ The idempotency key is built from the SDK's own ids (S2.1):
   model response is `turn-1` (the rule of every adapter, `framework_calls.turn_id`);
 - tool-call id: the model's `call_id`, which the SDK requires to be unique within a run.
 
-Approvals use the SDK's human-in-the-loop mechanism: a tool whose dex policy asks a person
-(S1.3) has `needs_approval`, and when the model makes such a call it is requested in dex right
-then (its record waits, with its approval deadline, also in `dex-celery approvals`) and the run
-stops with an interruption. Approving it there (`state.approve(item)`, then
+Approvals use the SDK's human-in-the-loop mechanism: every dex tool's `needs_approval` requests
+the call in dex when the model makes it and answers what the record says, so a call waits for a
+person in the SDK exactly when dex recorded it waiting (its policy, S1.3, the session's default,
+a changed MCP tool definition, S1.7, or the repeat guard, S5.4); the record waits, with its
+approval deadline, also in `dex-celery approvals`, and the run stops with an interruption. Approving it there (`state.approve(item)`, then
 `Runner.run(agent, state)`) records the decision in dex, by `approver`, and the call runs under
 its recorded policy (S6.2). Rejecting it there never runs it, and the record ends `rejected`:
 at once, by `approver`, when the run's `RunConfig(tool_error_formatter=dex_rejections(...))`
@@ -35,7 +36,6 @@ e.g. `dex-celery approvals`) answers with that pending state and its key.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import uuid
@@ -57,7 +57,6 @@ from dex_celery.errors import (
     DexError,
     InvalidRequest,
     RequestInFlight,
-    UnknownSession,
 )
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
@@ -71,7 +70,6 @@ from dex_celery.integrations.framework_calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.policy import EffectClass, resolve_policy
 from dex_celery.model.records import MessageRole
 from dex_celery.tools.tool import Tool, find_tool
 
@@ -136,16 +134,20 @@ class _Bridge:
         async def needs_approval(
             ctx: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
         ) -> bool:
-            if not await self.requires_approval(tool, ctx):
-                return False
-            # Recorded now, while a person decides: a rejected call is never left unrecorded.
-            # A bad request raises InvalidRequest again when invoked, and the model reads it then.
-            await self.scrub_conversation(self.run_id(ctx), tool, arguments)
-            with contextlib.suppress(InvalidRequest):
-                await self.client.request_call(
-                    self.run_id(ctx), self.turn_id(ctx), call_id, tool.name, arguments
+            """Whether the call waits for a person, as its dex record says. The call is
+            requested here, so it is recorded while a person decides (a rejected call never
+            lacks a record), and the record's status answers: every gate the request applies
+            counts (the policy, the session's default, a changed MCP tool definition, the
+            repeat guard), not a second guess at them."""
+            session = self.run_id(ctx)
+            await self.scrub_conversation(session, tool, arguments)
+            try:
+                record = await self.client.request_call(
+                    session, self.turn_id(ctx), call_id, tool.name, arguments
                 )
-            return True
+            except (InvalidRequest, RequestInFlight):
+                return False  # invoked next: the same request says why, and the model reads it
+            return record.status is CallStatus.AWAITING_APPROVAL
 
         return FunctionTool(
             name=tool.name,
@@ -190,22 +192,6 @@ class _Bridge:
     def turn_id(ctx: RunContextWrapper[Any]) -> str:
         return turn_rule(ctx.usage.requests)
 
-    # --- approval ------------------------------------------------------------------------------
-
-    async def requires_approval(self, tool: Tool, ctx: RunContextWrapper[Any]) -> bool:
-        """What the call's policy snapshot will say (S1.3, S1.4), session default included."""
-        session_default = await asyncio.to_thread(self._session_default, self.run_id(ctx))
-        snapshot = resolve_policy(
-            tool.policy, tool.annotations, session_default, self.source.runtime.settings
-        )
-        return snapshot.requires_approval
-
-    def _session_default(self, session_id: str) -> EffectClass | None:
-        try:
-            return self.source.runtime.store.get_session(session_id).default_effect
-        except UnknownSession:
-            return None
-
     # --- the call ------------------------------------------------------------------------------
 
     async def scrub_conversation(self, session: str, tool: Tool, arguments: Any) -> None:
@@ -228,10 +214,11 @@ class _Bridge:
             return f"Error: {e}"
         except RequestInFlight as e:
             return request_in_flight_text(e.keys)
-        if record.status is CallStatus.AWAITING_APPROVAL and await self.requires_approval(
-            tool, ctx
+        if record.status is CallStatus.AWAITING_APPROVAL and ctx.is_tool_approved(
+            tool.name, ctx.tool_call_id
         ):
-            # The SDK only invokes a tool with needs_approval after a person approved it.
+            # The SDK invokes a call whose needs_approval said so only after a person approved
+            # it; a call found waiting that nobody approved in the run keeps waiting.
             try:
                 record = await self.client.approve(
                     record.key, self.approver, "approved in the OpenAI Agents SDK run"

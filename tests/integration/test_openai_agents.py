@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, gen_trace_id, set_trace_processors
+from agents import (
+    Agent,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    gen_trace_id,
+    set_trace_processors,
+)
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
@@ -194,3 +201,32 @@ def test_a_call_rejected_in_the_sdk_is_recorded_rejected(
     assert [item.tool_name for item in second.interruptions] == ["guarded_write"]
     kept = dex.client().get_call(f"{trace_id}/turn-2/call_kept")
     assert kept.status is CallStatus.AWAITING_APPROVAL
+
+
+def test_needs_approval_agrees_with_the_record_for_a_changed_tool(dex: Dex) -> None:
+    """A tool whose definition changed since a person accepted it (an MCP tool's approval gate,
+    S1.7) waits for approval in dex although its policy asks no one; the SDK's `needs_approval`
+    answers from the record, so the run stops for a person too. The same tool without the gate
+    is not held."""
+    import dataclasses
+
+    echo = dex.tools["echo"]
+    gated = dataclasses.replace(echo, approval_gate=lambda: "the tool's definition changed")
+    dex.runtime.tools["echo"] = gated
+    model = ScriptedModel([[function_call("echo", {"query": "x"}, call_id="call_gated")]])
+    agent = Agent(name="desk", model=model, tools=dex_function_tools(dex, ["echo"]))
+    result = asyncio.run(
+        Runner.run(agent, "Look it up.", run_config=RunConfig(trace_id="trace_gated"))
+    )
+    key = "trace_gated/turn-1/call_gated"
+    assert [i.raw_item.call_id for i in result.interruptions] == ["call_gated"]  # type: ignore[union-attr]
+    assert dex.client().get_call(key).status is CallStatus.AWAITING_APPROVAL
+
+    dex.runtime.tools["echo"] = echo
+    (tool,) = dex_function_tools(dex, ["echo"], session_id="plain")
+    needs = tool.needs_approval
+    assert callable(needs)
+    assert (
+        asyncio.run(needs(RunContextWrapper(context=None), {"query": "y"}, "call_plain")) is False
+    )
+    assert dex.client().get_call("plain/turn-1/call_plain").status is CallStatus.PENDING

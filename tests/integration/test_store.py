@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, MessageRole, Settings
 from dex_celery.engine.dispatch import admit
 from dex_celery.errors import UnknownSession
+from dex_celery.model.conversation import CopiedMessage
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.model.records import ApprovalDecision
@@ -527,3 +528,27 @@ def test_claim_write_is_one_compare_and_set(store: Store) -> None:
     assert store.record_outcome("s/t/x", Outcome(CallStatus.FAILED, "ended"))
     assert not store.claim_write("s/t/x", 1, fence="f3", owner="w:3", now=8.0)
     assert not store.claim_write("s/t/ghost", 1, fence="f4", owner="w:4", now=9.0)
+
+
+def test_a_frameworks_messages_are_copied_once_and_dex_messages_listed(store: Store) -> None:
+    """S12.1: copies are kept once per key (a history seen again, two calls copying at once),
+    scrubbed again when a later call's secrets are known, and told apart from the messages
+    written through dex, which are what a framework is handed."""
+    asked = CopiedMessage("k-ask", MessageRole.USER, "refund to card 4111-2222")
+    said = CopiedMessage("k-said", MessageRole.ASSISTANT, "On it.")
+    assert store.copy_messages("conv", [asked, said]) == 2  # the session is created
+    assert store.copy_messages("conv", [asked, said]) == 0
+    store.append_message("conv", MessageRole.USER, "a report")
+    assert store.copy_messages(
+        "conv", [CopiedMessage("k-next", MessageRole.USER, "thanks")],
+        lambda text: text.replace("4111-2222", "***"),
+    ) == 1  # fmt: skip
+    _calls, history = store.snapshot("conv")
+    assert [(m.role, m.text, m.mirrored) for m in history] == [
+        (MessageRole.USER, "refund to card ***", True),
+        (MessageRole.ASSISTANT, "On it.", True),
+        (MessageRole.USER, "a report", False),
+        (MessageRole.USER, "thanks", True),
+    ]
+    assert [m.text for m in store.sent_user_messages("conv")] == ["a report"]
+    assert store.sent_user_messages("no-such-session") == []

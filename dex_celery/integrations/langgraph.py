@@ -37,6 +37,13 @@ Approving records who decided (`decided_by`, else `approver`) and runs the call;
 records it `rejected` with who decided and the reason, and the model reads the record's
 rejection text. An edit (`{"type": "edit", ...}`, or any `args` in the decision) is refused, as
 Pydantic AI's `override_args` is: the call is recorded `rejected` and the model may ask again.
+
+One conversation (S12.1): at each call the state's human and AI messages are copied into the dex
+session (scrubbed of the call's secrets); the `DexConversation` middleware of `create_agent`
+also copies them before each model call and adds the session's user messages written through
+dex that the state does not hold yet (the reconciler's reports) as `HumanMessage`s, which the
+checkpointer keeps (`dex_messages` does the same for a graph of your own). A call still running
+after a few seconds reports its progress as a custom stream event.
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ at once, by `approver`, when the run's `RunConfig(tool_error_formatter=dex_rejec
 is set (the model then reads the record's rejection text), otherwise at its approval deadline
 (decided by the system). A call found waiting for a person in dex anyway (decided elsewhere,
 e.g. `dex-celery approvals`) answers with that pending state and its key.
+
+One conversation (S12.1): `DexSession` wraps the SDK `Session` that stores a conversation; it
+copies the user and assistant messages the SDK saves into the dex session, and adds the
+session's user messages written through dex that the stored items do not hold yet (the
+reconciler's reports) when the SDK loads the history for a run.
 """
 
 from __future__ import annotations

@@ -38,6 +38,12 @@ dex key and deadline). Answer with `DeferredToolResults`:
   approving other arguments would run a call nobody asked dex for under the original call's key.
   The call is recorded `rejected` (reason `CHANGED_ARGUMENTS_REASON`) and the model reads that, so
   it can call the tool again with the new arguments as a new call with its own record.
+
+One conversation (S12.1): before each model request and at each call, the history's user
+prompts and the model's text are copied into the dex session (scrubbed of the call's secrets),
+and the session's user messages written through dex that the history does not hold yet (the
+reconciler's reports) are added with `ctx.enqueue`, so the model reads them once and the history
+the run returns keeps them. A call still running after a few seconds reports to `progress`.
 """
 
 from __future__ import annotations
@@ -194,9 +200,10 @@ class DexTools(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        """Before each model request: copy the history into the session, hand the model the
-        session's user messages written through dex that the history does not hold yet (reconciliation reports first), and
-        record in dex the calls a person denied, giving the model the record's text.
+        """Before each model request: copy the history into the session; hand the model the
+        session's user messages written through dex that the history does not hold yet
+        (reconciliation reports first); record in dex the calls a person denied, giving the
+        model the record's text.
 
         The messages go in with `ctx.enqueue`, Pydantic AI's own way to add to a request and to
         the run's history, each as a `ModelRequest` whose metadata names the dex message: the

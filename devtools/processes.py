@@ -91,6 +91,9 @@ class CeleryWorker:
     #: Run as a host of its own: in new UTS and PID namespaces (`unshare`, needs root) with this
     #: host name, so its process ids start at 1 like another machine's; `None`: this host.
     host: str | None = None
+    #: Where the worker starts: `-m celery` puts it first on `sys.path`, so a folder holding
+    #: another version of the package runs that version (`None`: the repository).
+    cwd: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     logfile: Path = field(default_factory=lambda: Path("/dev/null"))
 
@@ -111,7 +114,7 @@ class CeleryWorker:
             env[self.ready_env] = str(self.ready_dir)
         with self.logfile.open("wb") as out:
             self.process = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                args, cwd=self.cwd or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
         wait_for(

@@ -149,7 +149,11 @@ def redis_section(source: RuntimeSource) -> Section:
 
 
 def database_section(source: RuntimeSource) -> Section:
-    from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
+    from dex_celery.store.migrate import (  # deferred: Alembic is slow to import
+        current,
+        head,
+        knows,
+    )
 
     settings = source.runtime.settings
     require_existing_database(settings.database_url)
@@ -168,6 +172,15 @@ def database_section(source: RuntimeSource) -> Section:
             "database",
             State.FAIL,
             "answers but has no dex-celery schema: run `dex-celery db upgrade`",
+            values,
+        )
+    if at != newest and not knows(at):
+        return Section(
+            "database",
+            State.WARN,
+            f"schema at revision {at}, newer than this code's {newest}: a newer release "
+            "migrated it (expand-then-contract keeps this code working; upgrade this process "
+            "next: docs/deploy.md)",
             values,
         )
     if at != newest:

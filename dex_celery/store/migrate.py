@@ -20,6 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import Connection, inspect, text
 
 from dex_celery.errors import ConfigurationError
@@ -59,6 +60,17 @@ def head() -> str:
     revision = ScriptDirectory.from_config(alembic_config("")).get_current_head()
     assert revision is not None
     return revision
+
+
+def knows(revision: str) -> bool:
+    """Whether this code has the migration `revision`; False when a newer release migrated the
+    database past it (expand-then-contract keeps this code working there: docs/deploy.md)."""
+    if revision in RENAMED:
+        return True
+    try:
+        return ScriptDirectory.from_config(alembic_config("")).get_revision(revision) is not None
+    except CommandError:  # Alembic's "No such revision"
+        return False
 
 
 def current(url: str, schema: str | None = None) -> str | None:

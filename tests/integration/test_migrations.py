@@ -14,12 +14,15 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 
+from dex_celery import Settings
 from dex_celery.cli.main import main
+from dex_celery.ops.status import State, database_section
 from dex_celery.store import migrate
 from dex_celery.store.engine import make_engine
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
 from tests.support.pg_database import fresh_database
+from tests.support.toolapp import make_app
 
 DEX_TABLES = set(metadata.tables)
 
@@ -167,3 +170,21 @@ def test_every_migration_is_named_by_its_revision() -> None:
         number = path.name.split("_", 1)[0]
         assert number.isdigit() and len(number) == 4, path.name
         assert f'revision: str = "{number}"' in path.read_text(), path.name
+
+
+def test_a_schema_newer_than_the_code_is_told_apart(sqlite_url: str) -> None:
+    """During a deploy the new release migrates first, and the old code still runs
+    (docs/deploy.md): its `status` says the schema is newer, not "run `dex-celery db upgrade`"."""
+    migrate.upgrade(sqlite_url)
+    assert migrate.knows(migrate.head()) and migrate.knows("0001")
+    assert migrate.knows("i11_secrets")  # a renamed revision is still this code's
+    assert not migrate.knows("9999")
+    _app, dex = make_app(Settings(database_url=sqlite_url))
+    assert database_section(dex).state is State.OK
+    _stamp(sqlite_url, "9999")
+    section = database_section(dex)
+    assert section.state is State.WARN
+    assert section.detail.startswith(
+        f"schema at revision 9999, newer than this code's {migrate.head()}"
+    )
+    assert "db upgrade" not in section.detail

@@ -5,14 +5,17 @@ through ADK's own tool confirmation on a resumable `App`, a killed worker gives 
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Callable
 
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
+from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
 from tests.support.crash import lines, tool_messages, wait_started
 from tests.support.google_adk import Desk, confirmations, final_text
-from tests.support.processes import Worker
+from tests.support.processes import Worker, wait_for
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
@@ -135,3 +138,40 @@ def test_an_invocation_resumed_from_its_saved_events_gets_the_same_record(
     assert model.tool_results()["call_w"] == '"once"' == tool_messages(dex, key)[0]
     assert len(lines(key, "start")) == 1  # the write ran once
     assert [r.key for r in dex.client().get_agent_snapshot("adk-resume").tool_calls] == [key]
+
+
+def test_an_expired_approval_and_an_edited_one_are_read_as_rejections(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """A confirmation arriving after the call's approval deadline runs nothing: the model reads
+    the record's expiry. A confirmation with other `args` is refused (the approval is of the
+    arguments asked for), recorded `rejected` by who decided, and runs nothing."""
+    start_worker()
+    model = ScriptedLlm(
+        turns=[
+            [
+                tool_call("guarded_write_short", {"value": "late"}, "call_late"),
+                tool_call("guarded_write", {"value": "asked"}, "call_edit"),
+            ],
+            "Nothing was sent.",
+        ]
+    )
+    desk = Desk(dex, model, ["guarded_write_short", "guarded_write"], "adk-late")
+    asked = confirmations(desk.ask("Send both."))
+    late_key, edit_key = "adk-late/turn-1/call_late", "adk-late/turn-1/call_edit"
+    deadline = dex.client().get_call(late_key).approval_deadline or 0
+    wait_for(lambda: time.time() > deadline + 0.05, timeout=10, what="the approval deadline")
+
+    desk.answer(asked["call_late"][0], True, decided_by="alice")
+    desk.answer(asked["call_edit"][0], True, decided_by="carol", args={"value": "edited"})
+
+    late, edit = dex.client().get_call(late_key), dex.client().get_call(edit_key)
+    assert late.status is CallStatus.REJECTED and "approval deadline passed" in (late.error or "")
+    assert edit.status is CallStatus.REJECTED and CHANGED_ARGUMENTS_REASON in (edit.error or "")
+    assert edit.approval is not None and edit.approval.decided_by == "carol"
+    assert json.loads(edit.arguments) == {"value": "asked"}
+    outputs = model.tool_results()
+    assert tool_messages(dex, late_key) == [outputs["call_late"]]
+    assert tool_messages(dex, edit_key) == [outputs["call_edit"]]
+    assert outputs["call_late"].startswith("The call was rejected and did not run")
+    assert lines(late_key, "start") == [] and lines(edit_key, "start") == []

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,11 +35,14 @@ class Desk:
         **options: Any,
     ) -> None:
         agent = LlmAgent(name="desk", model=model, tools=list(dex_adk_tools(dex, names, **options)))
+        with warnings.catch_warnings():  # ADK marks resumability experimental; it is ours
+            warnings.simplefilter("ignore", UserWarning)
+            resumable = ResumabilityConfig(is_resumable=True)
         app = App(
             name=APP,
             root_agent=agent,
             plugins=[DexConversation(dex)],
-            resumability_config=ResumabilityConfig(is_resumable=True),
+            resumability_config=resumable,
         )
         self.sessions = InMemorySessionService()
         self.runner = Runner(app=app, session_service=self.sessions)

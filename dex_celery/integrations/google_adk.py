@@ -42,6 +42,7 @@ with other `args` than the model asked for is refused, as everywhere (`CHANGED_A
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from google.adk.agents.callback_context import CallbackContext
@@ -106,18 +107,14 @@ def dex_adk_tools(
     ]
 
 
+@dataclass(frozen=True, slots=True)
 class _Options:
-    def __init__(
-        self,
-        session_id: SessionIdSource | None,
-        approver: str,
-        wait_timeout: float,
-        progress: ProgressCallback | None,
-    ) -> None:
-        self.session_id = session_id
-        self.approver = approver
-        self.wait_timeout = wait_timeout
-        self.progress = progress
+    """What `dex_adk_tools` was asked for, shared by its tools."""
+
+    session_id: SessionIdSource | None
+    approver: str
+    wait_timeout: float
+    progress: ProgressCallback | None
 
 
 class DexAdkTool(BaseTool):

@@ -1,13 +1,14 @@
 """What every agent-framework adapter does the same way: the turn rule, finding the tools, a
 person's decision, and the text the model reads for a call.
 
-The adapters (`openai_agents.py`, `pydantic_ai.py`, `langgraph.py`) only translate their
-framework's ids and approval mechanism into these calls, so the three agree on:
+The adapters (`openai_agents.py`, `pydantic_ai.py`, `langgraph.py`, `google_adk.py`) only
+translate their framework's ids and approval mechanism into these calls, so they all agree on:
 
 - the turn id: `turn-<n>`, where `n` counts the model responses of the conversation up to and
   including the one that made the call (the first model response is `turn-1`); every framework
   keeps that count in what it resumes from (the SDK's run usage, Pydantic AI's message history,
-  LangGraph's checkpointed messages), so a resumed run asks for the same key (S2.1);
+  LangGraph's checkpointed messages, ADK's session events), so a resumed run asks for the same
+  key (S2.1);
 - a decision: approving records the person in dex and dispatches the call under its recorded
   policy (S6.2); rejecting records the call `rejected` with who decided, so no call a person
   turned down is left without a record;

@@ -1,9 +1,9 @@
 """One conversation (S12.1) in each supported framework, after a real SIGKILL.
 
-For Pydantic AI, LangGraph (`create_agent`) and the OpenAI Agents SDK, driven by the scripted
-models of `dex_celery.testing.models`: a customer asks for a refund; the `non_idempotent_write`
-starts on a real prefork worker, which is SIGKILLed (main process and pool children) mid-call, so
-the call ends `outcome_unknown` and the model reads that text. The reconcile beat job's pass
+For Pydantic AI, LangGraph (`create_agent`), the OpenAI Agents SDK and Google ADK, driven by the
+scripted models of `dex_celery.testing.models`: a customer asks for a refund; the
+`non_idempotent_write` starts on a real prefork worker, which is SIGKILLed (main process and pool
+children) mid-call, so the call ends `outcome_unknown` and the model reads that text. The reconcile beat job's pass
 (`reconcile_once`, with an outcome check) sends the report to the session; the agent's next run
 hands the model the report (asserted on what the scripted model was sent), the model answers
 without calling the tool again, and the tool's own log shows one run. A second reconcile pass
@@ -276,4 +276,46 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
     replayed = Agent(name="desk", model=replay, tools=again.function_tools([TOOL]))
     asyncio.run(Runner.run(replayed, FOLLOW_UP, session=again))
     assert len(_reports(replay.user_texts())) == 1
+    _one_run(key)
+
+
+# --- Google ADK --------------------------------------------------------------------------------
+
+
+def test_google_adk_model_reads_the_reconciliation_report_once(
+    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event
+) -> None:
+    from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
+    from tests.support.google_adk import Desk, final_text
+
+    dex.register_outcome_check(TOOL, _check)
+    worker = start_worker()
+    model = ScriptedLlm(
+        turns=[
+            [tool_call(TOOL, ARGUMENTS, "call_refund")],
+            "I could not confirm the refund; I will not try it again until it is checked.",
+            "Yes: the order system says the refund went through.",
+        ]
+    )
+    desk = Desk(dex, model, [TOOL], "adk-refund")
+    key = "adk-refund/turn-1/call_refund"
+
+    _killed_mid_call(worker, key, lambda: desk.ask(ASK))
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
+    saved_before_report = desk.events()
+    _reconcile(dex, key)
+
+    assert final_text(desk.ask(FOLLOW_UP)).startswith("Yes")
+    assert len(_reports(model.user_texts())) == 1
+    assert model.user_texts()[0] == ASK and FOLLOW_UP in model.user_texts()
+    assert [c.key for c in dex.client().get_agent_snapshot("adk-refund").tool_calls] == [key]
+    # The session's events keep the report: the next run is not handed it again.
+    desk.ask("Thanks.")
+    assert len(_reports(model.user_texts())) == 1
+
+    # A session restored from the events saved before the report (a lost run): handed it once.
+    restored = Desk(dex, model, [TOOL], "adk-refund")
+    restored.restore(saved_before_report)
+    restored.ask(FOLLOW_UP)
+    assert len(_reports(model.user_texts())) == 1
     _one_run(key)

@@ -59,3 +59,18 @@ def test_the_approval_shows_the_request_without_the_card(
     assert "Refund order 1002 to my card ***." in section
     assert "[assistant]" in section and "I will refund order 1002." in section
     assert "4111" not in shown
+
+
+def test_the_adk_confirmation_names_the_waiting_call_without_the_card(
+    folder: Path, env: dict[str, str], dex: Dex
+) -> None:
+    printed = _run(folder, env, sys.executable, "adk_approval.py")
+    payload = ast.literal_eval(printed.strip().splitlines()[-1])
+    assert payload["dex_key"] == "adk-7/turn-1/call_1"
+    assert payload["arguments"]["card"] == "***" and "4111" not in printed
+    shown = _run(
+        folder, env, str(Path(sys.executable).with_name("dex-celery")),
+        "-A", "shop", "calls", "show", "adk-7/turn-1/call_1",
+    )  # fmt: skip
+    assert "awaiting_approval" in shown
+    assert "Refund order 1002 to ***." in shown.split("conversation before the call", 1)[1]

@@ -98,10 +98,21 @@ def _openai_agents(dex: Dex) -> str:
     return "sdk-ctx/turn-1/call_1"
 
 
+def _google_adk(dex: Dex) -> str:
+    from dex_celery.testing.models.google_adk import ScriptedLlm, text, tool_call
+    from tests.support.google_adk import Desk, confirmations
+
+    model = ScriptedLlm(turns=[[text(SAID), tool_call("refund", ARGUMENTS, "call_1")], "Done."])
+    asked = confirmations(Desk(dex, model, ["refund"], "adk-ctx").ask(ASK))
+    assert asked["call_1"][1]["arguments"]["card"] == "***"
+    return "adk-ctx/turn-1/call_1"
+
+
 FRAMEWORKS: dict[str, Callable[[Dex], str]] = {
     "pydantic_ai": _pydantic_ai,
     "langgraph": _langgraph,
     "openai_agents": _openai_agents,
+    "google_adk": _google_adk,
 }
 
 

@@ -1,6 +1,6 @@
 """Long calls are not silent (S12.1): a framework call that waits reports its progress where
-the framework's user sees it: LangGraph's custom stream events, the callback of the Pydantic AI
-and Agents SDK adapters, and a log line. A real prefork worker runs a 2 s read."""
+the framework's user sees it: LangGraph's custom stream events, the callback of the Pydantic AI,
+Agents SDK and ADK adapters, and a log line. A real prefork worker runs a 2 s read."""
 
 from __future__ import annotations
 
@@ -70,3 +70,19 @@ def test_pydantic_ai_reports_progress_to_its_callback_and_the_log(
     assert seen and {p.key for p in seen} == {"pai-long/turn-1/call_long"}
     assert all(p.timeout == 300.0 and p.tool == READ[0] for p in seen)
     assert any("pai-long/turn-1/call_long" in r.getMessage() for r in caplog.records)
+
+
+def test_google_adk_reports_progress_to_its_callback(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
+    from tests.support.google_adk import Desk, final_text
+
+    start_worker()
+    seen: list[CallProgress] = []
+    model = ScriptedLlm(turns=[[tool_call(*READ, "call_long")], "Found it."])
+    desk = Desk(dex, model, [READ[0]], "adk-long", progress=seen.append)
+    assert final_text(desk.ask("Look it up.")) == "Found it."
+    assert seen and {p.key for p in seen} == {"adk-long/turn-1/call_long"}
+    assert all(p.timeout == 300.0 and p.tool == READ[0] for p in seen)
+    assert model.tool_results()["call_long"] == '"found"'

@@ -1,0 +1,304 @@
+"""dex tools as Google ADK tools: an ADK agent's tool calls run on Celery workers.
+
+    from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools
+
+    agent = LlmAgent(name="desk", model=model, tools=dex_adk_tools(dex, ["lookup", "refund"]))
+    app = App(name="shop", root_agent=agent, plugins=[DexConversation(dex)],
+              resumability_config=ResumabilityConfig(is_resumable=True))
+
+`dex_adk_tools` returns ADK `BaseTool`s. Each call the model makes is requested through the
+ledger (S2, S3) and waited for; the model reads exactly the record's TOOL message (S4.4) as the
+function response's `result`: the result, `Error: ...`, the rejection, or
+`OUTCOME_UNKNOWN_TOOL_RESULT` (S4.5). A failed or unknown call is text, never an exception.
+
+The idempotency key (S2.1):
+
+- session id: the ADK session's id, unless `session_id` is given (a string, or a function of
+  the tool's `ToolContext`);
+- turn id: `turn-<n>`, the count of the model's responses among the session's events up to and
+  including the one that made the call (`framework_calls.turn_id`; ADK's own confirmation
+  requests are not model responses): the events are what the session service keeps, so the
+  count survives a crash and a resumed invocation;
+- tool-call id: the function call's `id` (the model's, or the `adk-<uuid>` ADK gives it and
+  keeps in the event).
+
+A resumed invocation (`Runner.run_async(..., invocation_id=...)` of a resumable `App`) runs a
+function call whose response was never saved again, with the same id: the dex tool asks for the
+same key and gets the same record (S2.3), so a write runs once.
+
+Approvals use ADK's tool confirmation: a call whose dex policy asks a person (S1.3) is requested
+in dex first (its record waits, with its deadline), then the tool calls
+`tool_context.request_confirmation(hint=..., payload={"dex_key", "tool", "arguments",
+"approval_deadline"})` (secret arguments shown as `***`), so the run emits ADK's
+`adk_request_confirmation` function call; a resumable `App` pauses the invocation there. Until a
+person answers, the model reads that the call waits for a person and has not run. Answer with
+ADK's own response, a `FunctionResponse(name="adk_request_confirmation", id=<that call's id>,
+response={"confirmed": bool, "payload": {"decided_by": ..., "reason": ...}})`: confirming records
+who decided (`decided_by`, else `approver`) and runs the call; declining records it `rejected`
+with who decided and the reason, and the model reads the record's rejection text. A payload
+with other `args` than the model asked for is refused, as everywhere (`CHANGED_ARGUMENTS_REASON`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.events.event import Event
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+
+from dex_celery.client.dex_client import AsyncDexClient, DexClient
+from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.errors import InvalidRequest, RequestInFlight
+from dex_celery.integrations.conversation import Conversation, call_secrets
+from dex_celery.integrations.framework_calls import (
+    CHANGED_ARGUMENTS_REASON,
+    Decisions,
+    ProgressCallback,
+    pending_text,
+    request_in_flight_text,
+    runtime_source,
+    same_arguments,
+    select_tools,
+    turn_id,
+)
+from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.tools.tool import Tool
+
+#: Who decided, in dex's record, when the confirmation's payload does not say.
+DEFAULT_APPROVER = "google-adk"
+#: The function call ADK emits to ask a person to confirm a tool call.
+CONFIRMATION_CALL = "adk_request_confirmation"
+#: The author of a session event that is a user's message.
+USER_AUTHOR = "user"
+
+SessionIdSource = str | Callable[[ToolContext], str]
+
+
+def dex_adk_tools(
+    dex: RuntimeSource | DexClient | AsyncDexClient,
+    names: Sequence[str] | None = None,
+    *,
+    session_id: SessionIdSource | None = None,
+    approver: str = DEFAULT_APPROVER,
+    wait_timeout: float = 300.0,
+    progress: ProgressCallback | None = None,
+) -> list[BaseTool]:
+    """ADK tools of the named dex tools (all registered tools by default).
+
+    A call still running after a few seconds reports its progress (`CallProgress`) to
+    `progress` and to the log."""
+    source = runtime_source(dex)
+    decisions = Decisions(source, "Google ADK")
+    options = _Options(session_id, approver, wait_timeout, progress)
+    conversation = Conversation(source)
+    return [
+        DexAdkTool(tool, decisions, conversation, options) for tool in select_tools(source, names)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """What `dex_adk_tools` was asked for, shared by its tools."""
+
+    session_id: SessionIdSource | None
+    approver: str
+    wait_timeout: float
+    progress: ProgressCallback | None
+
+
+class DexAdkTool(BaseTool):
+    """One dex tool as an ADK tool (built by `dex_adk_tools`)."""
+
+    def __init__(
+        self, tool: Tool, decisions: Decisions, conversation: Conversation, options: _Options
+    ) -> None:
+        super().__init__(name=tool.name, description=tool.description or tool.name)
+        self.tool = tool
+        self.decisions = decisions
+        self.conversation = conversation
+        self.options = options
+
+    def _get_declaration(self) -> types.FunctionDeclaration | None:
+        return types.FunctionDeclaration(
+            name=self.name,
+            description=self.description,
+            parameters_json_schema=arguments_schema(self.tool),
+        )
+
+    # --- ids -----------------------------------------------------------------------------------
+
+    def ids(self, tool_context: ToolContext) -> tuple[str, str, str]:
+        """`(session id, turn id, tool call id)` of the call this context belongs to."""
+        call_id = tool_context.function_call_id or ""
+        source = self.options.session_id
+        if isinstance(source, str):
+            session = source
+        elif source is not None:
+            session = source(tool_context)
+        else:
+            session = tool_context.session.id
+        events = tool_context.session.events
+        return session, turn_id(_model_responses(events, call_id)), call_id
+
+    # --- the call ------------------------------------------------------------------------------
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        session, turn, call_id = self.ids(tool_context)
+        await self.conversation.arecord(
+            session, seen_events(tool_context.session.events), call_secrets(self.tool, args)
+        )
+        client = self.decisions.aclient
+        try:
+            record = await client.request_call(session, turn, call_id, self.tool.name, args)
+        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
+            return f"Error: {e}"
+        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
+            return request_in_flight_text(e.keys)
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            confirmation = tool_context.tool_confirmation
+            if confirmation is None:
+                tool_context.request_confirmation(
+                    hint=f"dex-celery: {self.tool.name} waits for a person's approval "
+                    f"({record.key})",
+                    payload=_confirmation_payload(record, self.tool, args),
+                )
+                return pending_text(record)
+            record = await self._decide(record, args, confirmation.confirmed, confirmation.payload)
+        return await self.decisions.atext(record, self.options.wait_timeout, self.options.progress)
+
+    async def _decide(
+        self, record: ToolCallRecord, asked: dict[str, Any], confirmed: bool, payload: Any
+    ) -> ToolCallRecord:
+        answer = payload if isinstance(payload, Mapping) else {}
+        by = answer.get("decided_by")
+        who = by if isinstance(by, str) and by else self.options.approver
+        reason = answer.get("reason")
+        edited = "args" in answer and not same_arguments(asked, answer["args"] or {})
+        if confirmed and not edited:
+            return await self.decisions.aapprove(record, who)
+        if edited:
+            reason = CHANGED_ARGUMENTS_REASON
+        return await self.decisions.areject(
+            record, who, reason if isinstance(reason, str) else None
+        )
+
+
+def _confirmation_payload(
+    record: ToolCallRecord, tool: Tool, arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the person confirming sees in ADK's confirmation request: enough, nothing secret."""
+    shown = {
+        name: "***" if name in tool.policy.secret_arguments else value
+        for name, value in arguments.items()
+    }
+    return {
+        "dex_key": record.key,
+        "tool": tool.name,
+        "arguments": shown,
+        "approval_deadline": record.approval_deadline,
+    }
+
+
+# --- one conversation (S12.1) -------------------------------------------------------------------
+
+
+class DexConversation(BasePlugin):
+    """An ADK plugin: before each model request, the session's user and model texts are copied
+    into the dex session, and the session's user messages written through dex that the ADK
+    session does not hold yet (reconciliation reports first) are appended to it as user events
+    (`Content(role="user")`, `custom_metadata={"dex_message_id": ...}`) and to the request, so
+    the model reads them now and the session service keeps them: a resumed invocation or the
+    next run is not handed them again. The session is the ADK session's id, unless `session_id`
+    is given (a string, or a function of the `CallbackContext`), as for `dex_adk_tools`.
+
+        runner = Runner(app=App(name="shop", root_agent=agent, plugins=[DexConversation(dex)]),
+                        session_service=...)
+    """
+
+    def __init__(
+        self,
+        dex: RuntimeSource | DexClient | AsyncDexClient,
+        *,
+        session_id: str | Callable[[CallbackContext], str] | None = None,
+        name: str = "dex_conversation",
+    ) -> None:
+        super().__init__(name=name)
+        self.conversation = Conversation(runtime_source(dex))
+        self.session_id = session_id
+
+    def _session(self, callback_context: CallbackContext) -> str:
+        if isinstance(self.session_id, str):
+            return self.session_id
+        if self.session_id is not None:
+            return self.session_id(callback_context)
+        return callback_context.session.id
+
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        adk_session = callback_context.session
+        session = self._session(callback_context)
+        seen = seen_events(adk_session.events)
+        await self.conversation.arecord(session, seen)
+        texts = [m.text for m in seen if m.role is MessageRole.USER]
+        pending = await self.conversation.aundelivered(session, texts)
+        if not pending:
+            return None
+        invocation = callback_context.get_invocation_context()
+        for message in pending:
+            content = types.Content(role="user", parts=[types.Part(text=message.text or "")])
+            event = Event(
+                invocation_id=invocation.invocation_id,
+                author=USER_AUTHOR,
+                content=content,
+                custom_metadata={DEX_MESSAGE_ID: message.id},
+            )
+            await invocation.session_service.append_event(adk_session, event)
+            llm_request.contents.append(content)
+        return None
+
+
+def seen_events(events: Sequence[Event]) -> list[SeenMessage]:
+    """The user messages and the model's text of an ADK session's events, in order."""
+    seen = []
+    for event in events:
+        content = event.content
+        if content is None or not content.parts or event.partial:
+            continue
+        text = "".join(p.text for p in content.parts if p.text and not p.thought)
+        if not text:
+            continue
+        role = MessageRole.USER if content.role == "user" else MessageRole.ASSISTANT
+        seen.append(SeenMessage(role, text))
+    return seen
+
+
+def _is_model_response(event: Event) -> bool:
+    """An event holding a response of the model (not ADK's own confirmation request)."""
+    content = event.content
+    if content is None or content.role != "model" or event.partial or not content.parts:
+        return False
+    calls = [p.function_call for p in content.parts if p.function_call is not None]
+    return not calls or any(c.name != CONFIRMATION_CALL for c in calls)
+
+
+def _model_responses(events: Sequence[Event], call_id: str) -> int:
+    """Model responses up to and including the one that made `call_id` (all if none did)."""
+    count = 0
+    for event in events:
+        if _is_model_response(event):
+            count += 1
+            if any(call.id == call_id for call in event.get_function_calls()):
+                return count
+    return count

@@ -26,6 +26,7 @@ from tests.support.crash import (
     events,
     lines,
     release_tools,
+    runs_in,
     tool_messages,
     wait_finished,
     wait_started,
@@ -44,11 +45,6 @@ POOLS_AND_BROKERS = pytest.mark.parametrize(
 FEW_SECONDS = 8.0
 #: The short calls: one per effect class that matters (a read, both kinds of write).
 SHORT_TOOLS = ("slow_read", "slow_idempotent_write", "slow_non_idempotent_write")
-
-
-def runs_in(worker: Worker, pid: int) -> bool:
-    """Did process `pid` (from the tool's own log) belong to `worker`?"""
-    return pid == worker.pid or pid in worker.children()
 
 
 def request_shorts(dex: Dex, turn: str) -> list[ToolCallRecord]:

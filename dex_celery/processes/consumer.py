@@ -70,8 +70,12 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]  # Celery ships no type hi
     def on_unknown_task(self, body: Any, message: Any, exc: BaseException) -> None:
         name = (message.headers or {}).get("task") if message is not None else None
         services = services_of(self.app)
-        if isinstance(name, str) and name.startswith(TASK_PREFIX) and services is not None:
-            park(self, message, name[len(TASK_PREFIX) :], services)
+        if (
+            isinstance(name, str)
+            and name.startswith(TASK_PREFIX)
+            and services is not None
+            and park(self, message, name[len(TASK_PREFIX) :], services)
+        ):
             return
         super().on_unknown_task(body, message, exc)
 

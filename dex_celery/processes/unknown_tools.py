@@ -47,22 +47,21 @@ def waiting_note(node: str, tool: str) -> str:
     )
 
 
-def park(consumer: Any, message: Any, tool: str, services: WorkerServices) -> None:
-    """Celery's consumer met a `dex.tool.<tool>` message this worker has no task for."""
+def park(consumer: Any, message: Any, tool: str, services: WorkerServices) -> bool:
+    """Celery's consumer met a `dex.tool.<tool>` message this worker has no task for. False:
+    the message is no dex attempt (a forged task id), left to Celery (logged, dropped)."""
     task_id = str((message.headers or {}).get("id", ""))
     try:
         call, attempt = parse_task_id(task_id)
     except DexError:
-        log.warning("message %r of unknown tool %r is not a dex attempt; dropped", task_id, tool)
-        message.reject_log_error(log, consumer.connection_errors)
-        return
+        return False
     note = waiting_note(str(consumer.hostname), tool)
     if not _still_waits(services, call.key, attempt, note):
         log.info(
             "stale message %s of unknown tool %r dropped: the attempt waits no more", task_id, tool
         )
         message.ack_log_error(log, consumer.connection_errors)
-        return
+        return True
     delay = services.source.settings.unknown_tool_requeue_delay
     log.warning(
         "attempt %d of %s is for tool %r, which this worker does not have (an older release?); "
@@ -75,6 +74,7 @@ def park(consumer: Any, message: Any, tool: str, services: WorkerServices) -> No
     consumer.timer.call_after(
         delay, hand_back, (consumer, message, services, call.key, attempt, note)
     )
+    return True
 
 
 def hand_back(

@@ -64,6 +64,11 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]  # Celery ships no type hi
     handed back rather than dropped."""
 
     def stop(self) -> None:
+        services = services_of(self.app)
+        if services is not None:
+            # Shut already by SIGTERM; shut here too for a shutdown without the signal (a
+            # remote `shutdown` command): no pool process claims from now on.
+            services.shutdown.gate.shut()
         super().stop()  # the task consumer is cancelled: nothing new arrives
         hand_back_unstarted()
 

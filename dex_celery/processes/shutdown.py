@@ -11,7 +11,7 @@ runs. dex-celery adds three things:
 - `Settings.shutdown_grace` (0: none): once it has passed with tools still running, the worker
   ends them itself, as a SIGKILL would (its pool processes killed, the main process gone), so
   the attempts are judged as after any kill: writes `outcome_unknown`, reads and idempotent
-  writes retried elsewhere.
+  writes retried elsewhere. A second SIGTERM during the warm shutdown does the same at once.
 
 Celery's soft shutdown (`worker_soft_shutdown_timeout`, Celery 5.5+) is not used: it belongs to
 the cold shutdown (SIGQUIT), always sleeps its whole timeout when anything runs, then cancels the
@@ -49,24 +49,32 @@ class WarmShutdown:
         self._grace = grace
         self._spared = spared
         self._timer: threading.Timer | None = None
+        self._begun = False
 
     def begin(self) -> None:
-        """SIGTERM reached the main process: shut the gate; start the grace timer, if any."""
+        """SIGTERM reached the main process: shut the gate; start the grace timer, if any. A
+        second SIGTERM during the warm shutdown ends the worker now, as the grace's end does
+        (Celery itself would ignore it). Called in the signal handler: the work is threads'."""
         self.gate.shut()
+        if self._begun:
+            now = threading.Thread(target=self.end, args=("a second SIGTERM",), daemon=True)
+            now.start()
+            return
+        self._begun = True
         grace = self._grace()
         if grace > 0 and self._timer is None:
-            self._timer = threading.Timer(grace, self.grace_over, args=(grace,))
+            why = f"the shutdown grace of {grace:.1f} s is over"
+            self._timer = threading.Timer(grace, self.end, args=(why,))
             self._timer.daemon = True
             self._timer.start()
 
-    def grace_over(self, grace: float) -> None:
-        """The grace has passed with the worker still up: end it as a SIGKILL would."""
+    def end(self, why: str) -> None:
+        """End the worker as a SIGKILL would (the grace is over, or a second SIGTERM came)."""
         running = sorted(str(r.id) for r in tuple(state.active_requests))
         log.warning(
-            "shutdown grace of %.1f s is over with %d attempt(s) still running (%s); ending "
-            "the worker: their leases lapse, writes become outcome_unknown, reads and "
-            "idempotent writes are retried",
-            grace,
+            "%s with %d attempt(s) still running (%s); ending the worker: their leases lapse, "
+            "writes become outcome_unknown, reads and idempotent writes are retried",
+            why,
             len(running),
             ", ".join(running) or "none",
         )

@@ -114,7 +114,12 @@ def test_three_rolling_warm_restarts_under_load_surface_nothing(
 
 @pytest.mark.parametrize(
     ("pool", "killer"),
-    [("prefork", "supervisor"), ("threads", "supervisor"), ("prefork", "worker")],
+    [
+        ("prefork", "supervisor"),
+        ("threads", "supervisor"),
+        ("prefork", "worker"),
+        ("threads", "second-sigterm"),
+    ],
 )
 def test_sigterm_then_sigkill_after_the_grace_costs_only_the_running_writes(
     dex: Dex,
@@ -126,7 +131,7 @@ def test_sigterm_then_sigkill_after_the_grace_costs_only_the_running_writes(
 ) -> None:
     """A 5 s grace, tools of 15 s. `supervisor`: the test sends SIGKILL 5 s after SIGTERM, as
     Kubernetes does after `terminationGracePeriodSeconds`; `worker`: `DEX_SHUTDOWN_GRACE=5` and
-    the worker ends itself. Either way: the writes whose tools ran on the stopped worker end
+    the worker ends itself; `second-sigterm`: a second SIGTERM ends it at once. Each way: the writes whose tools ran on the stopped worker end
     `outcome_unknown` (S4.3), its read and idempotent write are retried to success, and calls
     that waited in the queue, or ran on the other worker, succeed with one attempt."""
     grace = 5.0
@@ -153,11 +158,23 @@ def test_sigterm_then_sigkill_after_the_grace_costs_only_the_running_writes(
         time.sleep(max(0.0, sent + grace - time.monotonic()))  # the supervisor's grace period
         assert stopped.process.poll() is None  # its tools still ran: 15 s > 5 s
         stopped.kill_all()
-    else:
+    elif killer == "worker":
         assert stopped.process.wait(timeout=grace + 10) == 70  # ended itself at its grace
         assert time.monotonic() - sent >= grace - 0.5
-        assert "shutdown grace of 5.0 s is over with 4 attempt(s) still running" in stopped.log()
+        assert "the shutdown grace of 5.0 s is over with 4 attempt(s) still running" in (
+            stopped.log()
+        )
         stopped.stop()  # nothing is left of it; reaps the process
+    else:
+        wait_for(
+            lambda: "worker: Warm shutdown" in stopped.log(),
+            timeout=10,
+            what="the warm shutdown to begin",
+        )
+        os.kill(stopped.pid, signal.SIGTERM)
+        assert stopped.process.wait(timeout=10) == 70
+        assert "a second SIGTERM with 4 attempt(s) still running" in stopped.log()
+        stopped.stop()
     release_tools(env)  # the other worker's tools, and every retry, now return at once
 
     for effect, record in running.items():

@@ -1,7 +1,9 @@
 """The worker's side of an attempt: claim, heartbeat, run, finish, record.
 
 The claim happens before any tool code; a refused claim raises Celery's `Ignore`, so a stale or
-redelivered message is acknowledged and dropped without running (S3.2, S3.3).
+redelivered message is acknowledged and dropped without running (S3.2, S3.3). Once the worker's
+warm shutdown began (the claim gate, `engine/shutdown_gate.py`) nothing is claimed: the delivery
+raises `Reject(requeue=True)` and its message goes back to the queue for another worker.
 """
 
 from __future__ import annotations

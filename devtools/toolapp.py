@@ -86,7 +86,28 @@ def _hold(ctx: ToolContext, seconds: float) -> None:
         time.sleep(0.05)
 
 
-def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
+#: The tool of a "newer release" (version skew): a write the previous release's worker app
+#: (`tests/support/skew_apps.py`) does not have.
+NEW_TOOL = "audit"
+#: Its policy as this app (the requesters' release) registers it: a start-to-close long
+#: enough for its run; a worker app may register it otherwise, and must still run a call under
+#: the call's recorded snapshot (S1.5).
+NEW_TOOL_POLICY = ToolPolicy(
+    effect=EffectClass.NON_IDEMPOTENT_WRITE,
+    requires_approval=False,
+    repeat_guard=False,
+    start_to_close=20.0,
+)
+
+
+def make_app(
+    settings: Settings | None = None,
+    *,
+    without: frozenset[str] = frozenset(),
+    new_tool_policy: ToolPolicy = NEW_TOOL_POLICY,
+) -> tuple[Celery, Dex]:
+    """The test tools; `without`: names left out (an older release's worker app);
+    `new_tool_policy`: how this app registers `NEW_TOOL`."""
     settings = settings or Settings.from_env()
     app = Celery("dex_test_tools")
     dex = Dex(app, settings)
@@ -243,6 +264,8 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
         return "ran"
 
     app.conf.task_routes = {"dex.tool.unserved_write": {"queue": UNSERVED_QUEUE}}
+    if NEW_TOOL not in without:
+        dex.tool(NEW_TOOL, policy=new_tool_policy)(slow)
     return app, dex
 
 

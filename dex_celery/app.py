@@ -133,10 +133,6 @@ class Dex:
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
-        effect = tool.declared_effect
-        # Late ack only where a redelivered message is harmless; a tool whose class depends on
-        # the session default is treated as a write here (the ledger still retries reads).
-        late_ack = effect is not None and effect.retryable
 
         def execute(
             key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
@@ -146,10 +142,15 @@ class Dex:
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
         # shared=False: tasks belong to this Celery app only, not to every app in the process.
+        # Every tool task is acknowledged late, whatever the tool's class: a running attempt's
+        # message then counts against the worker's prefetch, so a worker never holds a call it
+        # has no free slot for (docs/ledger.md, "Celery options"), and a message delivered but
+        # never claimed (a warm shutdown hands it back) goes to another worker. A redelivered
+        # copy is harmless: its claim is refused (S3.2, S3.3).
         self.celery.task(
             name=tool.task_name,
             shared=False,
-            acks_late=late_ack,
+            acks_late=True,
             reject_on_worker_lost=False,
             ignore_result=True,
             typing=False,
@@ -214,6 +215,7 @@ class Dex:
                         self._tools,  # the catalog itself: lookups reach the MCP sources
                         self.outcome_checks,
                         forward=self.worker_services.forward_outcome,
+                        gate=self.worker_services.shutdown.gate,
                     )
                     self._runtime = runtime
         return runtime
@@ -307,7 +309,9 @@ class Dex:
         self.celery.task(
             name=RECONCILE_TASK,
             ignore_result=True,
-            acks_late=False,
+            # Late, as every task of the app: a running job holds its slot's prefetch (a rerun
+            # after a redelivery reports nothing twice, S8.2).
+            acks_late=True,
             shared=False,
             send_events=False,
         )(reconcile)

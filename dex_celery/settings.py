@@ -114,6 +114,14 @@ DEFAULT_REQUIRE_DURABLE_REDIS = False
 DEFAULT_SWEEP_IN_BEAT = True
 #: `DEX_REDIS_URL` names a node of a Redis Cluster (also said by a `redis+cluster://` URL).
 DEFAULT_REDIS_CLUSTER = False
+#: Seconds a worker's warm shutdown (SIGTERM) lets its running tools finish before it ends them
+#: itself, as a SIGKILL would (docs/reliability.md, "Deploys"); 0: no limit of its own, the
+#: supervisor's stop timeout is the grace (systemd's `TimeoutStopSec`, Kubernetes'
+#: `terminationGracePeriodSeconds`, `docker stop -t`).
+DEFAULT_SHUTDOWN_GRACE = 0.0
+#: Seconds a worker holds a message of a tool it does not have (an older release during a
+#: rolling deploy) before it hands the message back to the queue for a worker that has it.
+DEFAULT_UNKNOWN_TOOL_REQUEUE_DELAY = 1.0
 #: Shards of the ledger, each with its own hash tag (docs/redis.md, "Redis Cluster"). Fixed for
 #: the life of a ledger: changing it needs a drained ledger (no call in flight).
 DEFAULT_LEDGER_SHARDS = 1
@@ -168,6 +176,8 @@ class Settings:
     sweep_in_beat: bool = DEFAULT_SWEEP_IN_BEAT
     redis_cluster: bool = DEFAULT_REDIS_CLUSTER
     ledger_shards: int = DEFAULT_LEDGER_SHARDS
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    unknown_tool_requeue_delay: float = DEFAULT_UNKNOWN_TOOL_REQUEUE_DELAY
 
     def __post_init__(self) -> None:
         positive = (
@@ -190,6 +200,7 @@ class Settings:
             "webhook_timeout",
             "claim_replicas_timeout",
             "ledger_shards",
+            "unknown_tool_requeue_delay",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -203,6 +214,10 @@ class Settings:
         if self.record_wait < 0:
             raise ConfigurationError(
                 f"setting record_wait must be 0 or more, got {self.record_wait!r}"
+            )
+        if self.shutdown_grace < 0:
+            raise ConfigurationError(
+                f"setting shutdown_grace must be 0 (no limit) or more, got {self.shutdown_grace!r}"
             )
         if self.claim_replicas < 0:
             raise ConfigurationError(

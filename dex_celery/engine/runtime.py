@@ -8,7 +8,8 @@ threads. Who calls whom (docs/architecture.md):
     Sweeper(ledger, store, dispatcher, settings, epoch)         what stopped moving
     Worker(celery, ledger, store, dispatcher, settings, writer) one attempt in a task
     OutcomeWriter(store, ledger)                                batched SQL writes of outcomes
-    (forward: a prefork pool process's outcomes to its main process's writer, `OutcomeChannel`)
+    (forward: a prefork pool process's outcomes to its main process's writer, `OutcomeChannel`;
+    gate: shut when the worker's warm shutdown begins, `ShutdownGate`)
     Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
     Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
 """
@@ -25,6 +26,7 @@ from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.epoch import LedgerEpoch
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.reconcile import OutcomeChecks, Reconciler
+from dex_celery.engine.shutdown_gate import ShutdownGate
 from dex_celery.engine.sweep import Sweeper
 from dex_celery.engine.worker import Worker
 from dex_celery.ledger.connection import ledger_client
@@ -54,6 +56,7 @@ class Runtime:
         tools: Mapping[str, Tool],
         checks: OutcomeChecks,
         forward: Callable[[OutcomeRow], bool] | None = None,
+        gate: ShutdownGate | None = None,
     ) -> None:
         self.celery = celery
         self.settings = settings
@@ -78,7 +81,7 @@ class Runtime:
         self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
         self.worker = Worker(
-            celery, self.ledger, store, self.dispatcher, settings, self.writer, forward
+            celery, self.ledger, store, self.dispatcher, settings, self.writer, forward, gate
         )
         self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
         self.reconciler = Reconciler(store, self.events, checks, settings)

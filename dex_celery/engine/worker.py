@@ -1,7 +1,9 @@
 """The worker's side of an attempt: claim, heartbeat, run, finish, record.
 
 The claim happens before any tool code; a refused claim raises Celery's `Ignore`, so a stale or
-redelivered message is acknowledged and dropped without running (S3.2, S3.3).
+redelivered message is acknowledged and dropped without running (S3.2, S3.3). Once the worker's
+warm shutdown began (the claim gate, `engine/shutdown_gate.py`) nothing is claimed: the delivery
+raises `Reject(requeue=True)` and its message goes back to the queue for another worker.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import redis
 from celery import Celery, current_task
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 
 from dex_celery.backend_errors import first_line, translate
 from dex_celery.engine import tracing
@@ -29,6 +31,7 @@ from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.owners import owner_is_dead_here, owner_string
 from dex_celery.engine.pause_points import PausePoint, pause_at
 from dex_celery.engine.repeats import LATE_RESULT, announce_repeat_evidence
+from dex_celery.engine.shutdown_gate import ShutdownGate
 from dex_celery.engine.task_events import (
     AttemptFailed,
     announce_after_worker_lost,
@@ -234,15 +237,35 @@ def owner_id() -> str:
 _EARLY_WAITS = 8
 
 
-def claim_attempt(ledger: Ledger, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
-    """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`)."""
+def claim_attempt(
+    ledger: Ledger,
+    key: str,
+    attempt: int,
+    *,
+    owner: str,
+    fence: str,
+    gate: ShutdownGate | None = None,
+) -> Claim | None:
+    """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`). None:
+    the worker's shutdown began while the backoff was waited out, and nothing was claimed."""
     claim = ledger.claim(key, attempt, owner=owner, fence=fence)
     for _ in range(_EARLY_WAITS):
         if claim.kind is not ClaimKind.EARLY:
             break
-        time.sleep(claim.wait)
+        if gate is not None:
+            if not gate.sleep(claim.wait):
+                return None
+        else:
+            time.sleep(claim.wait)
         claim = ledger.claim(key, attempt, owner=owner, fence=fence)
     return claim
+
+
+def hand_back(key: str, attempt: int, why: str) -> Reject:
+    """What a delivery this worker will not claim raises: Celery puts its message back in the
+    queue (the task is acknowledged late), so another worker claims and runs it."""
+    log.info("attempt %d of %s handed back to the broker unclaimed: %s", attempt, key, why)
+    return Reject(why, requeue=True)
 
 
 class Worker:
@@ -261,6 +284,7 @@ class Worker:
         settings: Settings,
         writer: OutcomeWriter,
         forward: Callable[[OutcomeRow], bool] | None = None,
+        gate: ShutdownGate | None = None,
     ) -> None:
         self.celery = celery
         self.ledger = ledger
@@ -272,6 +296,8 @@ class Worker:
         #: False: this process's own writer records it.
         self.forward = forward
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
+        #: Shut when the worker's warm shutdown begins: deliveries are then handed back unclaimed.
+        self.gate = gate or ShutdownGate()
 
     def run(
         self,
@@ -315,8 +341,16 @@ class Worker:
         replica shortfall's text ('' if none) when the claim does not count: the tool then
         does not run."""
         owner = owner_id()
+        if self.gate.shut_already:
+            traced.set("outcome", "handed_back")
+            raise hand_back(key, attempt, "the worker is shutting down")
         with span(tracing.CLAIM, key=key, attempt=attempt):
-            claim = claim_attempt(self.ledger, key, attempt, owner=owner, fence=fence)
+            claim = claim_attempt(
+                self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate
+            )
+        if claim is None:
+            traced.set("outcome", "handed_back")
+            raise hand_back(key, attempt, "the worker began shutting down during its backoff")
         if not claim.ok:
             log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
             count_refused_claim(self.ledger, claim.reason)

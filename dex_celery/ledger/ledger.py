@@ -147,6 +147,9 @@ class LedgerCall:
     claimed_at: float | None = None
     #: When the outcome was decided (Redis's clock); None while the call goes on.
     finished_at: float | None = None
+    #: Why the current attempt still waits in the queue, as a worker that handed it back said
+    #: (`Ledger.note_waiting`); "" when none did.
+    waiting: str = ""
 
     @classmethod
     def from_hash(cls, key: str, h: dict[str, str]) -> LedgerCall:
@@ -169,6 +172,7 @@ class LedgerCall:
             log=parse_attempt_log(h.get("log")),
             claimed_at=float(h["claimed_at"]) if h.get("claimed_at") else None,
             finished_at=float(h["finished_at"]) if h.get("finished_at") else None,
+            waiting=h.get("waiting", "") if h.get("waiting_n") == h.get("n") else "",
         )
 
 
@@ -187,6 +191,7 @@ _SCRIPTS = (
     "recorded",
     "rotate",
     "now",
+    "note",
 )
 #: Scripts that use none of `_common.lua`'s helpers run without them: Redis runs a script's
 #: whole text on every call, helper definitions included (docs/benchmarks.md).
@@ -503,6 +508,15 @@ class Ledger:
         keys = (*self._ending_keys(key), self.keys.running(key))
         f = self._run("time_out", keys, (key, _n(attempt), self.jitter(), detail))
         return Step.from_fields(f)
+
+    def note_waiting(self, key: str, attempt: int, note: str) -> bool:
+        """Say on attempt `attempt` why it still waits for a worker (a worker without the tool
+        handed it back). True while that attempt is the call's current one and waits in the
+        queue; False: it was claimed, it ended, or it is of an older ledger life (its message
+        is stale)."""
+        k = self.keys.of(key)
+        f = self._run("note", (k.call(key), k.epoch, k.clock), (attempt, note))
+        return f["kind"] == "noted"
 
     # --- fenced attempts still running (the repeat guard, S5.4) ----------------------------------
 

@@ -165,6 +165,8 @@ def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str
                 "claimed_at": entry.claimed_at if entry.state == "running" else None,
                 "ended_at": None,
                 "error": None,
+                # Why it still waits, as a worker that handed it back said (version skew).
+                "note": (entry.waiting or None) if entry.state == "enqueued" else None,
             }
         )
     return _with_error(attempts, record)
@@ -397,7 +399,9 @@ def _attempt_lines(attempt_log: list[dict[str, Any]], full: bool = False) -> lis
             str(a.get("owner") or "-"),
             format_time(a.get("claimed_at")),
             format_time(a.get("ended_at")),
-            (a.get("error") or "-") if full else (shorten(a.get("error"), 120) or "-"),
+            (a.get("error") or a.get("note") or "-")
+            if full
+            else (shorten(a.get("error") or a.get("note"), 120) or "-"),
         ]
         for a in attempt_log
     ]

@@ -14,11 +14,14 @@ from dex_celery.settings import Settings
 
 
 def configure_celery(app: Celery, settings: Settings) -> None:
-    """The Celery options dex-celery relies on (docs/ledger.md, "Celery options by class").
+    """The Celery options dex-celery relies on (docs/ledger.md, "Celery options").
 
     JSON only (S9.2); results live in the ledger and SQL, not in a result backend; task events
-    for Flower (`Settings.task_events`); one message prefetched per process so a long tool does
-    not hold others back. A worker whose broker link breaks keeps reconnecting for as long as
+    for Flower (`Settings.task_events`); a prefetch of one message per pool slot. The prefetch
+    alone does not keep a long tool from holding others back: a message acknowledged when its
+    task starts no longer counts against it, so every tool task is acknowledged late
+    (`Dex.add_tool`) and a worker holds no more calls than it has slots, running ones included,
+    whatever their effect class. A worker whose broker link breaks keeps reconnecting for as long as
     it takes, at start and later, and running tools go on meanwhile (their ledger lease and
     claim fence them, not the broker); its consumer survives Kombu's teardown of the lost link
     (`dex_celery.processes.consumer`, docs/operations.md).

@@ -22,6 +22,11 @@ Two guards, both installed by `dex_celery.app.configure_celery`:
   teardown of the lost connection raises is logged in one line, and Celery reconnects as it
   would have; the connection is already detached, so nothing of it is used again.
 
+The consumer also takes part in deploys (docs/reliability.md, "Deploys"): when it stops at a
+warm shutdown it hands back the messages no pool process has started
+(`shutdown.hand_back_unstarted`), and a message of a tool this worker does not have is handed
+back to the queue for a worker that has it instead of being dropped (`unknown_tools.park`).
+
 Messages that could not be put back or acknowledged stay in Kombu's unacknowledged set in
 Redis; its visibility timeout restores them, and a redelivered attempt is refused by its claim
 (S3.2, S3.3) or ended by its schedule-to-start deadline (S3.5) like any attempt that did not
@@ -40,6 +45,11 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 from celery.worker.state import active_requests
 from kombu.transport import redis as kombu_redis
 
+from dex_celery.processes.shutdown import hand_back_unstarted
+from dex_celery.processes.unknown_tools import park
+from dex_celery.processes.worker import services_of
+from dex_celery.tools.tool import TASK_PREFIX
+
 log = logging.getLogger("dex_celery.processes.consumer")
 
 #: Celery's default `worker_consumer`; `configure_celery` replaces only this one.
@@ -49,7 +59,30 @@ DEX_CONSUMER = "dex_celery.processes.consumer:Consumer"
 
 
 class Consumer(CeleryConsumer):  # type: ignore[misc]  # Celery ships no type hints
-    """Celery's consumer; a failure while closing a lost broker connection is not fatal."""
+    """Celery's consumer; a failure while closing a lost broker connection is not fatal, a
+    warm shutdown hands back what was never started, and a tool this worker does not have is
+    handed back rather than dropped."""
+
+    def stop(self) -> None:
+        services = services_of(self.app)
+        if services is not None:
+            # Shut already by SIGTERM; shut here too for a shutdown without the signal (a
+            # remote `shutdown` command): no pool process claims from now on.
+            services.shutdown.gate.shut()
+        super().stop()  # the task consumer is cancelled: nothing new arrives
+        hand_back_unstarted()
+
+    def on_unknown_task(self, body: Any, message: Any, exc: BaseException) -> None:
+        name = (message.headers or {}).get("task") if message is not None else None
+        services = services_of(self.app)
+        if (
+            isinstance(name, str)
+            and name.startswith(TASK_PREFIX)
+            and services is not None
+            and park(self, message, name[len(TASK_PREFIX) :], services)
+        ):
+            return
+        super().on_unknown_task(body, message, exc)
 
     def on_connection_error_after_connected(self, exc: BaseException) -> None:
         if not self.app.conf.worker_cancel_long_running_tasks_on_connection_loss:

@@ -13,7 +13,10 @@
   through which the pool processes hand it their outcomes (`forward_outcome`);
 - `worker_process_shutdown` / `worker_shutdown`: the outcomes this process still holds are
   written before it exits (the sweeper would, later); the main process first takes what the
-  channel still carries.
+  channel still carries;
+- `worker_shutting_down` (SIGTERM, a deploy): the claim gate shuts in every pool process and
+  the shutdown grace starts (`processes.shutdown`); a message of a tool this worker does not
+  have is handed back, not dropped (`processes.unknown_tools`, through `services_of`).
 
 Each handler acts only for its own Celery app.
 """
@@ -21,6 +24,7 @@ Each handler acts only for its own Celery app.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +35,7 @@ from dex_celery.engine.outcome_writer import OutcomeChannel
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.checks import check_or_exit
+from dex_celery.processes.shutdown import WarmShutdown
 from dex_celery.processes.worker_starts import record_start
 from dex_celery.store.values import OutcomeRow
 from dex_celery.tools.tool import TASK_PREFIX
@@ -52,6 +57,11 @@ class WorkerServices:
         self.refresh_tools = refresh_tools
         self.watch: DeploymentWatch | None = None
         self.channel: OutcomeChannel | None = None
+        #: The claim gate (made here, before the pool forks) and the shutdown grace.
+        self.shutdown = WarmShutdown(
+            lambda: source.settings.shutdown_grace,
+            lambda: self.channel.recorder_pid if self.channel is not None else None,
+        )
 
     def _ours(self, sender: Any) -> bool:
         return getattr(sender, "app", None) is self.celery
@@ -82,6 +92,9 @@ class WorkerServices:
         self.watch.start()
 
     def on_worker_shutting_down(self, **_: Any) -> None:
+        # Sent by the main process's signal handler: no broker I/O here; the consumer hands
+        # back what it holds when it stops (`processes.consumer`).
+        self.shutdown.begin()
         watch, self.watch = self.watch, None
         if watch is not None:
             watch.stop()
@@ -125,11 +138,21 @@ def _is_prefork(pool: Any) -> bool:
     return name in ("prefork", "processes") or name.endswith("concurrency.prefork")
 
 
+#: The services of each Celery app, for what Celery calls without a signal (the consumer).
+_SERVICES: weakref.WeakKeyDictionary[Celery, WorkerServices] = weakref.WeakKeyDictionary()
+
+
+def services_of(celery: Celery) -> WorkerServices | None:
+    """The worker services connected for `celery` (the last ones), or None."""
+    return _SERVICES.get(celery)
+
+
 def connect_worker(
     celery: Celery, source: RuntimeSource, refresh_tools: Callable[[], None] = lambda: None
 ) -> WorkerServices:
     """Connect the worker side of `celery`'s deployment to Celery's signals (from `Dex`)."""
     services = WorkerServices(celery, source, refresh_tools)
+    _SERVICES[celery] = services
     signals.worker_init.connect(services.on_worker_init, weak=False)
     signals.worker_ready.connect(services.on_worker_ready, weak=False)
     signals.worker_shutting_down.connect(services.on_worker_shutting_down, weak=False)

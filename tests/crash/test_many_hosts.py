@@ -173,7 +173,8 @@ def test_a_dead_pool_process_never_loses_another_hosts_attempt(
 
     worker_b = hosts(name_b, concurrency=1, extra_env=SLOW, queues="host-b")
     # The duplicate delivery: the same attempt's message once more, as a redelivery would, to
-    # host B only (A's main process would take it otherwise: the write was acknowledged early).
+    # host B only (A's main process could take it otherwise: its slot is busy, but a broker
+    # hands a redelivered copy to any consumer with room).
     dex.celery.send_task(
         TASK_PREFIX + "slow_non_idempotent_write",
         kwargs={

@@ -30,7 +30,7 @@ from tests.support.crash import (
 )
 from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import ON_BOTH_BROKERS
-from tests.support.toolapp import VISIBILITY_TIMEOUT_ENV
+from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 
 pytestmark = pytest.mark.crash
 
@@ -78,12 +78,17 @@ def test_non_idempotent_write_killed_mid_call_is_outcome_unknown_and_never_runs_
     assert OUTCOME_UNKNOWN_TOOL_RESULT in message
     assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
 
-    # A new worker, with a broker that redelivers unacknowledged messages within seconds. A
-    # non-idempotent message was acknowledged when the pool accepted it (no late ack), so the
-    # broker has nothing to give back (RabbitMQ: nothing returned to the queue when the dead
-    # worker's connection closed); the replay below is the stale delivery.
-    assert not broker_holds(env, CallKey.parse(record.key).task_id(1))
+    # The message is acknowledged late (every tool task is: docs/ledger.md, "Celery options"),
+    # so the broker gives it back (RabbitMQ at once, when the dead worker's connection closed;
+    # Redis after its visibility timeout, short here) and a new worker's claim refuses it.
+    assert broker_holds(env, CallKey.parse(record.key).task_id(1))
     start_worker(extra_env=SHORT_VISIBILITY)
+    wait_for(
+        lambda: refused(dex, record.key) >= 1,
+        timeout=30,
+        what="the ledger to refuse the redelivered message's claim",
+    )
+    # Replays of the same message, as an operator's or a duplicate delivery: refused too.
     before = refused(dex, record.key)
     republish(dex, done, attempt=1)
     wait_for(
@@ -198,35 +203,29 @@ def test_retryable_call_killed_mid_call_is_retried_with_the_same_key(
     assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
 
 
-def test_broker_redelivery_of_a_prefetched_write_after_it_expired_cannot_claim(
+def test_broker_redelivery_of_a_held_write_after_it_expired_cannot_claim(
     dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     sweeper: threading.Event,
 ) -> None:
-    """S3.2, S3.3, S4.2: a write message the killed worker had prefetched (delivered to the main
-    process, not yet to the pool, so not yet acknowledged) expires in the ledger and ends `failed`
-    with the did-not-run prefix; when Kombu later restores that message to a new worker, its
-    claim is refused and the tool never runs."""
-    worker = start_worker(concurrency=1)
+    """S3.2, S3.3, S4.2: a write message the killed worker held before its claim (delivered,
+    not acknowledged) expires in the ledger and ends `failed` with the did-not-run prefix; when
+    Kombu later restores that message to a new worker, its claim is refused and the tool never
+    runs. (A worker no longer holds a message it has no free slot for: every tool task is
+    acknowledged late, so the test hook holds it before the claim instead.)"""
+    worker = start_worker(concurrency=1, extra_env={BLOCK_BEFORE_CLAIM_ENV: "1"})
     client = dex.client()
-    busy = client.request_call("s1", "t1", "busy", "slow_non_idempotent_write", {"seconds": 60})
-    wait_started(busy.key)
-    # Early ack frees the prefetch slot, so the single-process worker reserves the next message.
     queued = client.request_call("s1", "t1", "queued", "slow_non_idempotent_write", {"seconds": 0})
-    task_id = CallKey.parse(queued.key).task_id(1).encode()
+    task_id = CallKey.parse(queued.key).task_id(1)
+    wait_for(prerun_marker(task_id).exists, timeout=30, what="the worker to hold the write")
     broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    wait_for(
-        lambda: [m for m in broker.hvals(KOMBU_UNACKED) if task_id in m],
-        timeout=30,
-        what="the worker to reserve the second message, unacknowledged",
-    )
+    assert [m for m in broker.hvals(KOMBU_UNACKED) if task_id.encode() in m]
 
     worker.kill_all()
     done = wait_finished(dex, queued.key, timeout=30)
     assert done.status is CallStatus.FAILED, done
     assert (done.error or "").startswith(DID_NOT_RUN), done.error
-    assert wait_finished(dex, busy.key).status is CallStatus.OUTCOME_UNKNOWN
 
     fresh = start_worker(extra_env=SHORT_VISIBILITY)
     redelivered = f"Task dex.tool.slow_non_idempotent_write[{queued.key}#1] received"

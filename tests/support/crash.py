@@ -22,7 +22,7 @@ from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing import assertions
 from dex_celery.tools.tool import TASK_PREFIX
-from tests.support.processes import wait_for
+from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import queued_task_ids
 from tests.support.toolapp import LOG_ENV, executions, log_dir
 
@@ -48,6 +48,12 @@ def wait_started(key: str, *, attempt: int = 1, timeout: float = 60) -> int:
         what=f"the tool to start attempt {attempt} of {key}",
     )
     return next(pid for a, pid, _ in lines(key, "start") if a == attempt)
+
+
+def runs_in(worker: Worker, pid: int) -> bool:
+    """Is process `pid` (from the tool's own log) `worker`'s: its main process (threads pool)
+    or one of its pool processes (prefork)? Asked while the worker lives."""
+    return pid == worker.pid or pid in worker.children()
 
 
 def wait_finished(dex: Dex, key: str, *, timeout: float = 60) -> ToolCallRecord:

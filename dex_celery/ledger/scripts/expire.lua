@@ -17,6 +17,11 @@ local now = ledger_now(frozen)
 if mode == 'due' and tonumber(c.deadline) > now then
   return {'kind', 'noop'}
 end
+-- Why it waited, if a worker said so while handing it back (note.lua).
+local waiting = redis.call('HMGET', call, 'waiting_n', 'waiting')
+if waiting[1] == attempt and waiting[2] then
+  detail = detail .. '; ' .. waiting[2]
+end
 local w = {}
 log_attempt(w, c, attempt, 'expired', now, detail)
 put(w, c, 'state', 'expired')

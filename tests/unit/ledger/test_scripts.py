@@ -597,6 +597,33 @@ def test_expire_retries_a_read_that_never_reached_a_worker(rig: Rig) -> None:
     assert step.delay == pytest.approx(B0 * 0.5)
 
 
+# --- note (a worker without the tool hands the attempt back; docs/reliability.md) -----------
+
+
+def test_note_says_why_an_enqueued_attempt_waits_and_joins_its_did_not_run_text(
+    rig: Rig,
+) -> None:
+    """Version skew: the note is kept on the waiting attempt only, and a deadline that passes
+    before any capable worker comes ends the call "did not run" with it (S4.2)."""
+    key = opened(rig, EffectClass.NON_IDEMPOTENT_WRITE)
+    assert rig.ledger.note_waiting(key, 1, "no running worker has this tool yet") is True
+    entry = rig.ledger.read(key)
+    assert entry is not None and entry.waiting == "no running worker has this tool yet"
+    assert rig.ledger.note_waiting(key, 2, "stale attempt") is False  # not the current one
+    rig.knobs.advance(S2S + 1)
+    step = rig.ledger.expire(key, None, unpublished=False, detail="nobody claimed it")
+    finished(step, "failed", "did_not_run")
+    assert step.detail == "nobody claimed it; no running worker has this tool yet"
+    assert rig.ledger.note_waiting(key, 1, "again") is False  # ended: its message is stale
+
+
+def test_note_is_refused_once_the_attempt_is_claimed(rig: Rig) -> None:
+    key = claimed(rig)
+    before = rig.state(key)
+    assert rig.ledger.note_waiting(key, 1, "no running worker has this tool yet") is False
+    assert rig.state(key) == before
+
+
 @pytest.mark.parametrize(
     ("effect", "status", "reason"),
     [

@@ -7,6 +7,7 @@ from the settings (production never uses `create_all`).
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import time
@@ -19,6 +20,7 @@ from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
 from dex_celery.errors import AppNotFound
 from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
+from dex_celery.ops.present import command_line
 from dex_celery.processes.localstack import (
     LocalStack,
     PrerequisiteMissing,
@@ -89,7 +91,8 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
             click.echo(f"error: {e}", err=True)
             ctx_exit(EXIT_USAGE)
         echo(f"worker {node} is ready; tools: {', '.join(sorted(ctx.dex.tools))}")
-        echo(f"try:    DEX_REDIS_URL={stack.redis_url} dex-celery calls list")
+        try_it = command_line(ctx.app_path, "calls", "list")
+        echo(f"try:    DEX_REDIS_URL={shlex.quote(stack.redis_url)} {try_it}")
         echo("Press Ctrl-C to stop.")
         # A worker, beat or Flower that exits is started again (with a bounded backoff); the
         # private Redis is not (dex_celery.processes.supervise).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -465,3 +466,18 @@ def decision_banner(record: ToolCallRecord) -> str:
     if approval is None:
         return f"the call is {record.status.value}"
     return f"{approval.decision} by {approval.decided_by}; the call is now {record.status.value}"
+
+
+#: What a hint names the app as when the process does not know how the person named it (a
+#: worker's log); the CLI passes the `-A` value it was given.
+SOME_APP = "APP"
+
+
+def command_line(app: str | None, *args: str) -> str:
+    """A `dex-celery` command naming the app as the person named it, quoted to run as pasted."""
+    return shlex.join(["dex-celery", "-A", app or SOME_APP, *args])
+
+
+def celery_line(app: str | None, *args: str) -> str:
+    """The same for a `celery` command (beat, worker)."""
+    return shlex.join(["celery", "-A", app or SOME_APP, *args])

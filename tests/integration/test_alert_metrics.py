@@ -145,9 +145,7 @@ def test_an_outcome_sql_refused_is_counted(dex: Dex, env: dict[str, str], tmp_pa
 
     def counted() -> float:
         _names, samples = exposed(generate(dex))
-        return samples.get(
-            ("dex_sql_write_errors_total", frozenset({("writer", "recorder")})), 0.0
-        )
+        return samples.get(("dex_sql_write_errors_total", frozenset({("writer", "recorder")})), 0.0)
 
     assert counted() == 1
 

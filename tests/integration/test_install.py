@@ -112,7 +112,8 @@ def test_make_demo_installs_no_dev_only_package(tmp_path: Path) -> None:
     )  # fmt: skip
     assert resolved.returncode == 0, resolved.stderr[-3000:]
     installs = {
-        canonicalize_name(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]
+        canonicalize_name(item["metadata"]["name"])
+        for item in json.loads(report.read_text())["install"]
     }
     core = _names(PYPROJECT["dependencies"])
     dev_only = _names(PYPROJECT["optional-dependencies"]["dev"]) - core

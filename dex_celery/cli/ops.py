@@ -150,37 +150,47 @@ def demo(ctx: DexContext, timeout: float) -> None:
 
 @click.group("db")
 def db() -> None:
-    """Schema migrations (Alembic) of the database at DEX_DATABASE_URL."""
+    """Schema migrations (Alembic) of the database the app's settings name (with -A: its
+    dex_database_url, DEX_DATABASE_URL over it; without: DEX_DATABASE_URL)."""
+
+
+def _db_settings(ctx: DexContext) -> Settings:
+    """The app's settings when one is named (a Django project keeps its database URL in its
+    settings, docs/django.md), else the environment's: `db` works before any app exists too."""
+    return ctx.dex.settings if ctx.app_path else Settings.from_env()
 
 
 @db.command("upgrade")
 @click.argument("revision", default="head")
-def db_upgrade(revision: str) -> None:
+@pass_context
+def db_upgrade(ctx: DexContext, revision: str) -> None:
     """Migrate up to REVISION (default: head)."""
     from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
 
-    settings = Settings.from_env()
+    settings = _db_settings(ctx)
     at = upgrade(settings.database_url, revision, schema=settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at}")
 
 
 @db.command("downgrade")
 @click.argument("revision")
-def db_downgrade(revision: str) -> None:
+@pass_context
+def db_downgrade(ctx: DexContext, revision: str) -> None:
     """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
     from dex_celery.store.migrate import downgrade  # deferred: Alembic is slow to import
 
-    settings = Settings.from_env()
+    settings = _db_settings(ctx)
     at = downgrade(settings.database_url, revision, schema=settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'base (no tables)'}")
 
 
 @db.command("current")
-def db_current() -> None:
+@pass_context
+def db_current(ctx: DexContext) -> None:
     """Print the revision the database is at, and the newest one."""
     from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
 
-    settings = Settings.from_env()
+    settings = _db_settings(ctx)
     require_existing_database(settings.database_url)
     at = current(settings.database_url, settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")

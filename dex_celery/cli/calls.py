@@ -154,7 +154,7 @@ def calls_show(ctx: DexContext, key: str, as_json: bool, full: bool) -> None:
     if as_json:
         emit_json(details)
     else:
-        click.echo(render_details(details, full=full))
+        click.echo(render_details(details, full=full, app=ctx.app_path))
 
 
 # --- sweep -------------------------------------------------------------------------------------

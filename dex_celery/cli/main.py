@@ -78,8 +78,8 @@ def _fail(ctx: click.Context, error: DexError) -> None:
     ctx.exit(EXIT_REFUSED)
 
 
-#: A command quoted in an error's hint that does not name its app yet.
-_HINTED_COMMAND = re.compile(r"`dex-celery (?!-A )")
+#: A command quoted (in backticks or parentheses) in an error's hint that does not name its app.
+_HINTED_COMMAND = re.compile(r"(?<=[`(])dex-celery (?!-A )")
 
 
 def _name_the_app(message: str, app: str | None) -> str:
@@ -87,7 +87,7 @@ def _name_the_app(message: str, app: str | None) -> str:
     on the command line they name it as the person did, so they run as pasted."""
     if not app:
         return message
-    return _HINTED_COMMAND.sub(lambda _m: f"`{shlex.join(['dex-celery', '-A', app])} ", message)
+    return _HINTED_COMMAND.sub(lambda _m: shlex.join(["dex-celery", "-A", app]) + " ", message)
 
 
 def _urls(ctx: click.Context) -> dict[str, str]:

@@ -313,9 +313,9 @@ POLICY_FIELDS = (
 )
 
 
-def render_details(d: dict[str, Any], *, full: bool = False) -> str:
+def render_details(d: dict[str, Any], *, full: bool = False, app: str | None = None) -> str:
     """`calls show` as text, from the same value `--json` prints (`call_details`); `full`:
-    nothing shortened to fit a line either."""
+    nothing shortened to fit a line either; `app`: as the person named it, for the hint."""
     lines = [
         f"call      {d['key']}",
         f"tool      {d['tool']}  ({d['effect']})",
@@ -341,9 +341,8 @@ def render_details(d: dict[str, Any], *, full: bool = False) -> str:
     lines.append(_ledger_line(d["ledger"], d.get("ledger_error")))
     lines.extend(_message_lines(d["messages"], full))
     if d.get("cut"):
-        lines.append(
-            f"(long values are cut; `dex-celery calls show {d['key']} --full` shows them whole)"
-        )
+        whole = command_line(app, "calls", "show", d["key"], "--full")
+        lines.append(f"(long values are cut; `{whole}` shows them whole)")
     return "\n".join(lines)
 
 

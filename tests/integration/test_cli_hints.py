@@ -106,3 +106,14 @@ def test_an_error_lines_hint_names_the_app(env: dict[str, str], tmp_path: Path) 
     assert hint == f"dex-celery -A {APP} db upgrade"
     assert run_line(hint, environ).returncode == 0
     assert run_line(f"dex-celery -A {APP} calls list", environ).returncode == 0
+
+
+def test_the_full_hint_of_calls_show_runs_as_printed(dex: Dex, env: dict[str, str]) -> None:
+    key = dex.client().request_call("s1", "t1", "long", "echo", {"x": "y" * 5000}).key
+    shown = run_line(f"dex-celery -A {APP} calls show {key}", env)
+    assert shown.returncode == 0, shown.stderr
+    (whole,) = _QUOTED.findall(shown.stdout)
+    assert whole == f"dex-celery -A {APP} calls show {key} --full"
+    pasted = run_line(whole, env)
+    assert pasted.returncode == 0, pasted.stderr
+    assert "y" * 5000 in pasted.stdout and "long values are cut" not in pasted.stdout

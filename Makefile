@@ -1,10 +1,16 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   - the end-to-end demo on embedded defaults (SQLite, a private redis-server)
-#   make test   - the whole test suite (starts its own redis-server instances)
+#   make demo   - the end-to-end demo on embedded defaults (SQLite, a private redis-server), in
+#                 its own virtualenv holding dex-celery's core install and nothing else
+#   make test   - the whole test suite (starts its own redis-server instances), in .venv with
+#                 the dev extra (linters, type checker, every integration)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo imports only the core package (its order desk example ships inside it):
+# tests/integration/test_install.py checks no dev-only package gets in.
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: demo test docs lint install clean
 
@@ -16,8 +22,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/dex-celery demo
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/dex-celery demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -29,4 +40,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .site
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache .site

@@ -68,7 +68,8 @@ class Dex:
 
     def __init__(self, celery: Celery, settings: Settings | None = None) -> None:
         self.celery = celery
-        self.settings = settings or Settings.from_env()
+        # Without settings given: the app's `dex_*` configuration, the environment over it.
+        self.settings = settings or Settings.from_app(celery.conf)
         self.keys = KeySpace(
             self.settings.key_prefix,
             shards=self.settings.ledger_shards,

@@ -1,6 +1,13 @@
-"""The one settings object, built from the environment.
+"""The one settings object, built from the Celery app's configuration and the environment.
 
-Every default is written once, here, beside the environment variable that overrides it. The
+Every default is written once, here, beside the environment variable that overrides it. Each
+field is also read from the Celery app's configuration as `dex_<field>` (so a Django project
+sets `CELERY_DEX_REDIS_URL` beside `CELERY_BROKER_URL` when Celery reads its settings with
+`namespace="CELERY"`). One precedence, lowest first: the default, the app's configuration, the
+environment (`DEX_<FIELD>`), then arguments given in code. The environment wins over the app's
+configuration as it does in Celery itself (`CELERY_BROKER_URL` in the environment beats a
+configured `broker_url`): the same settings module then serves every host, and a deployment
+changes one value without editing code (docs/django.md). The
 defaults are chosen so that a worker killed mid-call gets its terminal record within
 `2 * heartbeat_timeout + sweep_interval` (5 + 5 + 2 = 12 s, under the 15 s target).
 """
@@ -263,18 +270,22 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read `DEX_<FIELD>` variables (e.g. `DEX_REDIS_URL`, `DEX_HEARTBEAT_TIMEOUT`)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            raw = env.get(env_name(field.name))
-            if raw is None:
-                continue
-            values[field.name] = _parse(field.name, raw, field.type)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**{**_from_environ(environ), **overrides})
+
+    @classmethod
+    def from_app(
+        cls, conf: Any, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> Settings:
+        """Read `dex_<field>` from a Celery app's configuration (`app.conf`), then `DEX_<FIELD>`
+        variables over it, then `overrides`. With `config_from_object(..., namespace="CELERY")`
+        the app's keys are `CELERY_DEX_<FIELD>` (Celery maps them). A `dex_` key that names
+        no field raises `ConfigurationError` (a misspelt setting is not silently ignored)."""
+        return cls(**{**_from_app_conf(conf), **_from_environ(environ), **overrides})
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+#: The prefix of dex-celery's keys in a Celery app's configuration.
+APP_PREFIX = "dex_"
 
 
 def env_name(field_name: str) -> str:
@@ -282,18 +293,80 @@ def env_name(field_name: str) -> str:
     return "DEX_" + field_name.upper()
 
 
-def _parse(name: str, raw: str, annotation: object) -> Any:
+def app_name(field_name: str) -> str:
+    """The Celery configuration key that sets a field: `redis_url` -> `dex_redis_url`."""
+    return APP_PREFIX + field_name
+
+
+def _from_environ(environ: Mapping[str, str] | None) -> dict[str, Any]:
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for field in fields(Settings):
+        raw = env.get(env_name(field.name))
+        if raw is not None:
+            values[field.name] = _parse(env_name(field.name), raw, field.type)
+    return values
+
+
+def _from_app_conf(conf: Any) -> dict[str, Any]:
+    """The `dex_*` keys of a Celery configuration (a namespace prefix such as `CELERY_` is
+    Celery's to strip: `conf.get` looks a key up under it)."""
+    known = {f.name: f for f in fields(Settings)}
+    keys = list(conf.keys())  # loads a pending configuration (its namespace is known after)
+    namespace = str(getattr(conf, "prefix", None) or "")
+    for key in keys:
+        name = str(key)
+        if namespace:  # only the keys under it are Celery's (a Django project has many more)
+            if not name.upper().startswith(namespace.upper()):
+                continue
+            name = name[len(namespace) :]
+        name = name.lower()
+        if name.startswith(APP_PREFIX) and name[len(APP_PREFIX) :] not in known:
+            raise ConfigurationError(
+                f"the Celery configuration sets {key}, which is no dex-celery setting "
+                f"(they are {APP_PREFIX}<field> for the fields of Settings: docs/django.md)"
+            )
+    values: dict[str, Any] = {}
+    for field in known.values():
+        value = conf.get(app_name(field.name))
+        if value is not None:
+            values[field.name] = _typed(app_name(field.name), value, field.type)
+    return values
+
+
+#: How a message names each field type.
+_KINDS = {"bool": "a boolean", "int": "an integer", "float": "a number"}
+
+
+def _typed(label: str, value: Any, annotation: object) -> Any:
+    """A configuration value as its field's type: text is parsed as an environment variable's
+    would be; a Python value must already be of the type."""
+    if isinstance(value, str):
+        return _parse(label, value, annotation)
+    kind = str(annotation)
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+    }.get(kind, False)
+    if not ok:
+        wanted = _KINDS.get(kind, "text")
+        raise ConfigurationError(f"{label}={value!r} is not {wanted}")
+    return float(value) if kind == "float" else value
+
+
+def _parse(label: str, raw: str, annotation: object) -> Any:
     kind = str(annotation)
     if kind == "bool":
         truthy, falsy = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
         if raw.strip().lower() in truthy | falsy:
             return raw.strip().lower() in truthy
-        raise ConfigurationError(f"{env_name(name)}={raw!r} is not a boolean (1/0, true/false)")
+        raise ConfigurationError(f"{label}={raw!r} is not a boolean (1/0, true/false)")
     try:
         if kind == "int":
             return int(raw)
         if kind == "float":
             return float(raw)
     except ValueError as e:
-        raise ConfigurationError(f"{env_name(name)}={raw!r} is not a number") from e
+        raise ConfigurationError(f"{label}={raw!r} is not a number") from e
     return raw or None if "None" in kind else raw

@@ -25,6 +25,7 @@ from dex_celery.model.times import parse_since
 from dex_celery.ops.present import (
     call_details,
     call_summary,
+    command_line,
     format_time,
     render_details,
     render_table,
@@ -46,6 +47,9 @@ def emit_json(value: Any) -> None:
 
 # --- calls -------------------------------------------------------------------------------------
 
+#: Calls `calls list` shows at a time unless told otherwise.
+LIST_LIMIT = 100
+
 
 @click.group("calls")
 def calls() -> None:
@@ -63,7 +67,7 @@ def calls() -> None:
     "--since", help="Only calls requested since: 15m, 2h, 1d, or an ISO time (UTC by default)."
 )
 @click.option("--before", "cursor", help="The next page: the cursor the previous page printed.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=LIST_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_context
 def calls_list(
@@ -111,7 +115,14 @@ def calls_list(
         render_table(["KEY", "TOOL", "EFFECT", "STATUS", "ATTEMPTS", "REQUESTED", "ERROR"], rows)
     )
     if more:
-        click.echo(f"older calls: dex-celery calls list --before {more} (with the same filters)")
+        filters = [
+            *(["--status", status] if status else []),
+            *(["--session", session_id] if session_id else []),
+            *(["--since", since] if since else []),
+            *(["--limit", str(limit)] if limit != LIST_LIMIT else []),
+        ]
+        next_page = command_line(ctx.app_path, "calls", "list", *filters, "--before", more)
+        click.echo(f"older calls: {next_page}")
 
 
 def make_cursor(record: ToolCallRecord) -> str:
@@ -143,7 +154,7 @@ def calls_show(ctx: DexContext, key: str, as_json: bool, full: bool) -> None:
     if as_json:
         emit_json(details)
     else:
-        click.echo(render_details(details, full=full))
+        click.echo(render_details(details, full=full, app=ctx.app_path))
 
 
 # --- sweep -------------------------------------------------------------------------------------

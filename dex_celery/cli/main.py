@@ -12,6 +12,8 @@ typed `DexError`, Redis or the database unreachable, no schema, a bad URL, a mis
 
 from __future__ import annotations
 
+import re
+import shlex
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as distribution_version
 from typing import Any
@@ -71,8 +73,21 @@ class DexGroup(click.Group):
 
 def _fail(ctx: click.Context, error: DexError) -> None:
     message = " ".join(str(error).split()) or type(error).__name__
-    click.echo(f"error: {message}", err=True)
+    holder = ctx.find_object(DexContext)
+    click.echo(f"error: {_name_the_app(message, holder.app_path if holder else None)}", err=True)
     ctx.exit(EXIT_REFUSED)
+
+
+#: A command quoted (in backticks or parentheses) in an error's hint that does not name its app.
+_HINTED_COMMAND = re.compile(r"(?<=[`(])dex-celery (?!-A )")
+
+
+def _name_the_app(message: str, app: str | None) -> str:
+    """The library's hints quote commands without knowing the app (`dex-celery db upgrade`);
+    on the command line they name it as the person did, so they run as pasted."""
+    if not app:
+        return message
+    return _HINTED_COMMAND.sub(lambda _m: shlex.join(["dex-celery", "-A", app]) + " ", message)
 
 
 def _urls(ctx: click.Context) -> dict[str, str]:

@@ -7,6 +7,7 @@ from the settings (production never uses `create_all`).
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import time
@@ -19,6 +20,7 @@ from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
 from dex_celery.errors import AppNotFound
 from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
+from dex_celery.ops.present import command_line
 from dex_celery.processes.localstack import (
     LocalStack,
     PrerequisiteMissing,
@@ -89,7 +91,8 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
             click.echo(f"error: {e}", err=True)
             ctx_exit(EXIT_USAGE)
         echo(f"worker {node} is ready; tools: {', '.join(sorted(ctx.dex.tools))}")
-        echo(f"try:    DEX_REDIS_URL={stack.redis_url} dex-celery calls list")
+        try_it = command_line(ctx.app_path, "calls", "list")
+        echo(f"try:    DEX_REDIS_URL={shlex.quote(stack.redis_url)} {try_it}")
         echo("Press Ctrl-C to stop.")
         # A worker, beat or Flower that exits is started again (with a bounded backoff); the
         # private Redis is not (dex_celery.processes.supervise).
@@ -147,37 +150,47 @@ def demo(ctx: DexContext, timeout: float) -> None:
 
 @click.group("db")
 def db() -> None:
-    """Schema migrations (Alembic) of the database at DEX_DATABASE_URL."""
+    """Schema migrations (Alembic) of the database the app's settings name (with -A: its
+    dex_database_url, DEX_DATABASE_URL over it; without: DEX_DATABASE_URL)."""
+
+
+def _db_settings(ctx: DexContext) -> Settings:
+    """The app's settings when one is named (a Django project keeps its database URL in its
+    settings, docs/django.md), else the environment's: `db` works before any app exists too."""
+    return ctx.dex.settings if ctx.app_path else Settings.from_env()
 
 
 @db.command("upgrade")
 @click.argument("revision", default="head")
-def db_upgrade(revision: str) -> None:
+@pass_context
+def db_upgrade(ctx: DexContext, revision: str) -> None:
     """Migrate up to REVISION (default: head)."""
     from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
 
-    settings = Settings.from_env()
+    settings = _db_settings(ctx)
     at = upgrade(settings.database_url, revision, schema=settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at}")
 
 
 @db.command("downgrade")
 @click.argument("revision")
-def db_downgrade(revision: str) -> None:
+@pass_context
+def db_downgrade(ctx: DexContext, revision: str) -> None:
     """Migrate down to REVISION (`-1` one step, `base` drops every dex-celery table)."""
     from dex_celery.store.migrate import downgrade  # deferred: Alembic is slow to import
 
-    settings = Settings.from_env()
+    settings = _db_settings(ctx)
     at = downgrade(settings.database_url, revision, schema=settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'base (no tables)'}")
 
 
 @db.command("current")
-def db_current() -> None:
+@pass_context
+def db_current(ctx: DexContext) -> None:
     """Print the revision the database is at, and the newest one."""
     from dex_celery.store.migrate import current, head  # deferred: Alembic is slow to import
 
-    settings = Settings.from_env()
+    settings = _db_settings(ctx)
     require_existing_database(settings.database_url)
     at = current(settings.database_url, settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")

@@ -25,7 +25,9 @@ MARK = {State.OK: "ok  ", State.WARN: "WARN", State.FAIL: "FAIL"}
 def status(ctx: DexContext, as_json: bool) -> None:
     """Redis, database, schema revision, workers, last sweep, calls in flight, approvals
     waiting, unknown outcomes unreported."""
-    report = health_report(ctx.dex, mcp_servers=[s.name for s in ctx.dex.tool_sources])
+    report = health_report(
+        ctx.dex, mcp_servers=[s.name for s in ctx.dex.tool_sources], app=ctx.app_path
+    )
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -8,7 +8,9 @@ here, each with one cheap command on a rare path:
 - a claim refused (a stale or redelivered message turned away, S3.3): one `HINCRBY` on the
   `stats` hash (`KeySpace.stats`), field `claims_refused:<reason>`;
 - each sweep's end time, duration and error count: one `HSET` on the `sweep_stats` hash (also
-  what `dex-celery status` and the worker's "no sweep" warning read).
+  what `dex-celery status` and the worker's "no sweep" warning read);
+- an outcome SQL would not take (the recorder's batch or the sweeper's late write failed): one
+  `HINCRBY` on the `stats` hash, field `sql_write_errors:<writer>`, by the outcomes it held.
 
 Failing to count never fails the work it counts: the errors are logged and dropped.
 """
@@ -27,6 +29,8 @@ log = logging.getLogger("dex_celery.engine.counters")
 
 #: Field prefix of refused claims in the `stats` hash.
 CLAIMS_REFUSED = "claims_refused:"
+#: Field prefix of outcomes SQL would not take, by writer (`recorder`, `sweeper`).
+SQL_WRITE_ERRORS = "sql_write_errors:"
 
 
 def count_refused_claim(ledger: Ledger, reason: str) -> None:
@@ -37,14 +41,34 @@ def count_refused_claim(ledger: Ledger, reason: str) -> None:
         log.warning("could not count a refused claim (%s)", reason, exc_info=True)
 
 
+def count_sql_write_errors(ledger: Ledger, writer: str, outcomes: int = 1) -> None:
+    """`outcomes` more outcomes that `writer` could not write to SQL (each stays in the ledger's
+    unrecorded index until the sweeper writes it)."""
+    try:
+        ledger.client.hincrby(ledger.keys.stats, SQL_WRITE_ERRORS + writer, outcomes)
+    except Exception:  # the database is the trouble already; Redis may be too
+        log.warning("could not count a failed SQL write (%s)", writer, exc_info=True)
+
+
+def stats_fields(ledger: Ledger) -> dict[str, int]:
+    """Every counter of the `stats` hash (one read for all of them)."""
+    raw: Any = ledger.client.hgetall(ledger.keys.stats)
+    return {str(k): int(v) for k, v in raw.items()}
+
+
+def with_prefix(fields: dict[str, int], prefix: str) -> dict[str, int]:
+    """The counters whose field starts with `prefix`, by the rest of the field."""
+    return {k[len(prefix) :]: v for k, v in fields.items() if k.startswith(prefix)}
+
+
 def refused_claims(ledger: Ledger) -> dict[str, int]:
     """Refused claims by reason since the ledger began."""
-    raw: Any = ledger.client.hgetall(ledger.keys.stats)
-    return {
-        str(k)[len(CLAIMS_REFUSED) :]: int(v)
-        for k, v in raw.items()
-        if str(k).startswith(CLAIMS_REFUSED)
-    }
+    return with_prefix(stats_fields(ledger), CLAIMS_REFUSED)
+
+
+def sql_write_errors(ledger: Ledger) -> dict[str, int]:
+    """Outcomes SQL would not take, by writer, since the ledger began."""
+    return with_prefix(stats_fields(ledger), SQL_WRITE_ERRORS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from dex_celery.engine.approvals import expire_approval
-from dex_celery.engine.counters import record_sweep
+from dex_celery.engine.counters import count_sql_write_errors, record_sweep
 from dex_celery.engine.decided import finished_step
 from dex_celery.engine.dispatch import claimed_write_outcome
 from dex_celery.ledger.keys import ShardKeys
@@ -184,6 +184,7 @@ class Sweeper:
             except Exception:
                 errors += 1
                 log.exception("could not record the outcome of %s; left for the next sweep", key)
+                count_sql_write_errors(self.ledger, "sweeper")
         return errors
 
     def _replay_finished_events(self, epoch: str, keys: ShardKeys) -> int:

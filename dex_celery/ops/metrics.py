@@ -20,10 +20,16 @@ Metrics (all prefixed `dex_`):
 | `dex_unknown_outcomes_unreported` | gauge | | `outcome_unknown` calls whose session was not told the real outcome |
 | `dex_approvals_waiting` | gauge | | calls waiting for a person |
 | `dex_approval_oldest_age_seconds` | gauge | | how long the oldest of them has waited |
+| `dex_approval_nearest_deadline_seconds` | gauge | | time left to the soonest deadline among them (`+Inf` if none waits) |
+| `dex_unknown_outcome_oldest_age_seconds` | gauge | | since when the oldest surfaced, unreported `outcome_unknown` call has waited (0 if none) |
+| `dex_mcp_server_up` | gauge | server | 1 if the last fetch of the server's tools answered, 0 if it failed |
 | `dex_ledger_in_flight` | gauge | state | attempts in the ledger: `enqueued`, `running` |
 | `dex_ledger_unrecorded` | gauge | | outcomes decided but not yet in SQL |
 | `dex_sweep_lag_seconds` | gauge | | time since the last sweep ended |
 | `dex_sweep_duration_seconds` | gauge | | how long the last sweep took |
+| `dex_sweep_errors` | gauge | | items the last sweep could not move (left for the next) |
+| `dex_ledger_epoch_info` | gauge | shard, epoch | 1 for each shard's current life id; a new `epoch` is a new life (a Redis rollback or loss) |
+| `dex_sql_write_errors_total` | counter | writer | outcomes SQL would not take (`recorder`, `sweeper`); each waits in the ledger for the sweeper |
 | `dex_webhooks_delivered_total` | counter | receiver | webhook deliveries that succeeded |
 | `dex_webhooks_retries_total` | counter | receiver | failed tries that were retried |
 | `dex_webhooks_given_up_total` | counter | receiver | deliveries given up after the last try |
@@ -37,6 +43,7 @@ shown without their query string.
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
 from collections.abc import Iterator
@@ -53,6 +60,7 @@ from dex_celery.access import Credentials, HostAllowlist, Scope, check_bind, gua
 from dex_celery.engine import counters as stats
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops.webhooks import delivery_status
+from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.views import OperatorViews
 
 if TYPE_CHECKING:
@@ -61,6 +69,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("dex_celery.ops.metrics")
 
 _TERMINAL = {s.value for s in CallStatus if s.terminal}
+#: `McpServerState.state` -> `dex_mcp_server_up`; a server never fetched has no sample.
+_MCP_REACHED = {"ok": 1, "unreachable": 0, "not reached": 0}
 
 
 class DexCollector(Collector):
@@ -136,22 +146,57 @@ class DexCollector(Collector):
         )
         age = 0.0 if backlog.oldest_requested_at is None else now - backlog.oldest_requested_at
         oldest.add_metric([], max(0.0, age))
-        yield from (waiting, oldest)
+        nearest = GaugeMetricFamily(
+            "dex_approval_nearest_deadline_seconds",
+            "Time left to the soonest approval deadline (+Inf if no call waits)",
+        )
+        left = math.inf if backlog.nearest_deadline is None else backlog.nearest_deadline - now
+        nearest.add_metric([], max(0.0, left))
+        yield from (waiting, oldest, nearest)
+
+        unknown_age = GaugeMetricFamily(
+            "dex_unknown_outcome_oldest_age_seconds",
+            "Since when the oldest surfaced, unreported outcome_unknown call has waited",
+        )
+        ended_at = self.views.oldest_open_unknown_end()
+        unknown_age.add_metric([], 0.0 if ended_at is None else max(0.0, now - ended_at))
+        yield unknown_age
+
+        mcp_up = GaugeMetricFamily(
+            "dex_mcp_server_up",
+            "1 if the last fetch of the MCP server's tools answered, 0 if it failed",
+            labels=["server"],
+        )
+        for name, state in sorted(McpCatalog(self.source.runtime.store).servers().items()):
+            if state.state in _MCP_REACHED:
+                mcp_up.add_metric([name], _MCP_REACHED[state.state])
+        yield mcp_up
 
     def _redis(self) -> Iterator[Metric]:
         source, keys = self.source, self.source.runtime.keys
         refused = CounterMetricFamily(
             "dex_claims_refused", "Deliveries turned away by the claim", labels=["reason"]
         )
-        for reason, count in sorted(stats.refused_claims(source.runtime.ledger).items()):
+        fields = stats.stats_fields(source.runtime.ledger)
+        for reason, count in sorted(stats.with_prefix(fields, stats.CLAIMS_REFUSED).items()):
             refused.add_metric([reason], count)
-        yield refused
+        write_errors = CounterMetricFamily(
+            "dex_sql_write_errors",
+            "Outcomes SQL would not take (each waits in the ledger for the sweeper)",
+            labels=["writer"],
+        )
+        for writer, count in sorted(stats.with_prefix(fields, stats.SQL_WRITE_ERRORS).items()):
+            write_errors.add_metric([writer], count)
+        yield from (refused, write_errors)
 
         pipe: Any = source.runtime.redis.pipeline(transaction=False)
         pipe.zcard(keys.queue_index)
         pipe.zcard(keys.lease_index)
         pipe.zcard(keys.unrecorded_index)
-        enqueued, running, unrecorded = pipe.execute()
+        shards = keys.all_shards
+        for shard in shards:
+            pipe.get(shard.epoch)
+        enqueued, running, unrecorded, *epochs = pipe.execute()
         in_flight = GaugeMetricFamily(
             "dex_ledger_in_flight", "Attempts in the ledger", labels=["state"]
         )
@@ -161,7 +206,15 @@ class DexCollector(Collector):
             "dex_ledger_unrecorded", "Outcomes decided but not yet written to SQL"
         )
         not_in_sql.add_metric([], int(unrecorded))
-        yield from (in_flight, not_in_sql)
+        life = GaugeMetricFamily(
+            "dex_ledger_epoch_info",
+            "1 for each ledger shard's current life id (a new epoch: a Redis rollback or loss)",
+            labels=["shard", "epoch"],
+        )
+        for shard, epoch in zip(shards, epochs, strict=True):
+            if epoch is not None:  # no life yet: the first worker or sweep starts one
+                life.add_metric([str(shard.index), str(epoch)], 1)
+        yield from (in_flight, not_in_sql, life)
 
         sweep = stats.last_sweep(source.runtime.ledger)
         if sweep is not None:
@@ -171,7 +224,11 @@ class DexCollector(Collector):
                 "dex_sweep_duration_seconds", "How long the last sweep took"
             )
             duration.add_metric([], sweep.duration)
-            yield from (lag, duration)
+            errors = GaugeMetricFamily(
+                "dex_sweep_errors", "Items the last sweep could not move (left for the next)"
+            )
+            errors.add_metric([], sweep.errors)
+            yield from (lag, duration, errors)
 
         hooks = delivery_status(source)
         delivered = CounterMetricFamily(

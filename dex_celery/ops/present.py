@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -336,9 +337,9 @@ POLICY_FIELDS = (
 )
 
 
-def render_details(d: dict[str, Any], *, full: bool = False) -> str:
+def render_details(d: dict[str, Any], *, full: bool = False, app: str | None = None) -> str:
     """`calls show` as text, from the same value `--json` prints (`call_details`); `full`:
-    nothing shortened to fit a line either."""
+    nothing shortened to fit a line either; `app`: as the person named it, for the hint."""
     lines = [
         f"call      {d['key']}",
         f"tool      {d['tool']}  ({d['effect']})",
@@ -365,9 +366,8 @@ def render_details(d: dict[str, Any], *, full: bool = False) -> str:
     lines.extend(_conversation_lines(d["conversation"], full))
     lines.extend(_message_lines(d["messages"], full))
     if d.get("cut"):
-        lines.append(
-            f"(long values are cut; `dex-celery calls show {d['key']} --full` shows them whole)"
-        )
+        whole = command_line(app, "calls", "show", d["key"], "--full")
+        lines.append(f"(long values are cut; `{whole}` shows them whole)")
     return "\n".join(lines)
 
 
@@ -502,3 +502,18 @@ def decision_banner(record: ToolCallRecord) -> str:
     if approval is None:
         return f"the call is {record.status.value}"
     return f"{approval.decision} by {approval.decided_by}; the call is now {record.status.value}"
+
+
+#: What a hint names the app as when the process does not know how the person named it (a
+#: worker's log); the CLI passes the `-A` value it was given.
+SOME_APP = "APP"
+
+
+def command_line(app: str | None, *args: str) -> str:
+    """A `dex-celery` command naming the app as the person named it, quoted to run as pasted."""
+    return shlex.join(["dex-celery", "-A", app or SOME_APP, *args])
+
+
+def celery_line(app: str | None, *args: str) -> str:
+    """The same for a `celery` command (beat, worker)."""
+    return shlex.join(["celery", "-A", app or SOME_APP, *args])

@@ -25,6 +25,7 @@ from dex_celery.backend_errors import first_line, require_existing_database, tra
 from dex_celery.engine import counters as stats
 from dex_celery.model.times import format_utc
 from dex_celery.ops import webhooks as notify
+from dex_celery.ops.present import celery_line, command_line
 from dex_celery.processes.worker_starts import SILENT_WINDOW, WorkerStart, read_starts
 from dex_celery.store.mcp_catalog import McpCatalog, McpServerState
 from dex_celery.store.repository import Store
@@ -114,7 +115,8 @@ def last_sweep(source: RuntimeSource) -> tuple[float | None, float]:
     return max(0.0, now - sweep.finished_at), now
 
 
-def sweep_section(source: RuntimeSource) -> Section:
+def sweep_section(source: RuntimeSource, app: str | None = None) -> Section:
+    """`app`: the app as the person named it, for the commands the hints show."""
     interval = source.runtime.settings.sweep_interval
     age, _now = last_sweep(source)
     limit = stale_after(interval)
@@ -123,7 +125,7 @@ def sweep_section(source: RuntimeSource) -> Section:
             "last_sweep",
             State.WARN,
             "no sweep has ever run: schedule it with app.conf.beat_schedule = dex.beat_schedule() "
-            "and run celery beat (or dex-celery sweep --loop)",
+            f"and run `{celery_line(app, 'beat')}` (or `{command_line(app, 'sweep', '--loop')}`)",
             {"age_seconds": None, "interval_seconds": interval},
         )
     values = {"age_seconds": round(age, 3), "interval_seconds": interval}
@@ -131,8 +133,9 @@ def sweep_section(source: RuntimeSource) -> Section:
         return Section(
             "last_sweep",
             State.WARN,
-            f"the last sweep was {age:.0f}s ago (interval {interval:g}s): is celery beat running "
-            "with dex.beat_schedule()? Expired calls stay pending until it does",
+            f"the last sweep was {age:.0f}s ago (interval {interval:g}s): is "
+            f"`{celery_line(app, 'beat')}` running with dex.beat_schedule()? Expired calls stay "
+            "pending until it does",
             values,
         )
     return Section("last_sweep", State.OK, f"{age:.1f}s ago (interval {interval:g}s)", values)
@@ -148,7 +151,8 @@ def redis_section(source: RuntimeSource) -> Section:
     return Section("redis", State.OK, f"answers (Redis {version})", {"version": version})
 
 
-def database_section(source: RuntimeSource) -> Section:
+def database_section(source: RuntimeSource, app: str | None = None) -> Section:
+    """`app`: the app as the person named it, for the command the hints show."""
     from dex_celery.store.migrate import (  # deferred: Alembic is slow to import
         current,
         head,
@@ -165,13 +169,13 @@ def database_section(source: RuntimeSource) -> Section:
                 "database",
                 State.WARN,
                 "has dex-celery's tables but no migration revision (made by create_schema()): "
-                "run `dex-celery db upgrade` to adopt them",
+                f"run `{command_line(app, 'db', 'upgrade')}` to adopt them",
                 values,
             )
         return Section(
             "database",
             State.FAIL,
-            "answers but has no dex-celery schema: run `dex-celery db upgrade`",
+            f"answers but has no dex-celery schema: run `{command_line(app, 'db', 'upgrade')}`",
             values,
         )
     if at != newest and not knows(at):
@@ -187,7 +191,8 @@ def database_section(source: RuntimeSource) -> Section:
         return Section(
             "database",
             State.WARN,
-            f"schema at revision {at}, the code expects {newest}: run `dex-celery db upgrade`",
+            f"schema at revision {at}, the code expects {newest}: run "
+            f"`{command_line(app, 'db', 'upgrade')}`",
             values,
         )
     return Section("database", State.OK, f"schema at revision {at} (newest)", values)
@@ -344,12 +349,21 @@ SECTIONS: tuple[tuple[str, SectionCheck], ...] = (
 
 
 def health_report(
-    source: RuntimeSource, *, include_workers: bool = True, mcp_servers: Sequence[str] = ()
+    source: RuntimeSource,
+    *,
+    include_workers: bool = True,
+    mcp_servers: Sequence[str] = (),
+    app: str | None = None,
 ) -> HealthReport:
     """Every section in order; the workers are not pinged through a broker known to be down
     (Kombu would retry the connection for seconds). `mcp_servers` (names) adds their section,
-    read from the database."""
+    read from the database. `app` (as the person named it with `-A`) goes into the commands
+    the hints show, so they run as pasted."""
     sections: list[Section] = []
+    hinted: dict[str, SectionCheck] = {
+        "database": lambda s: database_section(s, app),
+        "last_sweep": lambda s: sweep_section(s, app),
+    }
     for name, check in SECTIONS:
         if name == "workers" and not include_workers:
             continue
@@ -361,7 +375,7 @@ def health_report(
         if name == "calls" and database_down:
             sections.append(Section(name, State.FAIL, "not asked: the database is not ready"))
             continue
-        sections.append(_guarded(name, check, source))
+        sections.append(_guarded(name, hinted.get(name, check), source))
     if mcp_servers:
         database_down = any(s.name == "database" and s.state is State.FAIL for s in sections)
         if database_down:

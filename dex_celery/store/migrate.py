@@ -15,17 +15,20 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 from sqlalchemy import Connection, inspect, text
 
 from dex_celery.errors import ConfigurationError
+from dex_celery.store.alembic_log import quiet_alembic
 from dex_celery.store.engine import make_engine
 from dex_celery.store.schema import metadata
+
+with quiet_alembic():  # its first import logs each plugin it sets up, at INFO
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from alembic.util.exc import CommandError
 
 log = logging.getLogger("dex_celery.migrate")
 
@@ -57,7 +60,8 @@ def migration_context(conn: Connection, schema: str | None) -> MigrationContext:
 
 def head() -> str:
     """The newest revision the code knows."""
-    revision = ScriptDirectory.from_config(alembic_config("")).get_current_head()
+    with quiet_alembic():
+        revision = ScriptDirectory.from_config(alembic_config("")).get_current_head()
     assert revision is not None
     return revision
 
@@ -68,7 +72,9 @@ def knows(revision: str) -> bool:
     if revision in RENAMED:
         return True
     try:
-        return ScriptDirectory.from_config(alembic_config("")).get_revision(revision) is not None
+        with quiet_alembic():
+            scripts = ScriptDirectory.from_config(alembic_config(""))
+        return scripts.get_revision(revision) is not None
     except CommandError:  # Alembic's "No such revision"
         return False
 
@@ -77,7 +83,7 @@ def current(url: str, schema: str | None = None) -> str | None:
     """The revision the database is at; None for a database never migrated."""
     engine = make_engine(url, schema)
     try:
-        with engine.connect() as conn:
+        with quiet_alembic(), engine.connect() as conn:
             return migration_context(conn, schema).get_current_revision()
     finally:
         engine.dispose()

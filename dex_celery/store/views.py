@@ -20,7 +20,7 @@ from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.repository import Store
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import call_counts, tool_calls, unknown_outcomes
-from dex_celery.store.unknowns import REPORTED, UnknownOutcome, _row
+from dex_celery.store.unknowns import OPEN, REPORTED, UnknownOutcome, _row
 
 #: Most rows one search returns.
 MAX_SEARCH = 500
@@ -42,6 +42,8 @@ class OutcomeCount:
 class ApprovalBacklog:
     waiting: int
     oldest_requested_at: float | None
+    #: The soonest deadline among them (None when none waits).
+    nearest_deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +140,36 @@ class OperatorViews:
         """Calls waiting for a person: awaiting approval and before their deadline (one past
         it is rejected by the next sweep, whoever looks first)."""
         query = (
-            select(func.count(), func.min(tool_calls.c.requested_at))
+            select(
+                func.count(),
+                func.min(tool_calls.c.requested_at),
+                func.min(tool_calls.c.approval_deadline),
+            )
             .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
             .where(tool_calls.c.approval_deadline > now)
         )
         with self.store.engine.connect() as conn:
-            count, oldest = conn.execute(query).one()
-        return ApprovalBacklog(int(count), float(oldest) if oldest is not None else None)
+            count, oldest, nearest = conn.execute(query).one()
+        return ApprovalBacklog(
+            int(count),
+            float(oldest) if oldest is not None else None,
+            float(nearest) if nearest is not None else None,
+        )
+
+    def oldest_open_unknown_end(self) -> float | None:
+        """When the longest-waiting surfaced, unreported `outcome_unknown` call ended (None if
+        none is open): the open rows of the reconcile table, read through its index on `state`,
+        each joined to its call by primary key, so the read follows the backlog, not history."""
+        query = (
+            select(func.min(tool_calls.c.finished_at))
+            .select_from(
+                unknown_outcomes.join(tool_calls, tool_calls.c.key == unknown_outcomes.c.call_key)
+            )
+            .where(unknown_outcomes.c.state == OPEN)
+        )
+        with self.store.engine.connect() as conn:
+            ended = conn.execute(query).scalar_one()
+        return float(ended) if ended is not None else None
 
     def _unreported(self) -> tuple[Any, Any]:
         joined = tool_calls.outerjoin(

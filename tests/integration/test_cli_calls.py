@@ -184,7 +184,8 @@ def test_a_database_without_the_schema_is_a_one_line_error(
     monkeypatch.setattr(reference, "dex", dex)
     result = CliRunner().invoke(main, ["-A", "config.celery_app:dex", "calls", "list"])
     assert result.exit_code == 1, result.output
-    assert url in result.output and "dex-celery db upgrade" in result.output
+    assert url in result.output
+    assert "dex-celery -A config.celery_app:dex db upgrade" in result.output
     assert "Traceback" not in result.output
 
 

@@ -132,7 +132,7 @@ def test_a_database_without_the_schema_is_one_line(env: dict[str, str], tmp_path
     ].store.engine.connect().close()
     for args in (("approvals", "list"), ("calls", "list"), ("calls", "show", "s/t/c")):
         line = one_error_line(run("-A", APP, *args, env={**env, "DEX_DATABASE_URL": url}))
-        assert "dex-celery db upgrade" in line, args
+        assert f"dex-celery -A {APP} db upgrade" in line, args
 
 
 def test_read_only_commands_create_nothing(env: dict[str, str], tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_postgres_without_the_schema_is_one_line(env: dict[str, str]) -> None:
         for extra in ({}, {"DEX_DATABASE_SCHEMA": "no_such_schema"}):
             environ = {**env, "DEX_DATABASE_URL": url, **extra}
             line = one_error_line(run("-A", APP, "approvals", "list", env=environ))
-            assert "no dex-celery schema" in line and "dex-celery db upgrade" in line, extra
+            assert "no dex-celery schema" in line and f"dex-celery -A {APP} db upgrade" in line
             _app, guest = make_app(Settings.from_env(environ))
             with pytest.raises(SchemaMissing):
                 guest.client().get_call("s/t/c")

@@ -1,0 +1,480 @@
+"""What a prune may remove from SQL, and its removal in small transactions (S12.4).
+
+Each table, and what a prune does to it (docs/operations.md, "Retention"):
+
+- `dex_tool_calls`: a call goes when it ended before the cutoff and nothing may still read it:
+  not an unreconciled `outcome_unknown`, not the earlier call of one waiting for approval (the
+  approver reads it), not the holder of a repeat-guard slot the guard would still judge unsafe
+  to repeat (`model/repeats.judge_repeat`, the guard's own rule). Its attempts are its
+  `attempt_log` column: they go with it.
+- `dex_messages`: a removed call's TOOL message goes with it; a session's other messages go
+  only with the whole session.
+- `dex_sessions`, `dex_session_owners`: a session goes when no call of it is left and it has no
+  message from after the cutoff (and began before it).
+- `dex_unknown_outcomes`: a removed (reconciled) call's row goes with it.
+- `dex_repeat_guards`: a slot whose holder is removed goes with it (the guard would let the
+  next identical call pass either way: a slot naming no call is free).
+- `dex_call_counts`: the removed calls are subtracted in the delete's transaction, so the counts
+  behind `/metrics` equal a grouped scan of the calls in SQL at every commit (`store/counts.py`).
+- `dex_ledger_binding`, `dex_mcp_servers`, `dex_mcp_tool_pins`: configuration, not history;
+  never touched.
+
+Rows are read in key order (the primary key: a scan that continues where the last batch ended,
+so one prune reads each call once), archived by the caller, and deleted with conditions that
+re-check, in the delete itself, what could have changed since they were read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
+from sqlalchemy.sql.elements import ColumnElement
+
+from dex_celery.ledger.attempt_log import parse_attempt_log
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.repeats import judge_repeat
+from dex_celery.store.counts import SHARDS
+from dex_celery.store.dialect import IN_CHUNK, insert_ignore
+from dex_celery.store.hot import hot_statements
+from dex_celery.store.rows import call_record
+from dex_celery.store.schema import (
+    messages,
+    repeat_guards,
+    session_owners,
+    sessions,
+    tool_calls,
+    unknown_outcomes,
+)
+from dex_celery.store.unknowns import REPORTED
+
+TERMINAL = tuple(s.value for s in CallStatus if s.terminal)
+
+
+class KeptReason(StrEnum):
+    """Why a call requested before the cutoff stays."""
+
+    #: Pending or awaiting approval.
+    OPEN = "open"
+    #: Ended after the cutoff.
+    RECENT = "recent"
+    #: `outcome_unknown`, its real outcome not reported to the session yet.
+    UNRECONCILED = "unreconciled"
+    #: A call waiting for approval repeats it; the approver reads it.
+    APPROVAL_WAITING = "approval_waiting"
+    #: It holds a repeat-guard slot the guard would still judge (its window, a fenced attempt
+    #: still running).
+    REPEAT_GUARD = "repeat_guard"
+
+
+#: Is a fenced attempt of this call still running (the ledger's lease)? Asked only of failed
+#: guard holders without a late result.
+StillRunning = Callable[[str], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """One scanned batch: the archive records of calls to remove, and why the others stay."""
+
+    records: list[dict[str, Any]]
+    kept: Counter[KeptReason] = field(default_factory=Counter)
+    #: The last key scanned: the next batch starts after it; None when the scan is done.
+    last_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What one delete transaction removed."""
+
+    calls: int = 0
+    messages: int = 0
+    sessions: int = 0
+
+
+def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), IN_CHUNK):
+        yield items[start : start + IN_CHUNK]
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    return dict(row)
+
+
+# --- calls -----------------------------------------------------------------------------------
+
+
+def select_calls(
+    engine: Engine,
+    *,
+    cutoff: float,
+    now: float,
+    after: str | None,
+    limit: int,
+    still_running: StillRunning,
+) -> Selection:
+    """The next `limit` calls requested before `cutoff` (in key order after `after`): those a
+    prune may remove, as archive records, and the reasons the others stay."""
+    query = select(tool_calls).where(tool_calls.c.requested_at < cutoff)
+    if after is not None:
+        query = query.where(tool_calls.c.key > after)
+    query = query.order_by(tool_calls.c.key).limit(limit)
+    with engine.connect() as conn:
+        rows = [_plain(r) for r in conn.execute(query).mappings()]
+        if not rows:
+            return Selection([], Counter(), None)
+        kept: Counter[KeptReason] = Counter()
+        ended: list[dict[str, Any]] = []
+        for row in rows:
+            if row["status"] not in TERMINAL:
+                kept[KeptReason.OPEN] += 1
+            elif row["finished_at"] is None or row["finished_at"] >= cutoff:
+                kept[KeptReason.RECENT] += 1
+            else:
+                ended.append(row)
+        keys = [r["key"] for r in ended]
+        reported = _reported(conn, [r["key"] for r in ended if r["status"] == "outcome_unknown"])
+        waited_on = _waited_on(conn, keys)
+        holders = _guard_holders(conn, ended)
+        going = []
+        for row in ended:
+            key = row["key"]
+            if row["status"] == CallStatus.OUTCOME_UNKNOWN.value and key not in reported:
+                kept[KeptReason.UNRECONCILED] += 1
+            elif key in waited_on:
+                kept[KeptReason.APPROVAL_WAITING] += 1
+            elif key in holders and _guard_still_judges(row, key in reported, now, still_running):
+                kept[KeptReason.REPEAT_GUARD] += 1
+            else:
+                going.append(row)
+        records = _call_records(conn, going)
+    return Selection(records, kept, rows[-1]["key"])
+
+
+def _reported(conn: Connection, keys: list[str]) -> set[str]:
+    found: set[str] = set()
+    for chunk in _chunks(keys):
+        query = (
+            select(unknown_outcomes.c.call_key)
+            .where(unknown_outcomes.c.call_key.in_(chunk))
+            .where(unknown_outcomes.c.state == REPORTED)
+        )
+        found.update(str(k) for k in conn.execute(query).scalars())
+    return found
+
+
+def _waited_on(conn: Connection, keys: list[str]) -> set[str]:
+    """Keys some call awaiting approval repeats (the partial index on `repeat_of`)."""
+    found: set[str] = set()
+    for chunk in _chunks(keys):
+        query = (
+            select(tool_calls.c.repeat_of)
+            .where(tool_calls.c.repeat_of.in_(chunk))
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+        )
+        found.update(str(k) for k in conn.execute(query).scalars())
+    return found
+
+
+def _guard_holders(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
+    """Keys among `rows` that hold a repeat-guard slot (looked up by the slots' session)."""
+    guarded = [r for r in rows if r["repeat_digest"] is not None]
+    found: set[str] = set()
+    for chunk in _chunks(guarded):
+        query = (
+            select(repeat_guards.c.holder)
+            .where(repeat_guards.c.session_id.in_(sorted({r["session_id"] for r in chunk})))
+            .where(repeat_guards.c.holder.in_([r["key"] for r in chunk]))
+        )
+        found.update(str(k) for k in conn.execute(query).scalars())
+    return found
+
+
+def _guard_still_judges(
+    row: dict[str, Any], reconciled: bool, now: float, still_running: StillRunning
+) -> bool:
+    """Would the guard hold back a new identical call because of this holder? The new call's
+    window is its tool's policy; the holder's recorded policy stands for it."""
+    record = call_record(row)
+    running = (
+        record.status is CallStatus.FAILED
+        and record.late_result is None
+        and still_running(record.key)
+    )
+    hazard = judge_repeat(
+        record,
+        reconciled=reconciled,
+        still_running=running,
+        now=now,
+        window=record.policy.repeat_window,
+    )
+    return hazard is not None
+
+
+def _call_records(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One archive record per call: its row as stored (secrets sealed as they are in SQL), its
+    attempts, its TOOL message and its reconcile row."""
+    keys = [r["key"] for r in rows]
+    tool_messages: dict[str, list[dict[str, Any]]] = {}
+    unknown: dict[str, dict[str, Any]] = {}
+    for chunk in _chunks(keys):
+        for m in conn.execute(select(messages).where(messages.c.call_key.in_(chunk))).mappings():
+            tool_messages.setdefault(m["call_key"], []).append(_plain(m))
+        query = select(unknown_outcomes).where(unknown_outcomes.c.call_key.in_(chunk))
+        for u in conn.execute(query).mappings():
+            unknown[u["call_key"]] = _plain(u)
+    return [
+        {
+            "kind": "call",
+            "key": row["key"],
+            "call": row,
+            "attempts": _attempts(row["attempt_log"]),
+            "messages": tool_messages.get(row["key"], []),
+            "unknown_outcome": unknown.get(row["key"]),
+        }
+        for row in rows
+    ]
+
+
+def _attempts(log: str | None) -> list[dict[str, Any]]:
+    try:
+        return [dataclasses.asdict(e) for e in parse_attempt_log(log)]
+    except (ValueError, KeyError, TypeError):  # kept as stored in `call.attempt_log`
+        return []
+
+
+def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
+    """Delete the archived calls, their TOOL messages, reconcile rows and guard slots, and take
+    them off the counts, in one transaction. A call whose row changed since it was archived (a
+    late result arrived; a call waiting for approval now repeats it) stays."""
+    if not records:
+        return Removed()
+    keys = [r["key"] for r in records]
+    with_late = [r["key"] for r in records if r["call"]["late_result"] is not None]
+    still_waited: ColumnElement[bool] = exists().where(
+        and_(
+            _waiting.c.repeat_of == tool_calls.c.key,
+            _waiting.c.status == CallStatus.AWAITING_APPROVAL.value,
+        )
+    )
+    unchanged = or_(tool_calls.c.late_result.is_(None), tool_calls.c.key.in_(with_late))
+    with engine.begin() as conn:
+        gone: list[tuple[str, str, str, str, str, int]] = []
+        for chunk in _chunks(keys):
+            result = conn.execute(
+                delete(tool_calls)
+                .where(tool_calls.c.key.in_(chunk))
+                .where(tool_calls.c.status.in_(TERMINAL))
+                .where(unchanged)
+                .where(~still_waited)
+                .returning(
+                    tool_calls.c.key,
+                    tool_calls.c.session_id,
+                    tool_calls.c.tool_name,
+                    tool_calls.c.effect,
+                    tool_calls.c.status,
+                    tool_calls.c.attempts,
+                )
+            )
+            gone.extend(
+                (str(k), str(s), str(t), str(e), str(st), int(a or 0))
+                for k, s, t, e, st, a in result
+            )
+        removed = {g[0] for g in gone}
+        message_ids = [m["id"] for r in records if r["key"] in removed for m in r["messages"]]
+        dropped = 0
+        for chunk in _chunks(message_ids):
+            dropped += conn.execute(delete(messages).where(messages.c.id.in_(chunk))).rowcount
+        gone_keys = sorted(removed)
+        for chunk in _chunks(gone_keys):
+            conn.execute(delete(unknown_outcomes).where(unknown_outcomes.c.call_key.in_(chunk)))
+        slots = sorted({(g[1], g[0]) for g in gone})
+        for chunk in _chunks(slots):
+            conn.execute(
+                delete(repeat_guards)
+                .where(repeat_guards.c.session_id.in_(sorted({s for s, _ in chunk})))
+                .where(repeat_guards.c.holder.in_([k for _, k in chunk]))
+            )
+        _uncount(conn, engine, [(t, e, st, a) for _, _, t, e, st, a in gone])
+    return Removed(calls=len(gone), messages=dropped)
+
+
+_waiting = tool_calls.alias("waiting")
+
+
+def _uncount(conn: Connection, engine: Engine, gone: list[tuple[str, str, str, int]]) -> None:
+    """Subtract removed calls from `dex_call_counts` (negative amounts in this process's shard:
+    a read sums the shards), last in the transaction and in sorted order, as writers add."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for tool, effect, status, attempts in gone:
+        total = groups.setdefault((tool, effect, status), [0, 0, 0])
+        total[0] += 1
+        total[1] += attempts
+        total[2] += max(attempts - 1, 0)
+    if not groups:
+        return
+    shard = os.getpid() % SHARDS
+    hot_statements(engine).count_ended.execute_many(
+        conn,
+        [
+            {
+                "b_tool": tool,
+                "b_effect": effect,
+                "b_status": status,
+                "b_shard": shard,
+                "b_calls": -calls,
+                "b_attempts": -attempts,
+                "b_retries": -retries,
+            }
+            for (tool, effect, status), (calls, attempts, retries) in sorted(groups.items())
+        ],
+    )
+
+
+# --- sessions --------------------------------------------------------------------------------
+
+
+def _idle(cutoff: float) -> ColumnElement[bool]:
+    """A session with no call left and no message from the cutoff on."""
+    return and_(
+        ~exists().where(tool_calls.c.session_id == sessions.c.id),
+        ~exists().where(
+            and_(messages.c.session_id == sessions.c.id, messages.c.created_at >= cutoff)
+        ),
+    )
+
+
+def select_sessions(
+    engine: Engine, *, cutoff: float, after: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Archive records of the next sessions (in id order after `after`) that began before the
+    cutoff and are idle since; and the last id scanned (None when the scan is done)."""
+    scan = select(sessions.c.id).order_by(sessions.c.id).limit(limit)
+    if after is not None:
+        scan = scan.where(sessions.c.id > after)
+    with engine.connect() as conn:
+        ids = [str(i) for i in conn.execute(scan).scalars()]
+        if not ids:
+            return [], None
+        query = (
+            select(sessions)
+            .where(sessions.c.id.in_(ids))
+            .where(sessions.c.created_at < cutoff)
+            .where(_idle(cutoff))
+            .order_by(sessions.c.id)
+        )
+        rows = [_plain(r) for r in conn.execute(query).mappings()]
+        going = [r["id"] for r in rows]
+        history: dict[str, list[dict[str, Any]]] = {}
+        owners: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(going):
+            query = select(messages).where(messages.c.session_id.in_(chunk)).order_by(messages.c.id)
+            for m in conn.execute(query).mappings():
+                history.setdefault(m["session_id"], []).append(_plain(m))
+            query = select(session_owners).where(session_owners.c.session_id.in_(chunk))
+            for o in conn.execute(query).mappings():
+                owners[o["session_id"]] = _plain(o)
+    records = [
+        {
+            "kind": "session",
+            "key": row["id"],
+            "session": row,
+            "owner": owners.get(row["id"]),
+            "messages": history.get(row["id"], []),
+        }
+        for row in rows
+    ]
+    return records, ids[-1]
+
+
+def delete_sessions(engine: Engine, records: list[dict[str, Any]], *, cutoff: float) -> Removed:
+    """Delete the archived sessions still idle, with the messages archived with them and their
+    owner rows and guard slots, in one transaction.
+
+    A request naming a session at the moment it is deleted could record a call (or a message)
+    in it that this transaction did not see; such a session is put back, as archived, at once
+    (its calls and messages were never touched: only archived message ids are deleted).
+    """
+    if not records:
+        return Removed()
+    by_id = {r["key"]: r for r in records}
+    with engine.begin() as conn:
+        removed: list[str] = []
+        for chunk in _chunks(sorted(by_id)):
+            result = conn.execute(
+                delete(sessions)
+                .where(sessions.c.id.in_(chunk))
+                .where(_idle(cutoff))
+                .returning(sessions.c.id)
+            )
+            removed.extend(str(i) for i in result.scalars())
+        ids = [m["id"] for s in removed for m in by_id[s]["messages"]]
+        dropped = 0
+        for chunk in _chunks(ids):
+            dropped += conn.execute(delete(messages).where(messages.c.id.in_(chunk))).rowcount
+        for chunk in _chunks(removed):
+            conn.execute(delete(session_owners).where(session_owners.c.session_id.in_(chunk)))
+            conn.execute(delete(repeat_guards).where(repeat_guards.c.session_id.in_(chunk)))
+    _put_back_if_used(engine, [by_id[s] for s in removed])
+    return Removed(sessions=len(removed), messages=dropped)
+
+
+def _put_back_if_used(engine: Engine, records: list[dict[str, Any]]) -> None:
+    ids = [r["key"] for r in records]
+    with engine.begin() as conn:
+        used: set[str] = set()
+        for chunk in _chunks(ids):
+            for table in (tool_calls, messages):
+                query = select(table.c.session_id).where(table.c.session_id.in_(chunk)).distinct()
+                used.update(str(s) for s in conn.execute(query).scalars())
+        for record in records:
+            if record["key"] in used:
+                insert_ignore(conn, sessions, **record["session"])
+
+
+# --- the dry run's session count ---------------------------------------------------------------
+
+
+def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -> int:
+    """Sessions a prune would remove: idle ones already, and those whose every call would go
+    (`going`: calls to remove per session) with no message from the cutoff on."""
+    count = 0
+    after: str | None = None
+    while True:
+        records, after = select_sessions(engine, cutoff=cutoff, after=after, limit=IN_CHUNK)
+        count += len(records)
+        if after is None:
+            break
+    ids = sorted(going)
+    with engine.connect() as conn:
+        for chunk in _chunks(ids):
+            query = (
+                select(tool_calls.c.session_id, func.count())
+                .where(tool_calls.c.session_id.in_(chunk))
+                .group_by(tool_calls.c.session_id)
+            )
+            totals = {str(s): int(n) for s, n in conn.execute(query)}
+            recent = set(
+                conn.execute(
+                    select(messages.c.session_id)
+                    .where(messages.c.session_id.in_(chunk))
+                    .where(messages.c.created_at >= cutoff)
+                    .distinct()
+                ).scalars()
+            )
+            old = set(
+                conn.execute(
+                    select(sessions.c.id)
+                    .where(sessions.c.id.in_(chunk))
+                    .where(sessions.c.created_at < cutoff)
+                ).scalars()
+            )
+            count += len(
+                [s for s in chunk if totals.get(s) == going[s] and s not in recent and s in old]
+            )
+    return count

@@ -133,7 +133,8 @@ def prune(
             if progress is not None:
                 progress(report())
         if writer is None:
-            sessions = sessions_left_empty(engine, going, cutoff=cutoff)
+            sessions, more = sessions_left_empty(engine, going, cutoff=cutoff)
+            messages += more
         else:
             after = None
             while not stopping():

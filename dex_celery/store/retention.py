@@ -440,14 +440,16 @@ def _put_back_if_used(engine: Engine, records: list[dict[str, Any]]) -> None:
 # --- the dry run's session count ---------------------------------------------------------------
 
 
-def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -> int:
-    """Sessions a prune would remove: idle ones already, and those whose every call would go
-    (`going`: calls to remove per session) with no message from the cutoff on."""
-    count = 0
+def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -> tuple[int, int]:
+    """Sessions a prune would remove, and their messages not counted with their calls: idle
+    ones already, and those whose every call would go (`going`: calls to remove per session)
+    with no message from the cutoff on."""
+    count = messages_count = 0
     after: str | None = None
     while True:
         records, after = select_sessions(engine, cutoff=cutoff, after=after, limit=IN_CHUNK)
         count += len(records)
+        messages_count += sum(len(r["messages"]) for r in records)
         if after is None:
             break
     ids = sorted(going)
@@ -474,7 +476,16 @@ def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -
                     .where(sessions.c.created_at < cutoff)
                 ).scalars()
             )
-            count += len(
-                [s for s in chunk if totals.get(s) == going[s] and s not in recent and s in old]
-            )
-    return count
+            emptied = [
+                s for s in chunk if totals.get(s) == going[s] and s not in recent and s in old
+            ]
+            count += len(emptied)
+            if emptied:
+                query = (
+                    select(func.count())
+                    .select_from(messages)
+                    .where(messages.c.session_id.in_(emptied))
+                    .where(messages.c.call_key.is_(None))
+                )
+                messages_count += int(conn.execute(query).scalar_one())
+    return count, messages_count

@@ -10,6 +10,7 @@ counts behind /metrics equal a grouped scan afterwards; a second prune finds not
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 from sqlalchemy import insert, select
 
 from devtools.history_seed import call_row, write_calls
+from dex_celery import Dex
 from dex_celery.engine.retention import prune
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.settings import Settings
@@ -35,6 +37,7 @@ from dex_celery.store.schema import (
 from dex_celery.store.views import OperatorViews
 from tests.integration.test_store import Clock
 from tests.integration.test_store import url as url
+from tests.support.processes import ROOT
 
 NOW = 1_000_000.0
 CUTOFF = NOW - 10_000.0
@@ -197,7 +200,7 @@ def test_prune_removes_only_what_can_never_matter_again(store: Store, tmp_path: 
     assert {r["key"] for r in table(store, tool_calls)} == set(before_calls)
 
     report = run(store, archive)
-    assert (dry.calls, dry.sessions, dry.messages) == (report.calls, report.sessions, 5 + 0)
+    assert (dry.calls, dry.sessions, dry.messages) == (report.calls, report.sessions, 5 + 1)
     assert report.calls == len(GOES)
     left = {r["key"] for r in table(store, tool_calls)}
     assert left == set(STAYS) | {"mix/t/new", "rep/t2/later"}
@@ -306,3 +309,34 @@ def test_cli_bad_before_is_one_error_line(tmp_path: Path) -> None:
         "time (2026-11-30 or 2026-11-30T22:00, UTC unless a zone is given)"
     ]
     assert result.stdout == ""
+
+
+def documented_commands() -> list[str]:
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page.split("## Retention", 1)[1].split("\n## ", 1)[0]
+    return [line.strip() for line in section.splitlines() if line.startswith("dex-celery -A APP ")]
+
+
+def test_the_documented_commands_run(
+    dex: Dex, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/operations.md's prune commands, as written (the app and archive path swapped for
+    the test's): the dry run counts and changes nothing; the prune removes and archives."""
+    import tests.support.cliapp as cliapp
+    from dex_celery.cli.main import main  # the CLI, only these tests drive it
+
+    monkeypatch.setattr(cliapp, "dex", dex)
+    from devtools.history_seed import seed_history  # the bulk writer
+
+    seed_history(dex.store.engine, count=20, requested_at=dex.ledger.now() - 40 * 86400)
+    dry, real = documented_commands()
+    archive = tmp_path / "history.jsonl.gz"
+    outputs = []
+    for line in (dry, real.replace("/var/backups/dex/history-2026-12.jsonl.gz", str(archive))):
+        args = shlex.split(line.replace("APP", "tests.support.cliapp:dex"))[1:]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        outputs.append(result.stdout)
+    assert outputs[0].startswith("history prune: would remove 20 calls, 2 sessions, 22 messages")
+    assert outputs[1].startswith("history prune: removed 20 calls, 2 sessions, 22 messages")
+    assert len(list(read_archive(archive))) == 22

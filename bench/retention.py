@@ -109,7 +109,7 @@ def one_database(kind: str, args: argparse.Namespace, folder: Path, redis_url: s
         worker = start_worker(BenchWorker("bench.dex_app", env, folder / kind, 2))
         try:
             driver = Driver(dx, args.call_batch)
-            driver.run(for_seconds(2.0))  # warm-up
+            driver.run(for_seconds(args.warmup))
             before = driver.run(for_seconds(args.baseline))
             archive = folder / f"{kind}-history.jsonl.gz"
             command = [
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=500, help="calls per prune transaction")
     parser.add_argument("--call-batch", type=int, default=20, help="calls per driver batch")
     parser.add_argument("--baseline", type=float, default=20.0, help="seconds without a prune")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of calls first")
     args = parser.parse_args(argv)
     header("pruning history beside running calls")
     folder = workdir("retention")

@@ -26,7 +26,7 @@ re-check, in the delete itself, what could have changed since they were read.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -37,11 +37,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.repeats import judge_repeat
 from dex_celery.store.counts import SHARDS
-from dex_celery.store.dialect import IN_CHUNK, insert_ignore
+from dex_celery.store.dialect import IN_CHUNK, insert_ignore, one_of
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import (
@@ -161,7 +160,7 @@ def _reported(conn: Connection, keys: list[str]) -> set[str]:
     for chunk in _chunks(keys):
         query = (
             select(unknown_outcomes.c.call_key)
-            .where(unknown_outcomes.c.call_key.in_(chunk))
+            .where(one_of(conn, unknown_outcomes.c.call_key, chunk))
             .where(unknown_outcomes.c.state == REPORTED)
         )
         found.update(str(k) for k in conn.execute(query).scalars())
@@ -174,7 +173,7 @@ def _waited_on(conn: Connection, keys: list[str]) -> set[str]:
     for chunk in _chunks(keys):
         query = (
             select(tool_calls.c.repeat_of)
-            .where(tool_calls.c.repeat_of.in_(chunk))
+            .where(one_of(conn, tool_calls.c.repeat_of, chunk))
             .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
         )
         found.update(str(k) for k in conn.execute(query).scalars())
@@ -188,8 +187,10 @@ def _guard_holders(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
     for chunk in _chunks(guarded):
         query = (
             select(repeat_guards.c.holder)
-            .where(repeat_guards.c.session_id.in_(sorted({r["session_id"] for r in chunk})))
-            .where(repeat_guards.c.holder.in_([r["key"] for r in chunk]))
+            .where(
+                one_of(conn, repeat_guards.c.session_id, sorted({r["session_id"] for r in chunk}))
+            )
+            .where(one_of(conn, repeat_guards.c.holder, [r["key"] for r in chunk]))
         )
         found.update(str(k) for k in conn.execute(query).scalars())
     return found
@@ -223,9 +224,11 @@ def _call_records(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str
     tool_messages: dict[str, list[dict[str, Any]]] = {}
     unknown: dict[str, dict[str, Any]] = {}
     for chunk in _chunks(keys):
-        for m in conn.execute(select(messages).where(messages.c.call_key.in_(chunk))).mappings():
+        for m in conn.execute(
+            select(messages).where(one_of(conn, messages.c.call_key, chunk))
+        ).mappings():
             tool_messages.setdefault(m["call_key"], []).append(_plain(m))
-        query = select(unknown_outcomes).where(unknown_outcomes.c.call_key.in_(chunk))
+        query = select(unknown_outcomes).where(one_of(conn, unknown_outcomes.c.call_key, chunk))
         for u in conn.execute(query).mappings():
             unknown[u["call_key"]] = _plain(u)
     return [
@@ -241,11 +244,13 @@ def _call_records(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str
     ]
 
 
-def _attempts(log: str | None) -> list[dict[str, Any]]:
+def _attempts(log: str | None) -> list[Any]:
+    """The attempt log's entries as the ledger wrote them (`ledger/attempt_log.py`)."""
     try:
-        return [dataclasses.asdict(e) for e in parse_attempt_log(log)]
-    except (ValueError, KeyError, TypeError):  # kept as stored in `call.attempt_log`
+        entries = json.loads(log) if log else []
+    except ValueError:  # kept as stored in `call.attempt_log`
         return []
+    return entries if isinstance(entries, list) else []  # cjson writes an empty log as {}
 
 
 def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
@@ -262,13 +267,15 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
             _waiting.c.status == CallStatus.AWAITING_APPROVAL.value,
         )
     )
-    unchanged = or_(tool_calls.c.late_result.is_(None), tool_calls.c.key.in_(with_late))
     with engine.begin() as conn:
+        unchanged = or_(
+            tool_calls.c.late_result.is_(None), one_of(conn, tool_calls.c.key, with_late)
+        )
         gone: list[tuple[str, str, str, str, str, int]] = []
         for chunk in _chunks(keys):
             result = conn.execute(
                 delete(tool_calls)
-                .where(tool_calls.c.key.in_(chunk))
+                .where(one_of(conn, tool_calls.c.key, chunk))
                 .where(tool_calls.c.status.in_(TERMINAL))
                 .where(unchanged)
                 .where(~still_waited)
@@ -289,16 +296,20 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
         message_ids = [m["id"] for r in records if r["key"] in removed for m in r["messages"]]
         dropped = 0
         for chunk in _chunks(message_ids):
-            dropped += conn.execute(delete(messages).where(messages.c.id.in_(chunk))).rowcount
+            dropped += conn.execute(
+                delete(messages).where(one_of(conn, messages.c.id, chunk))
+            ).rowcount
         gone_keys = sorted(removed)
         for chunk in _chunks(gone_keys):
-            conn.execute(delete(unknown_outcomes).where(unknown_outcomes.c.call_key.in_(chunk)))
+            conn.execute(
+                delete(unknown_outcomes).where(one_of(conn, unknown_outcomes.c.call_key, chunk))
+            )
         slots = sorted({(g[1], g[0]) for g in gone})
         for chunk in _chunks(slots):
             conn.execute(
                 delete(repeat_guards)
-                .where(repeat_guards.c.session_id.in_(sorted({s for s, _ in chunk})))
-                .where(repeat_guards.c.holder.in_([k for _, k in chunk]))
+                .where(one_of(conn, repeat_guards.c.session_id, sorted({s for s, _ in chunk})))
+                .where(one_of(conn, repeat_guards.c.holder, [k for _, k in chunk]))
             )
         _uncount(conn, engine, [(t, e, st, a) for _, _, t, e, st, a in gone])
     return Removed(calls=len(gone), messages=dropped)
@@ -363,7 +374,7 @@ def select_sessions(
             return [], None
         query = (
             select(sessions)
-            .where(sessions.c.id.in_(ids))
+            .where(one_of(conn, sessions.c.id, ids))
             .where(sessions.c.created_at < cutoff)
             .where(_idle(cutoff))
             .order_by(sessions.c.id)
@@ -373,10 +384,14 @@ def select_sessions(
         history: dict[str, list[dict[str, Any]]] = {}
         owners: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(going):
-            query = select(messages).where(messages.c.session_id.in_(chunk)).order_by(messages.c.id)
+            query = (
+                select(messages)
+                .where(one_of(conn, messages.c.session_id, chunk))
+                .order_by(messages.c.id)
+            )
             for m in conn.execute(query).mappings():
                 history.setdefault(m["session_id"], []).append(_plain(m))
-            query = select(session_owners).where(session_owners.c.session_id.in_(chunk))
+            query = select(session_owners).where(one_of(conn, session_owners.c.session_id, chunk))
             for o in conn.execute(query).mappings():
                 owners[o["session_id"]] = _plain(o)
     records = [
@@ -408,7 +423,7 @@ def delete_sessions(engine: Engine, records: list[dict[str, Any]], *, cutoff: fl
         for chunk in _chunks(sorted(by_id)):
             result = conn.execute(
                 delete(sessions)
-                .where(sessions.c.id.in_(chunk))
+                .where(one_of(conn, sessions.c.id, chunk))
                 .where(_idle(cutoff))
                 .returning(sessions.c.id)
             )
@@ -416,10 +431,16 @@ def delete_sessions(engine: Engine, records: list[dict[str, Any]], *, cutoff: fl
         ids = [m["id"] for s in removed for m in by_id[s]["messages"]]
         dropped = 0
         for chunk in _chunks(ids):
-            dropped += conn.execute(delete(messages).where(messages.c.id.in_(chunk))).rowcount
+            dropped += conn.execute(
+                delete(messages).where(one_of(conn, messages.c.id, chunk))
+            ).rowcount
         for chunk in _chunks(removed):
-            conn.execute(delete(session_owners).where(session_owners.c.session_id.in_(chunk)))
-            conn.execute(delete(repeat_guards).where(repeat_guards.c.session_id.in_(chunk)))
+            conn.execute(
+                delete(session_owners).where(one_of(conn, session_owners.c.session_id, chunk))
+            )
+            conn.execute(
+                delete(repeat_guards).where(one_of(conn, repeat_guards.c.session_id, chunk))
+            )
     _put_back_if_used(engine, [by_id[s] for s in removed])
     return Removed(sessions=len(removed), messages=dropped)
 
@@ -430,7 +451,11 @@ def _put_back_if_used(engine: Engine, records: list[dict[str, Any]]) -> None:
         used: set[str] = set()
         for chunk in _chunks(ids):
             for table in (tool_calls, messages):
-                query = select(table.c.session_id).where(table.c.session_id.in_(chunk)).distinct()
+                query = (
+                    select(table.c.session_id)
+                    .where(one_of(conn, table.c.session_id, chunk))
+                    .distinct()
+                )
                 used.update(str(s) for s in conn.execute(query).scalars())
         for record in records:
             if record["key"] in used:
@@ -457,14 +482,14 @@ def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -
         for chunk in _chunks(ids):
             query = (
                 select(tool_calls.c.session_id, func.count())
-                .where(tool_calls.c.session_id.in_(chunk))
+                .where(one_of(conn, tool_calls.c.session_id, chunk))
                 .group_by(tool_calls.c.session_id)
             )
             totals = {str(s): int(n) for s, n in conn.execute(query)}
             recent = set(
                 conn.execute(
                     select(messages.c.session_id)
-                    .where(messages.c.session_id.in_(chunk))
+                    .where(one_of(conn, messages.c.session_id, chunk))
                     .where(messages.c.created_at >= cutoff)
                     .distinct()
                 ).scalars()
@@ -472,7 +497,7 @@ def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -
             old = set(
                 conn.execute(
                     select(sessions.c.id)
-                    .where(sessions.c.id.in_(chunk))
+                    .where(one_of(conn, sessions.c.id, chunk))
                     .where(sessions.c.created_at < cutoff)
                 ).scalars()
             )
@@ -484,7 +509,7 @@ def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -
                 query = (
                     select(func.count())
                     .select_from(messages)
-                    .where(messages.c.session_id.in_(emptied))
+                    .where(one_of(conn, messages.c.session_id, emptied))
                     .where(messages.c.call_key.is_(None))
                 )
                 messages_count += int(conn.execute(query).scalar_one())

@@ -339,3 +339,27 @@ def test_the_documented_commands_run(
     assert outputs[0].startswith("history prune: would remove 20 calls, 2 sessions, 22 messages")
     assert outputs[1].startswith("history prune: removed 20 calls, 2 sessions, 22 messages")
     assert len(list(read_archive(archive))) == 22
+
+
+def test_the_retention_setting_is_a_duration() -> None:
+    """`DEX_RETENTION` unset keeps history forever; a duration sets it; anything else is a
+    `ConfigurationError` naming the variable, at start-up."""
+    from dex_celery.errors import ConfigurationError  # only this test raises it
+
+    assert Settings.from_env({}).retention_seconds is None
+    assert Settings.from_env({"DEX_RETENTION": "30d"}).retention_seconds == 30 * 86400
+    assert Settings.from_env({"DEX_RETENTION": "12h"}).retention_seconds == 12 * 3600
+    for bad in ("banana", "0d", "30", "-1d"):
+        with pytest.raises(ConfigurationError, match="DEX_RETENTION"):
+            Settings.from_env({"DEX_RETENTION": bad})
+
+
+def test_cli_bad_batch_is_one_error_line() -> None:
+    from dex_celery.cli.main import main  # the CLI, only these tests drive it
+
+    result = CliRunner().invoke(
+        main,
+        ["-A", "tests.support.cliapp:dex", "history", "prune", "--before", "30d", "--batch", "0"],
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == ["error: --batch must be positive, got 0"]

@@ -25,16 +25,9 @@ from typing import Any
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.settings import Settings
 from dex_celery.store.archive import Archive
+from dex_celery.store.prune_sessions import delete_sessions, select_sessions, sessions_left_empty
 from dex_celery.store.repository import Store
-from dex_celery.store.retention import (
-    KeptReason,
-    StillRunning,
-    delete_calls,
-    delete_sessions,
-    select_calls,
-    select_sessions,
-    sessions_left_empty,
-)
+from dex_celery.store.retention import KeptReason, StillRunning, delete_calls, select_calls
 
 log = logging.getLogger("dex_celery.engine.retention")
 

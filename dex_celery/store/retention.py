@@ -1,4 +1,5 @@
-"""What a prune may remove from SQL, and its removal in small transactions (S12.4).
+"""What a prune may remove from SQL, and its removal in small transactions (S12.4); the
+sessions' part is `store/prune_sessions.py`.
 
 Each table, and what a prune does to it (docs/operations.md, "Retention"):
 
@@ -34,20 +35,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
+from sqlalchemy import Connection, Engine, and_, delete, exists, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.repeats import judge_repeat
 from dex_celery.store.counts import SHARDS
-from dex_celery.store.dialect import IN_CHUNK, insert_ignore, one_of
+from dex_celery.store.dialect import IN_CHUNK, one_of
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import (
     messages,
     repeat_guards,
-    session_owners,
-    sessions,
     tool_calls,
     unknown_outcomes,
 )
@@ -96,12 +95,14 @@ class Removed:
     sessions: int = 0
 
 
-def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+def chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    """`items` in slices short enough for one `IN` list."""
     for start in range(0, len(items), IN_CHUNK):
         yield items[start : start + IN_CHUNK]
 
 
-def _plain(row: Any) -> dict[str, Any]:
+def plain(row: Any) -> dict[str, Any]:
+    """A row as the archive keeps it: every column, as stored."""
     return dict(row)
 
 
@@ -124,7 +125,7 @@ def select_calls(
         query = query.where(tool_calls.c.key > after)
     query = query.order_by(tool_calls.c.key).limit(limit)
     with engine.connect() as conn:
-        rows = [_plain(r) for r in conn.execute(query).mappings()]
+        rows = [plain(r) for r in conn.execute(query).mappings()]
         if not rows:
             return Selection([], Counter(), None)
         kept: Counter[KeptReason] = Counter()
@@ -157,7 +158,7 @@ def select_calls(
 
 def _reported(conn: Connection, keys: list[str]) -> set[str]:
     found: set[str] = set()
-    for chunk in _chunks(keys):
+    for chunk in chunks(keys):
         query = (
             select(unknown_outcomes.c.call_key)
             .where(one_of(conn, unknown_outcomes.c.call_key, chunk))
@@ -170,7 +171,7 @@ def _reported(conn: Connection, keys: list[str]) -> set[str]:
 def _waited_on(conn: Connection, keys: list[str]) -> set[str]:
     """Keys some call awaiting approval repeats (the partial index on `repeat_of`)."""
     found: set[str] = set()
-    for chunk in _chunks(keys):
+    for chunk in chunks(keys):
         query = (
             select(tool_calls.c.repeat_of)
             .where(one_of(conn, tool_calls.c.repeat_of, chunk))
@@ -184,7 +185,7 @@ def _guard_holders(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
     """Keys among `rows` that hold a repeat-guard slot (looked up by the slots' session)."""
     guarded = [r for r in rows if r["repeat_digest"] is not None]
     found: set[str] = set()
-    for chunk in _chunks(guarded):
+    for chunk in chunks(guarded):
         query = (
             select(repeat_guards.c.holder)
             .where(
@@ -223,14 +224,14 @@ def _call_records(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str
     keys = [r["key"] for r in rows]
     tool_messages: dict[str, list[dict[str, Any]]] = {}
     unknown: dict[str, dict[str, Any]] = {}
-    for chunk in _chunks(keys):
+    for chunk in chunks(keys):
         for m in conn.execute(
             select(messages).where(one_of(conn, messages.c.call_key, chunk))
         ).mappings():
-            tool_messages.setdefault(m["call_key"], []).append(_plain(m))
+            tool_messages.setdefault(m["call_key"], []).append(plain(m))
         query = select(unknown_outcomes).where(one_of(conn, unknown_outcomes.c.call_key, chunk))
         for u in conn.execute(query).mappings():
-            unknown[u["call_key"]] = _plain(u)
+            unknown[u["call_key"]] = plain(u)
     return [
         {
             "kind": "call",
@@ -253,6 +254,10 @@ def _attempts(log: str | None) -> list[Any]:
     return entries if isinstance(entries, list) else []  # cjson writes an empty log as {}
 
 
+#: The calls waiting for approval, as seen from a call a prune is about to delete.
+_waiting = tool_calls.alias("waiting")
+
+
 def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
     """Delete the archived calls, their TOOL messages, reconcile rows and guard slots, and take
     them off the counts, in one transaction. A call whose row changed since it was archived (a
@@ -272,7 +277,7 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
             tool_calls.c.late_result.is_(None), one_of(conn, tool_calls.c.key, with_late)
         )
         gone: list[tuple[str, str, str, str, str, int]] = []
-        for chunk in _chunks(keys):
+        for chunk in chunks(keys):
             result = conn.execute(
                 delete(tool_calls)
                 .where(one_of(conn, tool_calls.c.key, chunk))
@@ -295,17 +300,17 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
         removed = {g[0] for g in gone}
         message_ids = [m["id"] for r in records if r["key"] in removed for m in r["messages"]]
         dropped = 0
-        for chunk in _chunks(message_ids):
+        for chunk in chunks(message_ids):
             dropped += conn.execute(
                 delete(messages).where(one_of(conn, messages.c.id, chunk))
             ).rowcount
         gone_keys = sorted(removed)
-        for chunk in _chunks(gone_keys):
+        for chunk in chunks(gone_keys):
             conn.execute(
                 delete(unknown_outcomes).where(one_of(conn, unknown_outcomes.c.call_key, chunk))
             )
         slots = sorted({(g[1], g[0]) for g in gone})
-        for chunk in _chunks(slots):
+        for chunk in chunks(slots):
             conn.execute(
                 delete(repeat_guards)
                 .where(one_of(conn, repeat_guards.c.session_id, sorted({s for s, _ in chunk})))
@@ -313,9 +318,6 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
             )
         _uncount(conn, engine, [(t, e, st, a) for _, _, t, e, st, a in gone])
     return Removed(calls=len(gone), messages=dropped)
-
-
-_waiting = tool_calls.alias("waiting")
 
 
 def _uncount(conn: Connection, engine: Engine, gone: list[tuple[str, str, str, int]]) -> None:
@@ -345,172 +347,3 @@ def _uncount(conn: Connection, engine: Engine, gone: list[tuple[str, str, str, i
             for (tool, effect, status), (calls, attempts, retries) in sorted(groups.items())
         ],
     )
-
-
-# --- sessions --------------------------------------------------------------------------------
-
-
-def _idle(cutoff: float) -> ColumnElement[bool]:
-    """A session with no call left and no message from the cutoff on."""
-    return and_(
-        ~exists().where(tool_calls.c.session_id == sessions.c.id),
-        ~exists().where(
-            and_(messages.c.session_id == sessions.c.id, messages.c.created_at >= cutoff)
-        ),
-    )
-
-
-def select_sessions(
-    engine: Engine, *, cutoff: float, after: str | None, limit: int
-) -> tuple[list[dict[str, Any]], str | None]:
-    """Archive records of the next sessions (in id order after `after`) that began before the
-    cutoff and are idle since; and the last id scanned (None when the scan is done)."""
-    scan = select(sessions.c.id).order_by(sessions.c.id).limit(limit)
-    if after is not None:
-        scan = scan.where(sessions.c.id > after)
-    with engine.connect() as conn:
-        ids = [str(i) for i in conn.execute(scan).scalars()]
-        if not ids:
-            return [], None
-        query = (
-            select(sessions)
-            .where(one_of(conn, sessions.c.id, ids))
-            .where(sessions.c.created_at < cutoff)
-            .where(_idle(cutoff))
-            .order_by(sessions.c.id)
-        )
-        rows = [_plain(r) for r in conn.execute(query).mappings()]
-        going = [r["id"] for r in rows]
-        history: dict[str, list[dict[str, Any]]] = {}
-        owners: dict[str, dict[str, Any]] = {}
-        for chunk in _chunks(going):
-            query = (
-                select(messages)
-                .where(one_of(conn, messages.c.session_id, chunk))
-                .order_by(messages.c.id)
-            )
-            for m in conn.execute(query).mappings():
-                history.setdefault(m["session_id"], []).append(_plain(m))
-            query = select(session_owners).where(one_of(conn, session_owners.c.session_id, chunk))
-            for o in conn.execute(query).mappings():
-                owners[o["session_id"]] = _plain(o)
-    records = [
-        {
-            "kind": "session",
-            "key": row["id"],
-            "session": row,
-            "owner": owners.get(row["id"]),
-            "messages": history.get(row["id"], []),
-        }
-        for row in rows
-    ]
-    return records, ids[-1]
-
-
-def delete_sessions(engine: Engine, records: list[dict[str, Any]], *, cutoff: float) -> Removed:
-    """Delete the archived sessions still idle, with the messages archived with them and their
-    owner rows and guard slots, in one transaction.
-
-    A request naming a session at the moment it is deleted could record a call (or a message)
-    in it that this transaction did not see; such a session is put back, as archived, at once
-    (its calls and messages were never touched: only archived message ids are deleted).
-    """
-    if not records:
-        return Removed()
-    by_id = {r["key"]: r for r in records}
-    with engine.begin() as conn:
-        removed: list[str] = []
-        for chunk in _chunks(sorted(by_id)):
-            result = conn.execute(
-                delete(sessions)
-                .where(one_of(conn, sessions.c.id, chunk))
-                .where(_idle(cutoff))
-                .returning(sessions.c.id)
-            )
-            removed.extend(str(i) for i in result.scalars())
-        ids = [m["id"] for s in removed for m in by_id[s]["messages"]]
-        dropped = 0
-        for chunk in _chunks(ids):
-            dropped += conn.execute(
-                delete(messages).where(one_of(conn, messages.c.id, chunk))
-            ).rowcount
-        for chunk in _chunks(removed):
-            conn.execute(
-                delete(session_owners).where(one_of(conn, session_owners.c.session_id, chunk))
-            )
-            conn.execute(
-                delete(repeat_guards).where(one_of(conn, repeat_guards.c.session_id, chunk))
-            )
-    _put_back_if_used(engine, [by_id[s] for s in removed])
-    return Removed(sessions=len(removed), messages=dropped)
-
-
-def _put_back_if_used(engine: Engine, records: list[dict[str, Any]]) -> None:
-    ids = [r["key"] for r in records]
-    with engine.begin() as conn:
-        used: set[str] = set()
-        for chunk in _chunks(ids):
-            for table in (tool_calls, messages):
-                query = (
-                    select(table.c.session_id)
-                    .where(one_of(conn, table.c.session_id, chunk))
-                    .distinct()
-                )
-                used.update(str(s) for s in conn.execute(query).scalars())
-        for record in records:
-            if record["key"] in used:
-                insert_ignore(conn, sessions, **record["session"])
-
-
-# --- the dry run's session count ---------------------------------------------------------------
-
-
-def sessions_left_empty(engine: Engine, going: Counter[str], *, cutoff: float) -> tuple[int, int]:
-    """Sessions a prune would remove, and their messages not counted with their calls: idle
-    ones already, and those whose every call would go (`going`: calls to remove per session)
-    with no message from the cutoff on."""
-    count = messages_count = 0
-    after: str | None = None
-    while True:
-        records, after = select_sessions(engine, cutoff=cutoff, after=after, limit=IN_CHUNK)
-        count += len(records)
-        messages_count += sum(len(r["messages"]) for r in records)
-        if after is None:
-            break
-    ids = sorted(going)
-    with engine.connect() as conn:
-        for chunk in _chunks(ids):
-            query = (
-                select(tool_calls.c.session_id, func.count())
-                .where(one_of(conn, tool_calls.c.session_id, chunk))
-                .group_by(tool_calls.c.session_id)
-            )
-            totals = {str(s): int(n) for s, n in conn.execute(query)}
-            recent = set(
-                conn.execute(
-                    select(messages.c.session_id)
-                    .where(one_of(conn, messages.c.session_id, chunk))
-                    .where(messages.c.created_at >= cutoff)
-                    .distinct()
-                ).scalars()
-            )
-            old = set(
-                conn.execute(
-                    select(sessions.c.id)
-                    .where(one_of(conn, sessions.c.id, chunk))
-                    .where(sessions.c.created_at < cutoff)
-                ).scalars()
-            )
-            emptied = [
-                s for s in chunk if totals.get(s) == going[s] and s not in recent and s in old
-            ]
-            count += len(emptied)
-            if emptied:
-                query = (
-                    select(func.count())
-                    .select_from(messages)
-                    .where(one_of(conn, messages.c.session_id, emptied))
-                    .where(messages.c.call_key.is_(None))
-                )
-                messages_count += int(conn.execute(query).scalar_one())
-    return count, messages_count

@@ -281,10 +281,11 @@ class Dex:
     ) -> dict[str, dict[str, Any]]:
         """What to put in `app.conf.beat_schedule`: nothing any more, and that is the point.
 
-        Both of dex-celery's periodic jobs run inside the beat process, each in a thread of its
+        dex-celery's periodic jobs run inside the beat process, each in a thread of its
         own (`dex_celery.processes.beat`): the sweeper every `sweep_interval`, so detection never waits
         in the tools' queue for a free slot, and the reconcile job (S8.4) every
-        `reconcile_interval`, so it never fills Flower's task list. Assigning it says in the
+        `reconcile_interval`, so it never fills Flower's task list; with `retention` set, the
+        retention job (S12.4) every `retention_interval`. Assigning it says in the
         Celery configuration that beat runs this deployment's periodic work;
         `reconcile_interval` given here overrides the setting.
         """

@@ -184,6 +184,10 @@ class DatabaseUnavailable(BackendUnavailable):
     """The database did not answer, or refused the connection."""
 
 
+class ArchiveError(DexError):
+    """The archive of a prune cannot be written; nothing of the batch was deleted."""
+
+
 class CommitUnconfirmed(DatabaseUnavailable):
     """The connection to the database broke while a transaction was being committed, so
     whether it was applied is unknown until the database answers again. Raised by the store

@@ -22,7 +22,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from dex_celery.backend_errors import check_database_url, check_redis_url
-from dex_celery.errors import ConfigurationError
+from dex_celery.errors import ConfigurationError, InvalidRequest
+from dex_celery.model.times import parse_duration
 
 #: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside
 #: a host application's own tables and migrations; None: the connection's default schema.
@@ -132,6 +133,16 @@ DEFAULT_UNKNOWN_TOOL_REQUEUE_DELAY = 1.0
 #: Shards of the ledger, each with its own hash tag (docs/redis.md, "Redis Cluster"). Fixed for
 #: the life of a ledger: changing it needs a drained ledger (no call in flight).
 DEFAULT_LEDGER_SHARDS = 1
+#: How long ended calls are kept (`30d`, `12h`): beat removes older ones, archived first
+#: (docs/operations.md, "Retention"). None: history is kept forever.
+DEFAULT_RETENTION: str | None = None
+#: Seconds between beat's retention runs (when `retention` is set).
+DEFAULT_RETENTION_INTERVAL = 3600.0
+#: Where beat's retention runs write their archives (one gzip JSON-lines file per run that
+#: removes anything); `dex-celery history prune` writes there too unless given `--archive`.
+DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
+#: Calls removed per transaction by a prune: small, so running workers never wait long on it.
+DEFAULT_PRUNE_BATCH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +196,10 @@ class Settings:
     ledger_shards: int = DEFAULT_LEDGER_SHARDS
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     unknown_tool_requeue_delay: float = DEFAULT_UNKNOWN_TOOL_REQUEUE_DELAY
+    retention: str | None = DEFAULT_RETENTION
+    retention_interval: float = DEFAULT_RETENTION_INTERVAL
+    retention_archive: str = DEFAULT_RETENTION_ARCHIVE
+    prune_batch: int = DEFAULT_PRUNE_BATCH
 
     def __post_init__(self) -> None:
         positive = (
@@ -208,6 +223,8 @@ class Settings:
             "claim_replicas_timeout",
             "ledger_shards",
             "unknown_tool_requeue_delay",
+            "retention_interval",
+            "prune_batch",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -230,6 +247,13 @@ class Settings:
             raise ConfigurationError(
                 f"setting claim_replicas must be 0 or more, got {self.claim_replicas!r}"
             )
+        if self.retention is not None:
+            try:
+                parse_duration(self.retention, option=env_name("retention"))
+            except InvalidRequest as e:
+                raise ConfigurationError(str(e)) from None
+        if not self.retention_archive:
+            raise ConfigurationError("setting retention_archive must name a directory")
         check_redis_url(env_name("redis_url"), self.redis_url)
         check_database_url(self.database_url)
         if self.database_schema is not None:
@@ -261,6 +285,13 @@ class Settings:
     def ledger_cluster(self) -> bool:
         """Whether the ledger's Redis is a Redis Cluster (`redis_cluster`, or the URL says so)."""
         return self.redis_cluster or self.redis_url.partition("://")[0].endswith("+cluster")
+
+    @property
+    def retention_seconds(self) -> float | None:
+        """`retention` in seconds; None: history is kept forever."""
+        if self.retention is None:
+            return None
+        return parse_duration(self.retention, option=env_name("retention"))
 
     @property
     def effective_broker_url(self) -> str:

@@ -33,6 +33,7 @@ from dex_celery.cli.context import (
     app_option,
     pass_context,
 )
+from dex_celery.cli.history import history
 from dex_celery.cli.maintenance import reconcile, sweep
 from dex_celery.cli.mcp import mcp
 from dex_celery.cli.mcp_servers import mcp_servers
@@ -137,6 +138,7 @@ for _command in (
     approvals,
     sweep,
     reconcile,
+    history,
     status,
     dev,
     demo,

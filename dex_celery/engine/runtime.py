@@ -12,6 +12,7 @@ threads. Who calls whom (docs/architecture.md):
     gate: shut when the worker's warm shutdown begins, `ShutdownGate`)
     Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
     Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
+    Retention(store, ledger, settings)                          bounded history (S12.4)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.epoch import LedgerEpoch
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.reconcile import OutcomeChecks, Reconciler
+from dex_celery.engine.retention import Retention
 from dex_celery.engine.shutdown_gate import ShutdownGate
 from dex_celery.engine.sweep import Sweeper
 from dex_celery.engine.worker import Worker
@@ -85,6 +87,7 @@ class Runtime:
         )
         self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
         self.reconciler = Reconciler(store, self.events, checks, settings)
+        self.retention = Retention(store, self.ledger, settings)
 
 
 class RuntimeSource(Protocol):

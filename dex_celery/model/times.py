@@ -26,7 +26,17 @@ def format_utc(value: float | None, *, millis: bool = True) -> str:
     return text + " UTC"
 
 
-def parse_since(text: str, *, now: float | None = None) -> float:
+def parse_duration(text: str, *, option: str = "duration") -> float:
+    """`30s`, `15m`, `2h`, `30d` as seconds (the retention setting, `history prune --before`)."""
+    relative = _RELATIVE.fullmatch(text.strip())
+    if relative is None or float(relative.group(1)) <= 0:
+        raise InvalidRequest(
+            f"{option} {text!r} is not a positive duration (a number and a unit: 30s, 15m, 2h, 30d)"
+        )
+    return float(relative.group(1)) * _UNIT[relative.group(2)]
+
+
+def parse_since(text: str, *, now: float | None = None, option: str = "--since") -> float:
     """`15m`, `2h`, `1d` ago, or an ISO 8601 date/time (UTC unless it names a zone)."""
     value = text.strip()
     relative = _RELATIVE.fullmatch(value)
@@ -37,7 +47,7 @@ def parse_since(text: str, *, now: float | None = None) -> float:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise InvalidRequest(
-            f"--since {text!r} is neither a duration (30s, 15m, 2h, 1d) nor an ISO 8601 time "
+            f"{option} {text!r} is neither a duration (30s, 15m, 2h, 1d) nor an ISO 8601 time "
             "(2026-11-30 or 2026-11-30T22:00, UTC unless a zone is given)"
         ) from None
     if moment.tzinfo is None:

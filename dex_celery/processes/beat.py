@@ -8,9 +8,11 @@ beat process instead of as Celery tasks:
   the tools it watches); `sweep_in_beat=False` leaves it to `dex-celery sweep --loop`;
 - the reconcile job (every `reconcile_interval`, S8.4): as a task it would fill Flower's list;
   safe with two runners at once, so a second beat by mistake causes nothing twice;
-- the webhook sender, when `webhook_urls` is set.
+- the webhook sender, when `webhook_urls` is set;
+- the retention job (every `retention_interval`, S12.4), when `retention` is set: a prune of
+  the history that ended more than `retention` ago, archived first (`engine/retention.py`).
 
-All three start on Celery's `beat_init` for this Dex's app only. `beat_init` is sent by a
+All of them start on Celery's `beat_init` for this Dex's app only. `beat_init` is sent by a
 standalone `celery beat` and by an embedded one (`worker -B`, which also sends
 `beat_embedded_init`): listening to `beat_init` alone, and starting at most once per process,
 gives exactly one of each thread. `BeatServices.stop` (at interpreter exit) stops them all.
@@ -34,7 +36,11 @@ from dex_celery.processes.checks import check_or_exit
 log = logging.getLogger("dex_celery.processes.beat")
 
 #: How the log names each thread.
-_LABELS = {"dex-sweeper": "sweeper", "dex-reconcile": "reconcile loop"}
+_LABELS = {
+    "dex-sweeper": "sweeper",
+    "dex-reconcile": "reconcile loop",
+    "dex-retention": "retention job",
+}
 #: Seconds beat's shutdown waits for a sweep or a reconcile run in progress to end.
 STOP_TIMEOUT = 10.0
 
@@ -67,6 +73,15 @@ class BeatServices:
             every = self.reconcile_interval()
             self._thread("dex-reconcile", lambda: self._reconcile(every))
             log.info("dex-celery: reconciling outcome_unknown calls every %.0fs in beat", every)
+            if settings.retention is not None:
+                self._thread("dex-retention", self._retention)
+                log.info(
+                    "dex-celery: removing history older than %s every %.0fs in beat (archived "
+                    "to %s)",
+                    settings.retention,
+                    settings.retention_interval,
+                    settings.retention_archive,
+                )
             if receivers(settings.webhook_urls):
                 self.webhooks = WebhookSender(self.source)
                 self.webhooks.start()
@@ -110,6 +125,17 @@ class BeatServices:
                 self.source.runtime.reconciler.run_once()
             except Exception:  # one failed run must not end the loop; the next run retries
                 log.exception("reconcile run failed; trying again in %.0fs", interval)
+
+    def _retention(self) -> None:
+        """One prune at start, then one every `retention_interval`, until stopped."""
+        interval = self.source.runtime.settings.retention_interval
+        while True:
+            try:
+                self.source.runtime.retention.run_once(self._stop.is_set)
+            except Exception:  # one failed run must not end the loop; the next run retries
+                log.exception("retention run failed; trying again in %.0fs", interval)
+            if self._stop.wait(interval):
+                return
 
 
 def connect_beat(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert
+from sqlalchemy import BigInteger, Connection, String, Table, any_, bindparam, insert
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -33,6 +35,16 @@ def insert_ignore(conn: Connection, table: Table, **values: Any) -> bool:
 
 #: Keys per `IN (...)` list, well under SQLite's limit of bound parameters.
 IN_CHUNK = 500
+
+
+def one_of(conn: Connection, column: Any, values: Sequence[Any]) -> Any:
+    """`column IN (values)`; on PostgreSQL `column = ANY(:array)`, one bound parameter: the
+    driver then parses one short statement instead of one with hundreds of placeholders (a
+    prune's batches spent a sixth of their time there)."""
+    if conn.dialect.name == "postgresql":
+        kind = BigInteger() if values and isinstance(values[0], int) else String()
+        return column == any_(bindparam(None, list(values), type_=ARRAY(kind)))
+    return column.in_(list(values))
 
 
 def insert_many_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> set[str]:

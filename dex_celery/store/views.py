@@ -84,6 +84,9 @@ class OperatorViews:
             func.sum(counts.attempts),
             func.sum(counts.retries),
         ).group_by(counts.tool_name, counts.effect, counts.status)
+        # A group whose calls were all pruned (`store/retention.py`) sums to zero: like the scan,
+        # it is not reported.
+        ended = ended.having(func.sum(counts.calls) != 0)
         calls = tool_calls.c
         retries = case((calls.attempts > 1, calls.attempts - 1), else_=0)
         # One branch per open status: `status = '...'` is what lets the planner use that

@@ -2,7 +2,7 @@
 
 Celery sends both `beat_init` and `beat_embedded_init` to an embedded beat; dex-celery's beat
 side (`dex_celery/processes/beat.py`) listens to `beat_init` only and starts at most once per
-process, so one sweeper, one reconcile loop and one webhook sender run (docs/architecture.md,
+process, so one sweeper, one reconcile loop, one webhook sender and one retention job run (docs/architecture.md,
 "Process wiring"). Real worker with `-B`, real Redis; the threads announce themselves in the log.
 """
 
@@ -19,6 +19,7 @@ STARTS = {
     "sweeper": "the dex sweeper runs every",
     "reconcile": "reconciling outcome_unknown calls every",
     "webhooks": "webhooks: sending to",
+    "retention": "removing history older than",
 }
 
 
@@ -29,6 +30,8 @@ def test_worker_with_embedded_beat_starts_one_of_each_beat_thread(
         # Nothing listens there: the sender only needs to be configured to start.
         "DEX_WEBHOOK_URLS": "http://127.0.0.1:9/hooks",
         "DEX_RECONCILE_INTERVAL": "0.5",
+        "DEX_RETENTION": "30d",
+        "DEX_RETENTION_ARCHIVE": str(tmp_path / "archive"),
     }
     worker = Worker(
         {**env, **hook_env},
@@ -55,6 +58,12 @@ def test_worker_with_embedded_beat_starts_one_of_each_beat_thread(
         )
         log = worker.log()
         counts = {name: log.count(line) for name, line in STARTS.items()}
-        assert counts == {"sweeper": 1, "reconcile": 1, "webhooks": 1}, log[-3000:]
+        assert counts == {"sweeper": 1, "reconcile": 1, "webhooks": 1, "retention": 1}, log[-3000:]
+        # The retention job ran its first prune at start (nothing old to remove).
+        wait_for(
+            lambda: "history prune: removed 0 calls" in worker.log(),
+            timeout=15,
+            what="the retention job's first prune",
+        )
     finally:
         worker.stop()

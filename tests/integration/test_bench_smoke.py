@@ -136,6 +136,26 @@ def test_scrape_cost_smoke() -> None:
     assert "us/outcome with counts kept" in out and "count upsert alone" in out
 
 
+def test_retention_smoke() -> None:
+    """Pruning history (S12.4): the real `history prune` beside calls; every history call is
+    removed and the calls beside it all succeed (the script raises otherwise)."""
+    out = run(
+        "retention",
+        "--history",
+        "300",
+        "--database",
+        "sqlite",
+        "--baseline",
+        "0.5",
+        "--warmup",
+        "0.2",
+        "--batch",
+        "50",
+    )
+    assert "sqlite: pruned 300 calls, 30 sessions, 330 messages" in out
+    assert "beside the prune" in out and "calls/s beside / before" in out
+
+
 @pytest.mark.postgres
 def test_peers_smoke() -> None:
     """Peers (issue 25): dex-celery, plain Celery and DBOS on the same PostgreSQL, one run;

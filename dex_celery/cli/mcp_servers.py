@@ -4,7 +4,8 @@
     dex-celery mcp-servers refresh [NAME]         fetch the tool lists now (starts the servers)
     dex-celery mcp-servers accept NAME [TOOL...] --by WHO
                                                   accept a changed tool definition (every
-                                                  changed tool of NAME if none is named)
+                                                  changed tool of NAME if none is named; a
+                                                  TOOL as the server lists it or its dex name)
 
 `list` reads the database only: it starts no server process. `refresh` is the one command that
 does (besides a worker's start). A tool whose definition changed since it was accepted waits for

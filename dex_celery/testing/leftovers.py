@@ -44,7 +44,17 @@ def start_time(pid: int) -> str | None:
 
 
 def _alive(pid: int, started: str) -> bool:
-    return started != "" and start_time(pid) == started
+    """Whether `pid` is still the process noted. Without a start time (no /proc) only whether
+    the pid exists: an owner is then never judged dead while some process has its pid."""
+    if started:
+        return start_time(pid) == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def own(folder: Path) -> None:
@@ -102,8 +112,8 @@ def _kill_recorded(folder: Path) -> None:
             pid = int(pid_text)
         except ValueError:
             continue
-        if not _alive(pid, started):
-            continue
+        if not started or not _alive(pid, started):
+            continue  # gone, another process now, or not identifiable: never killed
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if group == "1":
                 os.killpg(pid, signal.SIGKILL)

@@ -477,6 +477,27 @@ def _edge_tools(dex: Dex) -> None:
         _note(ctx, "end")
         return {"charged": order}
 
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False))
+    def charge(
+        ctx: ToolContext, order: str, amount: int, memo: str | None = None, seconds: float = 0.0
+    ) -> Any:
+        """Charges `amount` to `order` (the repeat guard's identity, S12.2): holds until the
+        test drops `<log>/release-<order>` (so the call is still pending when its variations
+        are asked), then writes one line per execution to the order's side-effect log
+        (`charges(order)`) with the values it received."""
+        _note(ctx, "start")
+        release = log_dir() / f"release-{order}"
+        deadline = time.monotonic() + 60
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(seconds)
+        with (log_dir() / f"charges-{order}.log").open("a") as f:
+            f.write(f"charge {ctx.idempotency_key} {amount!r} {memo!r} {seconds!r}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _note(ctx, "end")
+        return {"charged": order, "amount": amount}
+
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def big_read(ctx: ToolContext, size: int) -> Any:
         _note(ctx, "start")

@@ -4,7 +4,8 @@
     dex-celery mcp-servers refresh [NAME]         fetch the tool lists now (starts the servers)
     dex-celery mcp-servers accept NAME [TOOL...] --by WHO
                                                   accept a changed tool definition (every
-                                                  changed tool of NAME if none is named)
+                                                  changed tool of NAME if none is named; a
+                                                  TOOL as the server lists it or its dex name)
 
 `list` reads the database only: it starts no server process. `refresh` is the one command that
 does (besides a worker's start). A tool whose definition changed since it was accepted waits for
@@ -101,13 +102,63 @@ def refresh(ctx: DexContext, name: str | None) -> None:
 @pass_context
 def accept(ctx: DexContext, name: str, tools: tuple[str, ...], accepted_by: str) -> None:
     """Accept the current definition of TOOLS of server NAME (every changed one if none):
-    their calls no longer wait for approval because of the change."""
+    their calls no longer wait for approval because of the change. A tool is named as the
+    server lists it or by its dex name (the one `approvals list` shows)."""
     require_existing_database(ctx.dex.settings.database_url)
-    if name not in {s.name for s in _sources(ctx)}:
+    source = next((s for s in _sources(ctx) if s.name == name), None)
+    if source is None:
         click.echo(f"error: no MCP server named {name!r} is registered", err=True)
         raise click.exceptions.Exit(EXIT_REFUSED)
-    accepted = McpCatalog(ctx.dex.store).accept(name, list(tools) or None, accepted_by)
+    catalog = McpCatalog(ctx.dex.store)
+    state = catalog.servers([name]).get(name)
+    wanted: list[str] | None = None
+    if tools:
+        if state is None or state.tools is None:
+            click.echo(
+                f"error: no tool list of MCP server {name!r} is kept yet, so "
+                f"{', '.join(map(repr, tools))} cannot be checked; run "
+                f"`dex-celery mcp-servers refresh {name}` first",
+                err=True,
+            )
+            raise click.exceptions.Exit(EXIT_REFUSED)
+        wanted = _server_names(name, getattr(source, "prefix", ""), tools, state.tools)
+        unchanged = [t for t in wanted if t not in state.changed]
+        wanted = [t for t in wanted if t in state.changed]
+        if unchanged:
+            click.echo(
+                f"{name}: nothing to accept for {', '.join(unchanged)} (its definition is the "
+                "one accepted; its calls do not wait because of a change)"
+            )
+        if not wanted:
+            return
+    accepted = catalog.accept(name, wanted, accepted_by)
     if not accepted:
-        click.echo(f"{name}: nothing to accept")
+        click.echo(f"{name}: nothing to accept (no tool changed since it was accepted)")
         return
     click.echo(f"{name}: accepted {', '.join(accepted)}")
+
+
+def _server_names(
+    server: str, prefix: str, given: tuple[str, ...], listed: tuple[Any, ...]
+) -> list[str]:
+    """Each given name as the server lists it: the server's own name, or the dex name
+    (`<prefix><name>`); an unknown one is one `error:` line and exit 1, nothing accepted."""
+    names = [t.name for t in listed]
+    out: list[str] = []
+    unknown: list[str] = []
+    for tool in given:
+        if tool in names:
+            out.append(tool)
+        elif prefix and tool.startswith(prefix) and tool[len(prefix) :] in names:
+            out.append(tool[len(prefix) :])
+        else:
+            unknown.append(tool)
+    if unknown:
+        dex_names = f" (dex names: {', '.join(prefix + n for n in names)})" if prefix else ""
+        click.echo(
+            f"error: MCP server {server!r} has no tool {', '.join(map(repr, unknown))}; its "
+            f"tools: {', '.join(names) or 'none'}{dex_names}",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_REFUSED)
+    return list(dict.fromkeys(out))

@@ -22,6 +22,7 @@ from dex_celery.errors import (
     ArgumentsTooLarge,
     CallConflict,
     CommitUnconfirmed,
+    DexError,
     InvalidArguments,
     PublishError,
     UnknownCall,
@@ -37,9 +38,8 @@ from dex_celery.settings import Settings
 from dex_celery.store.repeats import RepeatCheck
 from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
-from dex_celery.tools.arguments import check_arguments
+from dex_celery.tools.call_identity import identify, identity_text
 from dex_celery.tools.redact import redacted_kwargs_repr
-from dex_celery.tools.repeat_digest import repeat_digest, secrets_digest
 from dex_celery.tools.sealing import seal
 from dex_celery.tools.sealing import split as split_secrets
 from dex_celery.tools.tool import TASK_PREFIX, Tool, find_tool
@@ -158,7 +158,7 @@ class Dispatcher:
             if context is not None:
                 new = replace(new, trace_context=context)
             if new.key.key in seen:
-                same_call(seen[new.key.key], new.tool_name, new.arguments)
+                same_call(seen[new.key.key], new.tool_name, new.arguments, new.identity)
                 continue
             seen[new.key.key] = new
             prepared.append((new, arguments))
@@ -169,7 +169,12 @@ class Dispatcher:
             results = self.store.insert_calls(
                 [n for n, _ in prepared],
                 epoch=epoch,
-                check=lambda new, known: same_call(new, known.tool_name, known.arguments),
+                check=lambda new, known: same_call(
+                    new,
+                    known.tool_name,
+                    known.arguments,
+                    self._identity_of(known) if known.arguments != new.arguments else None,
+                ),
                 repeats=RepeatCheck(self._judge_repeat, hold_back),
             )
         except CommitUnconfirmed as e:
@@ -195,7 +200,7 @@ class Dispatcher:
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
         """Everything about one request that can be refused without writing (S9.3): ids, tool,
-        JSON, size, the tool's signature (`check_arguments`); secrets are sealed here.
+        JSON, size, the tool's own check (`call_identity.identify`); secrets are sealed here.
 
         Returns the call to record and its arguments as stored (secret values `***`).
         """
@@ -203,11 +208,11 @@ class Dispatcher:
         key = CallKey.of(req.session_id, req.turn_id, req.tool_call_id)
         tool = find_tool(self.tools, req.tool_name)
         arguments, _ = parse_arguments(req.arguments, limit=settings.max_argument_bytes)
-        check_arguments(tool, arguments)
+        # The tool's own check, and the call as the tool will receive it (S12.2).
+        identity = identify(tool, arguments, settings.secret_key)
         shown, secrets = split_secrets(arguments, tool.policy.secret_arguments)
         token = seal(secrets, settings.secret_key)
         stored = arguments_json(shown)
-        digest = repeat_digest(tool.name, stored, secrets_digest(secrets, settings.secret_key))
 
         policy = tool.policy
         if tool.approval_gate is not None and tool.approval_gate() is not None:
@@ -219,8 +224,28 @@ class Dispatcher:
         ) -> Admission:
             return admit(resolve_policy(policy, tool.annotations, default, settings), now)
 
-        new = NewCall(key, tool.name, stored, resolve, sealed=token, repeat_digest=digest)
+        new = NewCall(
+            key,
+            tool.name,
+            stored,
+            resolve,
+            sealed=token,
+            repeat_digest=identity.fingerprint,
+            identity=identity.text,
+        )
         return new, shown
+
+    def _identity_of(self, known: ToolCallRecord) -> str | None:
+        """The recorded call's `identity_text` (S12.2) from its stored arguments; None when it
+        cannot be told (the tool is gone, or its arguments no longer pass its check: a secret
+        stored as `***` where the tool wants a number)."""
+        tool = self.tools.get(known.tool_name)
+        if tool is None:
+            return None
+        try:
+            return identity_text(tool, json.loads(known.arguments))
+        except (DexError, ValueError, TypeError):
+            return None
 
     def _judge_repeat(
         self, earlier: ToolCallRecord, reconciled: bool, window: float
@@ -514,15 +539,16 @@ class Dispatcher:
         )
 
 
-def same_call(new: NewCall, tool_name: str, arguments: str) -> None:
+def same_call(new: NewCall, tool_name: str, arguments: str, identity: str | None = None) -> None:
     """Same ids are the same call only with the same tool and arguments (S2.3); otherwise a
-    `CallConflict`. Arguments compare in their stored canonical form (secret values `***`)."""
+    `CallConflict`. Arguments compare as the tool receives them (S12.2, `identity`: the known
+    call's `identity_text`), or in their stored canonical form (secret values `***`)."""
     if tool_name != new.tool_name:
         raise CallConflict(
             f"tool call {new.key.key} was requested before for tool {tool_name!r}, not "
             f"{new.tool_name!r}; use a new tool-call id for a new call"
         )
-    if arguments != new.arguments:
+    if arguments != new.arguments and (identity is None or identity != new.identity):
         raise CallConflict(
             f"tool call {new.key.key} was requested before with other arguments; use a new "
             "tool-call id for a new call"

@@ -30,6 +30,7 @@ from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import ApprovalError, CallTimeout
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.tools.call_identity import canonical_json, json_number_form
 from dex_celery.tools.tool import Tool, find_tool
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,18 @@ def select_tools(source: RuntimeSource, names: Sequence[str] | None) -> list[Too
 
 
 def same_arguments(requested: Mapping[str, Any], approved: Mapping[str, Any]) -> bool:
-    """Whether an approval's arguments are the ones the model asked for (as JSON values)."""
-    return json.dumps(requested, sort_keys=True, default=str) == json.dumps(
-        approved, sort_keys=True, default=str
-    )
+    """Whether an approval's arguments are the ones the model asked for (S12.2).
+
+    Compared as JSON values (`10.0` is `10`, `true` is not `1`, key order and spacing never
+    count). Both sides are the framework's own objects, with no tool at hand, so neither its
+    coercion nor its defaults apply here: the dispatcher decides those when the call is
+    requested (a repeat with `"10"` for `10` meets the repeat guard there).
+    """
+    return _as_json(requested) == _as_json(approved)
+
+
+def _as_json(arguments: Mapping[str, Any]) -> str:
+    return canonical_json(json_number_form(json.loads(json.dumps(arguments, default=str))))
 
 
 def pending_text(record: ToolCallRecord) -> str:

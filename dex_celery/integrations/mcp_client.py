@@ -386,6 +386,10 @@ class McpServerTools:
                 return self._unavailable(str(e))
         return None
 
+    def claims(self, tool_name: str) -> bool:
+        """Only a server with a prefix or an `only` list can tell its names from a typo."""
+        return bool(self.prefix or self.only is not None) and self._may_be_mine(tool_name)
+
     def refresh(self) -> None:
         """Fetch the list anew; if the server cannot be reached, register the kept list (if
         any) and go on: one dead server never stops a worker (its calls then end "did not run"

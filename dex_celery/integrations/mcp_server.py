@@ -57,10 +57,11 @@ from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass, approval_by_default
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.owners import SessionOwners
+from dex_celery.tools.call_identity import identify
 from dex_celery.tools.catalog import ToolCatalog
 from dex_celery.tools.definitions import mcp_hints
 from dex_celery.tools.redact import record_arguments
-from dex_celery.tools.tool import Tool
+from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.runtime import RuntimeSource
@@ -251,10 +252,16 @@ class DexMcpServer:
         arguments = params.arguments or {}
         identity = self.identity_of(ctx)
         session = self.default_session(identity)
-        asked = self.unanswered.key(identity.name, session, params.name, _canonical(arguments))
+        asked = ""
         try:
             unanswered = None
             if not has_ids(params.meta):
+                asked = self.unanswered.key(
+                    identity.name,
+                    session,
+                    params.name,
+                    await asyncio.to_thread(self._same_call_text, params.name, arguments),
+                )
                 fresh = call_ids(None, session).key
                 unanswered = await asyncio.to_thread(self.unanswered.claim, asked, fresh)
             ids = call_ids(params.meta, session, unanswered)
@@ -286,6 +293,17 @@ class DexMcpServer:
             with contextlib.suppress(DexError):
                 await asyncio.to_thread(self.unanswered.forget, asked, record.key)
         return result
+
+    def _same_call_text(self, tool_name: str, arguments: Mapping[str, Any]) -> str:
+        """What makes two requests without ids the same call (S12.2): the tool's fingerprint of
+        the arguments as it will receive them; the text as sent for a name or arguments the
+        request will refuse anyway (nothing is recorded for those). May read an MCP server's
+        tool list, so it runs off the event loop."""
+        try:
+            tool = find_tool(self.dex.runtime.tools, tool_name)
+            return identify(tool, arguments, self.dex.settings.secret_key).fingerprint
+        except DexError:
+            return _canonical(arguments)
 
     def identity_of(self, ctx: ServerRequestContext[Any]) -> Identity:
         """The caller the HTTP door authenticated (`mcp_http`), or the local user (stdio)."""

@@ -2,7 +2,9 @@
 
 A plain MCP client sends no ids. While such a call's outcome has not been given (it waits for
 approval, or is still in flight), asking again for the same tool with the same arguments, as the
-same caller in the same session, is that call again (`mcp_server`'s docstring). Kept in one
+same caller in the same session, is that call again (`mcp_server`'s docstring). "The same
+arguments" is the call as the tool will receive it (S12.2): the key is built from the tool's
+fingerprint of them (`tools/call_identity.py`), so `10.0` for `10` finds the same call. Kept in one
 process's memory, that held over HTTP (one server process) but not over stdio, where a client
 may start a new server process per request: each process made a new call, and an operator saw
 the same charge twice. So the mapping lives in the ledger's Redis, under
@@ -26,7 +28,7 @@ return 0
 
 
 class UnansweredCalls:
-    """The unanswered call of each (caller, session, tool, canonical arguments)."""
+    """The unanswered call of each (caller, session, tool, arguments as received)."""
 
     def __init__(self, redis: Any, *, prefix: str, ttl: float, redis_url: str) -> None:
         self.redis = redis
@@ -35,8 +37,8 @@ class UnansweredCalls:
         self.redis_url = redis_url
         self._forget = redis.register_script(_FORGET)
 
-    def key(self, caller: str, session_id: str, tool: str, canonical_arguments: str) -> str:
-        asked = "\0".join((caller, session_id, tool, canonical_arguments))
+    def key(self, caller: str, session_id: str, tool: str, same_call_text: str) -> str:
+        asked = "\0".join((caller, session_id, tool, same_call_text))
         digest = hashlib.sha256(asked.encode()).hexdigest()
         return f"{self.prefix}:mcp:unanswered:{digest}"
 

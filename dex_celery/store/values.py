@@ -43,6 +43,9 @@ class NewCall:
     #: Digest of tool and canonical arguments (`tools/repeat_digest.py`); the store keeps it
     #: and runs the repeat guard only when the admitted policy has `repeat_guard` (S5.4).
     repeat_digest: str | None = None
+    #: The arguments as the tool receives them, canonical, secrets `***` (S12.2,
+    #: `tools/call_identity.py`): what "same ids, same arguments" compares (S2.3).
+    identity: str | None = None
     #: The request's trace context, kept with the call (JSON text; `engine/tracing.py`).
     trace_context: str | None = None
 

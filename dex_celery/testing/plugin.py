@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 import redis
@@ -27,6 +31,7 @@ from dex_celery.app import Dex
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.processes.localstack import free_port
 from dex_celery.settings import env_name
+from dex_celery.testing import leftovers
 from dex_celery.testing.effects import EFFECTS_DIR_ENV
 from dex_celery.testing.processes import RedisServer
 from dex_celery.testing.stack import DexStack, StackConfig
@@ -60,7 +65,10 @@ class _Session:
     """The kit's settings for this pytest run, chosen once before any test module imports."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="dex-testing-"))
+        # What runs SIGKILLed before this one left behind (docs/testing.md).
+        leftovers.sweep_stale()
+        self.directory = Path(tempfile.mkdtemp(prefix=leftovers.FOLDER_PREFIX))
+        leftovers.own(self.directory)
         self.redis_port = free_port()
         self.saved = dict(os.environ)
         postgres = str(config.getini("dex_database_url") or os.environ.get(DATABASE_URL_ENV, ""))
@@ -81,19 +89,43 @@ class _Session:
     def restore(self) -> None:
         os.environ.clear()
         os.environ.update(self.saved)
+        leftovers.release()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
 _SESSION_KEY = pytest.StashKey[_Session]()
 
 
+_HANDLERS_KEY = pytest.StashKey[dict[signal.Signals, Any]]()
+
+#: Signals that stop a run the way Ctrl-C does (a CI `timeout`, a cancelled job, a closed
+#: terminal): every fixture's teardown runs, so nothing the kit started is left behind.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    # The teardown that follows must not be cut short by the same signal sent again (a
+    # supervisor repeating it): further ones are ignored until the run ends.
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     session = _Session(config)
     session.apply()
     config.stash[_SESSION_KEY] = session
+    handlers: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for stop in STOP_SIGNALS:
+            if signal.getsignal(stop) in (signal.SIG_DFL, None):  # never replace a user's own
+                handlers[stop] = signal.signal(stop, _stop_like_ctrl_c)
+    config.stash[_HANDLERS_KEY] = handlers
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    for stop, previous in config.stash.get(_HANDLERS_KEY, {}).items():
+        signal.signal(stop, previous)
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
         session.restore()

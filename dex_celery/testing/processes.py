@@ -23,6 +23,7 @@ import redis
 
 from dex_celery.errors import ConfigurationError
 from dex_celery.processes.localstack import free_port, redis_server_args
+from dex_celery.testing import leftovers
 
 
 def wait_for(
@@ -67,6 +68,7 @@ class RedisServer:
             extra=self.extra_args,
         )
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        leftovers.note_started(self.process.pid, group=False)
         client = redis.Redis(port=self.port)
         # Loading a large append-only file after a restart takes a while.
         wait_for(lambda: _pings(client), timeout=30, what=f"redis-server on port {self.port}")
@@ -115,6 +117,7 @@ class CeleryProcess:
                 command, cwd=self.cwd, env={**os.environ, **self.env}, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        leftovers.note_started(self.process.pid, group=True)
         if wait:
             self.wait_ready(timeout)
         return self

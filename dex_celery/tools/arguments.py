@@ -66,7 +66,9 @@ def signature_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
         annotation = hints.get(param.name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[f"p{i}"] = (annotation, Field(default, alias=param.name))
-    config = ConfigDict(extra=extra, populate_by_name=False)
+    # NaN and infinities serialise as their names, not `null`: the call's identity
+    # (`call_identity.py`) must not take `float("nan")` for `None`.
+    config = ConfigDict(extra=extra, populate_by_name=False, ser_json_inf_nan="strings")
     try:
         model: type[BaseModel] = pydantic.create_model(
             f"{name}_arguments", __config__=config, **fields
@@ -126,7 +128,7 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
         try:
             value = model.model_validate(dict(arguments))
         except pydantic.ValidationError as e:
-            raise InvalidToolArguments(_pydantic_message(tool.name, e)) from None
+            raise InvalidToolArguments(validation_message(tool.name, e)) from None
         fields = model.model_fields
         out = {
             fields[f].alias or f: getattr(value, f) for f in value.model_fields_set if f in fields
@@ -138,7 +140,7 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return dict(arguments)
 
 
-def _pydantic_message(name: str, error: pydantic.ValidationError) -> str:
+def validation_message(name: str, error: pydantic.ValidationError) -> str:
     problems = []
     for item in error.errors(include_url=False, include_input=False):
         where = ".".join(str(p) for p in item["loc"]) or "(arguments)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from dex_celery.errors import DexError
+from dex_celery.errors import DexError, UnknownTool
 from dex_celery.tools.tool import Tool
 
 
@@ -26,6 +26,12 @@ class ToolSource(Protocol):
         """Register this source's tools so `tool_name` (None: any) is found if it is one of
         them; the error that kept it from knowing its tools (then the name may be its), else
         None."""
+        ...
+
+    def claims(self, tool_name: str) -> bool:
+        """True when `tool_name` can only be this source's (its own prefix or its list of
+        names says so): then the source's error answers a request for it. Otherwise a name
+        no source registered is an unknown tool, even while some source cannot be reached."""
         ...
 
     def refresh(self) -> None:
@@ -47,18 +53,27 @@ class ToolCatalog(dict[str, Tool]):
         self._lock = threading.RLock()
 
     def __missing__(self, name: str) -> Tool:
-        errors: list[DexError] = []
+        claimed: list[DexError] = []
+        unclaimed: list[DexError] = []
         with self._lock:
             for source in list(self.sources):
                 if dict.__contains__(self, name):
                     break
                 error = source.provide(name)
                 if error is not None:
-                    errors.append(error)
+                    (claimed if source.claims(name) else unclaimed).append(error)
             if dict.__contains__(self, name):
                 return dict.__getitem__(self, name)
-        if errors:
-            raise errors[0]
+        if claimed:
+            raise claimed[0]
+        if unclaimed:
+            # A mistyped name is not news of a dead server: the known names answer it, and
+            # the servers whose lists could not be read are mentioned, not blamed.
+            known = ", ".join(sorted(self)) or "none"
+            unread = "; ".join(str(e) for e in unclaimed)
+            raise UnknownTool(
+                f"no tool named {name!r} is registered (known: {known}); not listed yet: {unread}"
+            )
         raise KeyError(name)
 
     def provide_all(self) -> list[DexError]:

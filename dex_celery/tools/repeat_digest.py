@@ -1,5 +1,5 @@
 """What makes two calls identical for the repeat guard (S5.4): one digest of the tool and its
-canonical arguments.
+canonical arguments as the tool receives them (`call_identity.py`, S12.2).
 
 Secret values never enter the digest in clear: they are folded in as a keyed digest (HMAC with
 `secret_key`, the key that seals them, docs/secrets.md), so two calls with the same card number
@@ -17,14 +17,23 @@ from typing import Any
 from dex_celery.tools.sealing import fernet
 
 
-def secrets_digest(secrets: Mapping[str, Any], secret_key: str | None) -> str:
-    """Keyed digest of the secret values; '' when there are none. Without a key, secrets are
-    refused before this is reached (`fernet` raises the same typed error as sealing)."""
+def secrets_digest(
+    secrets: Mapping[str, Any], secret_key: str | None, *, given: bool = True
+) -> str:
+    """Keyed digest of the secret values; '' when there are none.
+
+    `given`: whether the request carried any of them. Secrets it carried need the key (without
+    one they were refused before this is reached: `fernet` raises the same typed error as
+    sealing). Values that are only the tool's own defaults (S12.2 fills them in) are no secret
+    of the caller's; without a key they are digested unkeyed, so such a call is not refused.
+    """
     if not secrets:
         return ""
+    text = json.dumps(dict(secrets), sort_keys=True, separators=(",", ":")).encode()
+    if not secret_key and not given:
+        return hashlib.sha256(b"dex-repeat-defaults\0" + text).hexdigest()
     fernet(secret_key)  # the same refusal as sealing when no key is configured
     assert secret_key is not None
-    text = json.dumps(dict(secrets), sort_keys=True, separators=(",", ":")).encode()
     return hmac.new(secret_key.encode(), b"dex-repeat\0" + text, hashlib.sha256).hexdigest()
 
 

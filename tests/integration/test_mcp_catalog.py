@@ -27,8 +27,10 @@ from dex_celery import (
     McpServerUnavailable,
     Settings,
     UnknownCall,
+    UnknownTool,
 )
 from dex_celery.cli.main import main
+from dex_celery.store.mcp_catalog import McpCatalog, McpToolDefinition
 from tests.support import mcpapp
 from tests.support.crash import wait_finished
 from tests.support.gitapp import REPO_ENV as GIT_REPO_ENV
@@ -245,6 +247,66 @@ def test_a_changed_definition_waits_for_approval_until_accepted_and_an_event_say
     (done,) = client.wait([after.key], timeout=60)
     assert done.status is CallStatus.SUCCEEDED, done
     (Path(mcp_env[LOG_ENV]) / "release").write_text("1")
+
+
+def _changed(mcp_dex: Dex, server: str) -> None:
+    """`server`'s kept list as first fetched (pinned), then with `lookup` changed, as a
+    refresh would keep it: no server process is needed for `accept`."""
+    catalog = McpCatalog(mcp_dex.store)
+    schema = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+    first = McpToolDefinition.of("lookup", "Read an order.", schema, {"readOnlyHint": True})
+    other = McpToolDefinition.of("slow_lookup", "Read slowly.", schema, {"readOnlyHint": True})
+    assert catalog.save_tools(server, "cmd", [first, other]) == ()
+    changed = McpToolDefinition.of("lookup", "Read an order.", schema, {"readOnlyHint": False})
+    assert catalog.save_tools(server, "cmd", [changed, other]) == ("lookup",)
+
+
+@pytest.mark.parametrize("named", ["lookup", "f_lookup"])
+def test_accept_takes_the_servers_tool_name_or_the_dex_name(
+    mcp_dex: Dex, cli: Callable[..., Result], named: str
+) -> None:
+    """`flaky` registers its tools as `f_<name>`: `approvals list` shows `f_lookup`, the server
+    lists `lookup`; either accepts the change, and asking again says there is nothing to."""
+    _changed(mcp_dex, "flaky")
+    out = cli("mcp-servers", "accept", "flaky", named, "--by", "ann").output
+    assert out.strip() == "flaky: accepted lookup"
+    assert _servers(cli)["flaky"]["changed"] == []
+    again = cli("mcp-servers", "accept", "flaky", named, "--by", "ann").output
+    assert again.startswith("flaky: nothing to accept for lookup"), again
+
+
+def test_accept_of_a_tool_the_server_does_not_have_is_an_error(
+    mcp_dex: Dex, cli: Callable[..., Result]
+) -> None:
+    _changed(mcp_dex, "flaky")
+    for unknown in ("lokup", "flaky_lookup", "g_lookup"):
+        result = cli("mcp-servers", "accept", "flaky", unknown, "lookup", "--by", "ann", code=1)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+        assert (
+            f"no tool '{unknown}'" in lines[0] and "dex names: f_lookup, f_slow_lookup" in lines[0]
+        )
+    assert _servers(cli)["flaky"]["changed"] == ["lookup"]  # nothing was accepted
+
+
+def test_a_mistyped_tool_name_is_an_unknown_tool_naming_the_tools_not_a_dead_server(
+    mcp_dex: Dex,
+) -> None:
+    """`orders` and `down` have no prefix, so any name might be theirs; `down` never answers.
+    A typo is still `UnknownTool` listing what exists, not `down`'s error; nothing is recorded.
+    A name only `gone` can have (its prefix) is still `gone`'s `McpServerUnavailable`."""
+    assert mcp_dex.get_tool("lookup").name == "lookup"  # lists `orders`
+    mcp_dex.add_mcp_server("down", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=5)
+    client = mcp_dex.client()
+    with pytest.raises(UnknownTool) as raised:
+        client.request_call("s1", "t1", "a", "lokup", {"order_id": "A"})
+    assert type(raised.value) is UnknownTool
+    assert "no tool named 'lokup'" in str(raised.value) and "lookup" in str(raised.value)
+    assert "'down'" in str(raised.value)  # mentioned as not listed, not blamed
+    with pytest.raises(UnknownCall):
+        client.get_call("s1/t1/a")
+    with pytest.raises(McpServerUnavailable, match="'gone'"):
+        client.request_call("s1", "t1", "b", "g_lokup", {"order_id": "A"})
 
 
 def test_mcp_server_git_tools_run_on_a_prefork_worker_over_one_warm_session(

@@ -200,3 +200,31 @@ def test_stdio_clients_starting_a_server_per_request_make_one_call(
     assert _text(third) == '"charge-42"'
     assert not third.is_error
     assert len(lines(key, "start")) == 1
+
+
+def test_a_request_without_ids_respelled_is_the_same_unanswered_call(
+    dex: Dex, env: dict[str, str]
+) -> None:
+    """S12.2: a plain client asking again for `guarded_write` with its default written out
+    (`{"value": "done"}` for `{}`) gets the call still waiting for a person, not a second one;
+    another value is another call."""
+    params = StdioServerParameters(
+        command=DEX_CELERY,
+        args=[*APP, "--session", "respelled", "--wait-timeout", "5"],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def ask(arguments: dict[str, Any]) -> Any:
+        async with Client(params) as mcp:
+            return await mcp.call_tool("guarded_write", arguments)
+
+    first = anyio.run(ask, {})
+    key = first.meta[IDEMPOTENCY_META_KEY]
+    assert first.meta[STATUS_META_KEY] == "awaiting_approval"
+    again = anyio.run(ask, {"value": "done"})
+    assert again.meta[IDEMPOTENCY_META_KEY] == key
+    other = anyio.run(ask, {"value": "other"})
+    assert other.meta[IDEMPOTENCY_META_KEY] != key
+    waiting = {c.key for c in dex.client().pending_approvals("respelled")}
+    assert waiting == {key, other.meta[IDEMPOTENCY_META_KEY]}

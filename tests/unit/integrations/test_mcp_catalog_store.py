@@ -71,8 +71,14 @@ def test_first_fetch_pins_a_changed_definition_stays_changed_until_accepted(
 
 
 class _Source:
-    def __init__(self, catalog: ToolCatalog, name: str, error: DexError | None) -> None:
+    def __init__(
+        self, catalog: ToolCatalog, name: str, error: DexError | None, prefix: str = ""
+    ) -> None:
         self.catalog, self.name, self.error, self.asked = catalog, name, error, []
+        self.prefix = prefix
+
+    def claims(self, tool_name: str) -> bool:
+        return bool(self.prefix) and tool_name.startswith(self.prefix)
 
     def provide(self, tool_name: str | None) -> DexError | None:
         self.asked.append(tool_name)
@@ -94,6 +100,20 @@ def test_a_missing_name_asks_the_sources_and_an_unreachable_one_is_named() -> No
     with pytest.raises(UnknownTool) as plain:
         find_tool(catalog, "nobody")
     assert not isinstance(plain.value, McpServerUnavailable)
-    catalog.sources.append(_Source(catalog, "gone", McpServerUnavailable("gone is down", "gone")))
+    gone = McpServerUnavailable("gone is down", "gone")
+    catalog.sources.append(_Source(catalog, "gone", gone, prefix="g_"))
     with pytest.raises(McpServerUnavailable, match="gone is down"):
-        find_tool(catalog, "nobody")
+        find_tool(catalog, "g_nobody")
+
+
+def test_a_mistyped_name_is_an_unknown_tool_whatever_server_is_down() -> None:
+    """A dead server without a prefix cannot tell its names from a typo: the answer is the
+    plain `UnknownTool` listing the names that exist, never the dead server's error."""
+    catalog = ToolCatalog()
+    catalog["lookup"] = Tool("lookup", lambda ctx: None, ToolPolicy())
+    catalog.sources.append(_Source(catalog, "gone", McpServerUnavailable("gone is down", "gone")))
+    with pytest.raises(
+        UnknownTool, match=r"no tool named 'lokup' is registered \(known: lookup\)"
+    ) as e:
+        find_tool(catalog, "lokup")
+    assert type(e.value) is UnknownTool

@@ -20,6 +20,7 @@ from mcp import Client, StdioServerParameters
 
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp_server import EFFECT_META_KEY, STATUS_META_KEY
 from tests.support.crash import lines, tool_messages
 from tests.support.processes import ROOT, Worker, free_port, wait_for
@@ -140,16 +141,19 @@ def test_dex_tools_served_over_mcp(
     assert write_key in _text(pending)
     assert pending.meta[STATUS_META_KEY] == "awaiting_approval"
     assert pending.meta[IDEMPOTENCY_META_KEY] == write_key
+    assert pending.meta[OUTCOME_META_KEY] == "pending"  # docs/mcp.md: no outcome yet
 
     # After approval, the same ids: the record's text; asking once more runs nothing again.
     assert _text(seen["written"]) == '"ok"'
     assert seen["written"].meta[STATUS_META_KEY] == "succeeded"
+    assert seen["written"].meta[OUTCOME_META_KEY] == "executed"
     assert _text(seen["again"]) == '"ok"'
     assert tool_messages(dex, write_key) == ['"ok"']
     assert len(lines(write_key, "start")) == 1
 
     assert seen["unknown"].is_error
     assert _text(seen["unknown"]).startswith("error: no tool named 'no_such_tool'")
+    assert seen["unknown"].meta[OUTCOME_META_KEY] == "not_executed"  # nothing was recorded
     anonymous = seen["no_ids"].meta[IDEMPOTENCY_META_KEY]
     assert client.get_call(anonymous).status is CallStatus.SUCCEEDED
 

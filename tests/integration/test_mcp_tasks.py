@@ -1,0 +1,169 @@
+"""`dex-celery mcp` serves calls as MCP tasks (the 2026-07-28 tasks extension, docs/mcp.md) to a
+client that declares the extension, over stdio and streamable HTTP: the `mcp` SDK's client, a
+real `dex-celery mcp` process, a real worker, approvals decided through the CLI, and the tool's
+own log counting executions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from dex_celery import CallStatus, Dex
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY
+from dex_celery.integrations.mcp_tasks import CANCEL_META_KEY, DEADLINE_META_KEY
+from tests.integration.test_mcp_server import DEX_CELERY, _server
+from tests.support.crash import lines, wait_finished, wait_started
+from tests.support.mcp_tasks_client import (
+    CreatedTask,
+    call,
+    cancel_task,
+    get_task,
+    tasks_client,
+    wait_task,
+)
+from tests.support.processes import ROOT, Worker
+
+
+def approve_with_cli(env: dict[str, str], key: str, who: str) -> None:
+    """`dex-celery -A APP approvals approve KEY --by WHO`, as an operator types it."""
+    done = subprocess.run(
+        [DEX_CELERY, "-A", "tests.support.toolapp:dex", "approvals", "approve", key, "--by", who],
+        cwd=ROOT,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_write_needing_approval_is_a_task_that_completes_once_approved_and_runs_once(
+    transport: str, dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+    key = f"s-task-{transport}/t1/write"
+
+    async def scenario(target: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with tasks_client(target) as mcp:
+            created = await call(
+                mcp, "guarded_write", {"value": "ok"}, meta={IDEMPOTENCY_META_KEY: key}
+            )
+            seen["created"] = created
+            seen["waiting"] = await get_task(mcp, key)
+            # Asked again (a re-send with a new JSON-RPC id): the same task, the same call.
+            seen["again"] = await call(
+                mcp, "guarded_write", {"value": "ok"}, meta={IDEMPOTENCY_META_KEY: key}
+            )
+            await anyio.to_thread.run_sync(approve_with_cli, env, key, "ops@example.com")
+            seen["done"] = await wait_task(mcp, key)
+            seen["cancel_after"] = await cancel_task(mcp, key)
+        return seen
+
+    with _server(transport, env) as target:
+        seen = anyio.run(scenario, target)
+
+    created = seen["created"]
+    assert isinstance(created, CreatedTask), created
+    assert created.task_id == key and created.status == "working"
+    waiting = seen["waiting"]
+    assert waiting.status == "working"
+    assert "waiting for a person's approval until" in (waiting.status_message or "")
+    assert waiting.meta[STATUS_META_KEY] == "awaiting_approval"
+    assert waiting.meta[OUTCOME_META_KEY] == "pending"
+    assert waiting.meta[DEADLINE_META_KEY].endswith("Z")
+    assert isinstance(seen["again"], CreatedTask) and seen["again"].task_id == key
+
+    done = seen["done"]
+    assert done.status == "completed", done
+    assert done.result is not None
+    assert done.result["content"][0]["text"] == '"ok"'
+    assert done.result["isError"] is False
+    assert done.result["_meta"][OUTCOME_META_KEY] == "executed"
+    assert done.result["_meta"][IDEMPOTENCY_META_KEY] == key
+    assert done.meta[OUTCOME_META_KEY] == "executed"
+    assert seen["cancel_after"].meta[CANCEL_META_KEY] == "already_ended"
+    assert len(lines(key, "start")) == 1
+    assert dex.client().get_call(key).approval.decided_by == "ops@example.com"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_cancelling_a_task_waiting_for_approval_rejects_the_call(
+    transport: str, dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+
+    async def scenario(target: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with tasks_client(target) as mcp:
+            # No ids: the server names the call, and the task id is its key.
+            created = await call(mcp, "guarded_write", {"value": "cancel-me"})
+            assert isinstance(created, CreatedTask), created
+            seen["created"] = created
+            seen["cancel"] = await cancel_task(mcp, created.task_id)
+            seen["state"] = await get_task(mcp, created.task_id)
+            # Its outcome was given: the same request without ids is a new call.
+            seen["next"] = await call(mcp, "guarded_write", {"value": "cancel-me"})
+        return seen
+
+    with _server(transport, env) as target:
+        seen = anyio.run(scenario, target)
+
+    key = seen["created"].task_id
+    assert seen["cancel"].meta[CANCEL_META_KEY] == "rejected"
+    state = seen["state"]
+    assert state.status == "cancelled"
+    assert state.meta[STATUS_META_KEY] == "rejected"
+    assert state.meta[OUTCOME_META_KEY] == "not_executed"
+    record = dex.client().get_call(key)
+    assert record.status is CallStatus.REJECTED
+    assert record.approval is not None and record.approval.decided_by  # who cancelled it
+    assert "tasks/cancel" in (record.approval.note or record.error or "")
+    assert lines(key, "start") == []
+    assert seen["next"].task_id != key
+
+
+def test_a_task_whose_worker_is_killed_mid_call_ends_with_the_unknown_outcome(
+    dex: Dex,
+    env: dict[str, str],
+    start_worker: Callable[..., Worker],
+    sweeper: Any,
+) -> None:
+    worker = start_worker()
+    key = "s-task-kill/t1/write"
+
+    async def scenario(target: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with tasks_client(target) as mcp:
+            seen["created"] = await call(
+                mcp, "slow_non_idempotent_write", {"seconds": 60}, {IDEMPOTENCY_META_KEY: key}
+            )
+            await anyio.to_thread.run_sync(lambda: wait_started(key))
+            seen["running"] = await get_task(mcp, key)
+            seen["cancel"] = await cancel_task(mcp, key)
+            worker.kill_all()
+            seen["done"] = await wait_task(mcp, key, timeout=60)
+        return seen
+
+    with _server("http", env) as target:
+        seen = anyio.run(scenario, target)
+
+    assert isinstance(seen["created"], CreatedTask)
+    assert seen["running"].status == "working"
+    assert seen["running"].meta[STATUS_META_KEY] == "pending"
+    # A running call cannot be taken back: the answer says it may still take effect.
+    assert seen["cancel"].meta[CANCEL_META_KEY] == "may_still_run"
+    done = seen["done"]
+    assert done.status == "completed"
+    assert done.result is not None and done.result["isError"] is True
+    assert done.result["_meta"][OUTCOME_META_KEY] == "unknown"
+    assert done.meta[STATUS_META_KEY] == "outcome_unknown"
+    assert wait_finished(dex, key).status is CallStatus.OUTCOME_UNKNOWN
+    assert [a for a, _, _ in lines(key, "start")] == [1]

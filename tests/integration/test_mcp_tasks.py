@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
@@ -167,3 +169,65 @@ def test_a_task_whose_worker_is_killed_mid_call_ends_with_the_unknown_outcome(
     assert done.meta[STATUS_META_KEY] == "outcome_unknown"
     assert wait_finished(dex, key).status is CallStatus.OUTCOME_UNKNOWN
     assert [a for a, _, _ in lines(key, "start")] == [1]
+
+
+TOKENS = "agent:agent-tok:tools:call,rival:rival-tok:tools:call"
+
+
+def test_a_task_of_another_token_is_neither_readable_nor_cancellable(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """A task id is not a capability (docs/security.md): `tasks/get` and `tasks/cancel` pass the
+    same door as `tools/call` (no token: 401), and another identity naming the task gets the
+    same "not found" as for an id that does not exist; the call still waits, untouched."""
+    start_worker()
+    key = "agent-session/t1/charge"
+
+    def as_(url: str, token: str | None) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        http = create_mcp_http_client(headers=headers)
+        return http, tasks_client(streamable_http_client(url, http_client=http))
+
+    async def refused(url: str, token: str | None, task_id: str, method: str) -> str:
+        http, client = as_(url, token)
+        try:
+            async with http, client as mcp:
+                if method == "get":
+                    await get_task(mcp, task_id)
+                else:
+                    await cancel_task(mcp, task_id)
+        except BaseException as e:  # the refusal, however the SDK reports it
+            while isinstance(e, BaseExceptionGroup) and e.exceptions:
+                e = e.exceptions[0]
+            return f"{type(e).__name__}: {e}"
+        return "answered"
+
+    async def scenario(url: str) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        http, client = as_(url, "agent-tok")
+        async with http, client as mcp:
+            seen["created"] = await call(
+                mcp, "guarded_write", {"value": "x"}, meta={IDEMPOTENCY_META_KEY: key}
+            )
+            seen["own"] = await get_task(mcp, key)
+        for method in ("get", "cancel"):
+            seen[f"rival_{method}"] = await refused(url, "rival-tok", key, method)
+            seen[f"rival_{method}_none"] = await refused(
+                url, "rival-tok", "agent-session/t1/nothing", method
+            )
+        seen["anonymous"] = await refused(url, None, key, "get")
+        return seen
+
+    with _server("http", {**env, "DEX_WEB_TOKENS": TOKENS}) as target:
+        seen = anyio.run(scenario, target)
+
+    assert isinstance(seen["created"], CreatedTask)
+    assert seen["own"].status == "working"
+    for method in ("get", "cancel"):
+        assert "Task not found" in seen[f"rival_{method}"], seen
+        # The same answer whether or not the task exists.
+        assert seen[f"rival_{method}"] == seen[f"rival_{method}_none"]
+    assert "401" in seen["anonymous"] or "authentication" in seen["anonymous"], seen
+    record = dex.client().get_call(key)
+    assert record.status is CallStatus.AWAITING_APPROVAL
+    assert lines(key, "start") == []

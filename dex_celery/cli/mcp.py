@@ -26,7 +26,8 @@ from dex_celery.cli.context import EXIT_USAGE, DexContext, pass_context
     "--session",
     "session_id",
     default=None,
-    help="Session id of calls whose request carries no ids (default: a new one per server).",
+    help="Session id of calls whose request carries no ids (default: mcp-<user>@localhost, "
+    "the same for every server process of the OS user).",
 )
 @click.option(
     "--wait-timeout",

@@ -15,6 +15,11 @@ the same tool with the same arguments and no ids is that call again, so a plain 
 the outcome by asking again after the decision. Once answered, the next such request is a new
 call.
 
+Every answer carries the outcome field of `mcp_outcome` (did the tool run, may it have) beside
+the key. A client of the 2026-07-28 revision that declares the tasks extension gets, for a call
+that cannot finish at once, a task whose id is the call's key (`mcp_tasks`); other clients get
+the answers above. docs/mcp.md says all of it for clients.
+
 Tool annotations are derived from each tool's effect class (`annotations_for`).
 
 Who may call (S11.3): over HTTP the door of `mcp_http` checks the `Host`, authenticates the
@@ -213,6 +218,18 @@ def not_yours_text(session_id: str) -> str:
     )
 
 
+def own_session(identity: Identity) -> str:
+    """The session of calls without ids when `--session` is not given: `mcp-<user>`, the same
+    for every server process of that user, so a request re-sent to a new process (a stdio
+    client that starts one per request, or restarts it after a broken pipe) is the same call
+    while its outcome has not been given (docs/mcp.md)."""
+    mine = f"mcp-{identity.name}"
+    try:
+        return validate_id("session id", mine)
+    except InvalidId:
+        return f"mcp-{hashlib.sha256(identity.name.encode()).hexdigest()[:16]}"
+
+
 class DexMcpServer:
     """The MCP server of one `Dex`: its tools, each call requested through the ledger."""
 
@@ -226,15 +243,15 @@ class DexMcpServer:
     ):
         self.dex = dex
         self.client = AsyncDexClient(dex)
-        self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
+        #: Who calls over stdio (and over HTTP without credentials): the OS user.
+        self.local = local_identity()
+        self.session_id = session_id or own_session(self.local)
         validate_id("session id", self.session_id)
         self.wait_timeout = wait_timeout
         #: Seconds a queued or running call of a client speaking tasks is waited for before
         #: the answer is a task instead (a call waiting for a person is one at once).
         self.task_after = task_after
         self.owners = SessionOwners(dex.runtime.store, redis_url=dex.settings.redis_url)
-        #: Who calls over stdio (and over HTTP without credentials): the OS user.
-        self.local = local_identity()
         #: Calls without ids whose outcome was not given yet, by (caller, session, tool,
         #: arguments), in the ledger's Redis so every server process agrees (stdio clients may
         #: start one per request): asking the same again answers for that call.
@@ -264,7 +281,6 @@ class DexMcpServer:
             self.unanswered,
             identity_of=self.identity_of,
             result_of=self.final_result,
-            poll_interval=min(max(task_after, 0.1), 5.0),
         )
         self.server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)

@@ -57,6 +57,9 @@ DEADLINE_META_KEY = "dex-celery/approval-deadline"
 CANCEL_META_KEY = "dex-celery/cancel"
 
 _NO_SUCH_TASK = "Failed to retrieve task: Task not found"
+#: Seconds between two `tasks/get` a client is asked to keep (`pollIntervalMs`): a person's
+#: decision or a worker's end is seen within about that.
+POLL_INTERVAL = 1.0
 
 
 class TaskParams(mcp_types.RequestParams):
@@ -152,7 +155,7 @@ class TaskMethods:
         *,
         identity_of: Callable[[ServerRequestContext[Any]], Identity],
         result_of: Callable[[ToolCallRecord], Awaitable[mcp_types.CallToolResult]],
-        poll_interval: float,
+        poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self.client = client
         self.owners = owners

@@ -97,3 +97,26 @@ def test_a_request_resent_after_a_broken_stream_is_one_call_and_one_run(
     assert again.meta[OUTCOME_META_KEY] == "executed"
     assert dex.client().get_call(key).status is CallStatus.SUCCEEDED
     assert [a for a, _, _ in lines(key, "start")] == [1]  # one run
+
+
+def test_a_request_resent_to_a_new_stdio_server_process_is_the_same_call(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """Over stdio a broken pipe ends the server process: the client re-sends to a new one (as
+    the Inspector's CLI does for every command). Without `--session` every process of the same
+    user serves one session (`mcp-<user>@localhost`), so the re-sent request without ids is the
+    call still waiting for approval, not a second one."""
+    start_worker()
+
+    async def ask(target: Any) -> Any:
+        async with Client(target) as mcp:
+            return await mcp.call_tool("guarded_write", {"value": "charge-7"})
+
+    with _server("stdio", env) as target:
+        first = anyio.run(ask, target)
+        again = anyio.run(ask, target)
+    key = first.meta[IDEMPOTENCY_META_KEY]
+    assert key.startswith("mcp-") and key.split("/")[0].endswith("@localhost")
+    assert again.meta[IDEMPOTENCY_META_KEY] == key
+    assert [c.key for c in dex.client().pending_approvals()] == [key]
+    assert lines(key, "start") == []

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -231,3 +232,35 @@ def test_a_task_of_another_token_is_neither_readable_nor_cancellable(
     record = dex.client().get_call(key)
     assert record.status is CallStatus.AWAITING_APPROVAL
     assert lines(key, "start") == []
+
+
+@pytest.mark.parametrize("mode", ["legacy", "modern_without_tasks"])
+def test_clients_that_do_not_speak_tasks_get_todays_answers(
+    mode: str, dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """An older revision's client (the `initialize` handshake) and a 2026-07-28 client that does
+    not declare the extension: a call waiting for approval answers at once with that fact, the
+    outcome field saying `pending`; after approval, asking again gives the outcome."""
+    start_worker()
+    key = f"s-plain-{mode}/t1/write"
+    ids = {IDEMPOTENCY_META_KEY: key}
+
+    async def scenario(target: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        client = Client(target, mode="legacy") if mode == "legacy" else Client(target)
+        async with client as mcp:
+            seen["version"] = mcp.protocol_version
+            seen["pending"] = await mcp.call_tool("guarded_write", {"value": "v"}, meta=ids)
+            await anyio.to_thread.run_sync(approve_with_cli, env, key, "ops@example.com")
+            seen["done"] = await mcp.call_tool("guarded_write", {"value": "v"}, meta=ids)
+        return seen
+
+    with _server("http", env) as target:
+        seen = anyio.run(scenario, target)
+
+    assert (seen["version"] == "2026-07-28") is (mode != "legacy")
+    pending, done = seen["pending"], seen["done"]
+    assert pending.is_error and pending.meta[STATUS_META_KEY] == "awaiting_approval"
+    assert pending.meta[OUTCOME_META_KEY] == "pending"
+    assert not done.is_error and done.meta[OUTCOME_META_KEY] == "executed"
+    assert len(lines(key, "start")) == 1

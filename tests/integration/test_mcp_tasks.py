@@ -17,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from dex_celery import CallStatus, Dex
+from dex_celery.access import local_identity
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY
 from dex_celery.integrations.mcp_tasks import CANCEL_META_KEY, DEADLINE_META_KEY
@@ -127,7 +128,9 @@ def test_cancelling_a_task_waiting_for_approval_rejects_the_call(
     assert state.meta[OUTCOME_META_KEY] == "not_executed"
     record = dex.client().get_call(key)
     assert record.status is CallStatus.REJECTED
-    assert record.approval is not None and record.approval.decided_by  # who cancelled it
+    # Who cancelled it: the caller as the server knows it (no credentials: the OS user).
+    assert record.approval is not None
+    assert record.approval.decided_by == local_identity().name
     assert "tasks/cancel" in (record.approval.note or record.error or "")
     assert lines(key, "start") == []
     assert seen["next"].task_id != key

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
+import redis
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
@@ -281,6 +282,7 @@ class DexMcpServer:
             self.unanswered,
             identity_of=self.identity_of,
             result_of=self.final_result,
+            where_is=self.where_is,
         )
         self.server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
@@ -373,6 +375,22 @@ class DexMcpServer:
         except InvalidId:
             digest = hashlib.sha256(identity.name.encode()).hexdigest()[:16]
             return f"{self.session_id}.{digest}"
+
+    def where_is(self, key: str) -> str | None:
+        """A call in flight as the ledger holds it: queued, or running on which worker (None
+        if the ledger does not answer: the task then says less, never something wrong)."""
+        try:
+            entry = self.dex.runtime.ledger.read(key)
+        except (redis.RedisError, DexError) as e:  # the task's other fields come from SQL
+            log.info("tasks: the ledger did not say where %s is: %s", key, e)
+            return None
+        if entry is None or entry.status != "active":
+            return None
+        if entry.state == "running" and entry.owner:
+            return f"running on {entry.owner} (attempt {entry.attempt})"
+        if entry.state == "enqueued":
+            return f"queued for a worker (attempt {entry.attempt})"
+        return None
 
     async def as_task(self, record: ToolCallRecord) -> dict[str, Any] | None:
         """The task answering a client that speaks tasks, or None if the call ended within

@@ -85,7 +85,7 @@ def _iso(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
-def _working_message(record: ToolCallRecord) -> str:
+def _working_message(record: ToolCallRecord, where: str | None) -> str:
     if record.status is CallStatus.AWAITING_APPROVAL:
         deadline = (
             f" until {_iso(record.approval_deadline)}"
@@ -93,9 +93,7 @@ def _working_message(record: ToolCallRecord) -> str:
             else ""
         )
         return f"waiting for a person's approval{deadline}; it has not run"
-    if record.claimed_by:
-        return f"running on {record.claimed_by}"
-    return "queued or running on a worker"
+    return where or "queued or running on a worker"
 
 
 def task_of(
@@ -103,9 +101,10 @@ def task_of(
     result: mcp_types.CallToolResult | None,
     *,
     poll_interval: float,
+    where: str | None = None,
 ) -> dict[str, Any]:
     """The task of `record` as the wire shows it (`DetailedTask`), `result` being the call's
-    `CallToolResult` once it ended."""
+    `CallToolResult` once it ended and `where` what the ledger says of a call in flight."""
     meta: dict[str, Any] = {
         STATUS_META_KEY: record.status.value,
         OUTCOME_META_KEY: outcome_of(record.status, record.error).value,
@@ -123,7 +122,7 @@ def task_of(
         "_meta": meta,
     }
     if not record.finished:
-        return {**task, "status": "working", "statusMessage": _working_message(record)}
+        return {**task, "status": "working", "statusMessage": _working_message(record, where)}
     if record.status is CallStatus.REJECTED:
         return {
             **task,
@@ -155,6 +154,7 @@ class TaskMethods:
         *,
         identity_of: Callable[[ServerRequestContext[Any]], Identity],
         result_of: Callable[[ToolCallRecord], Awaitable[mcp_types.CallToolResult]],
+        where_is: Callable[[str], str | None] = lambda key: None,
         poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self.client = client
@@ -162,17 +162,21 @@ class TaskMethods:
         self.unanswered = unanswered
         self.identity_of = identity_of
         self.result_of = result_of
+        #: What the ledger says of a call in flight (queued, or running on which worker).
+        self.where_is = where_is
         self.poll_interval = poll_interval
 
     async def get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         record = await self._owned_record(ctx, params.task_id)
-        result = None
+        result, where = None, None
+        if record.status is CallStatus.PENDING:
+            where = await asyncio.to_thread(self.where_is, record.key)
         if record.finished:
             result = await self.result_of(record)
             # Its outcome was given: a request without ids asking the same again is a new call.
             with contextlib.suppress(DexError):
                 await asyncio.to_thread(self.unanswered.forget_task, record.key)
-        return task_of(record, result, poll_interval=self.poll_interval)
+        return task_of(record, result, poll_interval=self.poll_interval, where=where)
 
     async def cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         record = await self._owned_record(ctx, params.task_id)

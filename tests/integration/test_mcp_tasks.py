@@ -164,6 +164,9 @@ def test_a_task_whose_worker_is_killed_mid_call_ends_with_the_unknown_outcome(
     assert isinstance(seen["created"], CreatedTask)
     assert seen["running"].status == "working"
     assert seen["running"].meta[STATUS_META_KEY] == "pending"
+    # Running, and where: the worker the ledger names for the attempt.
+    assert (seen["running"].status_message or "").startswith("running on "), seen["running"]
+    assert "(attempt 1)" in (seen["running"].status_message or "")
     # A running call cannot be taken back: the answer says it may still take effect.
     assert seen["cancel"].meta[CANCEL_META_KEY] == "may_still_run"
     done = seen["done"]

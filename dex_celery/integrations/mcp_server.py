@@ -48,6 +48,7 @@ import anyio
 import mcp_types
 import redis
 from mcp.server import Server
+from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
@@ -94,6 +95,10 @@ TOOL_CALL_META_KEY = "dex-celery/tool-call-id"
 #: answer carries `STATUS_META_KEY`, `OUTCOME_META_KEY` (`mcp_outcome`) and the call's key.
 EFFECT_META_KEY = "dex-celery/effect"
 APPROVAL_META_KEY = "dex-celery/requires-approval"
+
+#: How long a 2026-07-28 client may keep the tool list (`ttlMs`): lists change only when the
+#: deployment registers tools or refreshes an MCP server's list; per caller (`private`).
+TOOLS_LIST_TTL_MS = 60_000
 
 #: The turn id of calls that arrive without ids.
 ANONYMOUS_TURN = "mcp"
@@ -270,6 +275,7 @@ class DexMcpServer:
                 "is waiting for approval or that its outcome is unknown: read it before acting."
             ),
             on_list_tools=self._list_tools,
+            cache_hints={"tools/list": CacheHint(ttl_ms=TOOLS_LIST_TTL_MS, scope="private")},
         )
         # Registered directly: a `tools/call` may answer with a task (a plain dict), which the
         # typed `on_call_tool` hook does not admit.

@@ -20,6 +20,7 @@ from dex_celery import CallStatus, Dex
 from dex_celery.access import local_identity
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY
+from dex_celery.integrations.mcp_server import TOOLS_LIST_TTL_MS
 from dex_celery.integrations.mcp_tasks import CANCEL_META_KEY, DEADLINE_META_KEY
 from tests.integration.test_mcp_server import DEX_CELERY, _server
 from tests.support.crash import lines, wait_finished, wait_started
@@ -256,6 +257,7 @@ def test_clients_that_do_not_speak_tasks_get_todays_answers(
         client = Client(target, mode="legacy") if mode == "legacy" else Client(target)
         async with client as mcp:
             seen["version"] = mcp.protocol_version
+            seen["tools"] = await mcp.list_tools()
             seen["pending"] = await mcp.call_tool("guarded_write", {"value": "v"}, meta=ids)
             await anyio.to_thread.run_sync(approve_with_cli, env, key, "ops@example.com")
             seen["done"] = await mcp.call_tool("guarded_write", {"value": "v"}, meta=ids)
@@ -265,6 +267,9 @@ def test_clients_that_do_not_speak_tasks_get_todays_answers(
         seen = anyio.run(scenario, target)
 
     assert (seen["version"] == "2026-07-28") is (mode != "legacy")
+    # The newest revision's list caching: how long the client may keep the tool list.
+    expected_ttl = 0 if mode == "legacy" else TOOLS_LIST_TTL_MS  # 0: an older wire has none
+    assert seen["tools"].ttl_ms == expected_ttl
     pending, done = seen["pending"], seen["done"]
     assert pending.is_error and pending.meta[STATUS_META_KEY] == "awaiting_approval"
     assert pending.meta[OUTCOME_META_KEY] == "pending"

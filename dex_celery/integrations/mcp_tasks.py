@@ -124,11 +124,8 @@ def task_of(
     if not record.finished:
         return {**task, "status": "working", "statusMessage": _working_message(record, where)}
     if record.status is CallStatus.REJECTED:
-        return {
-            **task,
-            "status": "cancelled",
-            "statusMessage": f"rejected, the tool did not run: {record.error or ''}".rstrip(": "),
-        }
+        why = f": {record.error}" if record.error else ""
+        return {**task, "status": "cancelled", "statusMessage": f"rejected, did not run{why}"}
     assert result is not None
     return {
         **task,

@@ -42,8 +42,19 @@ def calls() -> list[tuple[str, int, str]]:
 
 def _note(tool: str, ctx: Context) -> None:
     meta: dict[str, Any] = dict(ctx.request_context.meta or {})
+    key = meta.get(IDEMPOTENCY_META_KEY, "-")
     with (log_dir() / "calls.log").open("a") as f:
-        f.write(f"{tool} {os.getpid()} {meta.get(IDEMPOTENCY_META_KEY, '-')}\n")
+        f.write(f"{tool} {os.getpid()} {key}\n")
+    if "traceparent" in meta:
+        with (log_dir() / "traceparents.log").open("a") as f:
+            f.write(f"{key} {meta['traceparent']}\n")
+
+
+def traceparents() -> dict[str, str]:
+    """The W3C `traceparent` each call's request carried in `_meta`, by idempotency key."""
+    path = log_dir() / "traceparents.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return dict(line.split(" ", 1) for line in lines)
 
 
 #: The request header the HTTP tests send through `add_mcp_server(headers=...)`.

@@ -26,7 +26,8 @@ from dex_celery.cli.context import EXIT_USAGE, DexContext, pass_context
     "--session",
     "session_id",
     default=None,
-    help="Session id of calls whose request carries no ids (default: a new one per server).",
+    help="Session id of calls whose request carries no ids (default: mcp-<user>@localhost, "
+    "the same for every server process of the OS user).",
 )
 @click.option(
     "--wait-timeout",
@@ -34,6 +35,14 @@ from dex_celery.cli.context import EXIT_USAGE, DexContext, pass_context
     default=300.0,
     show_default=True,
     help="Seconds a tools/call waits for its outcome before answering that it is in flight.",
+)
+@click.option(
+    "--task-after",
+    type=click.FloatRange(min=0.0),
+    default=1.0,
+    show_default=True,
+    help="Seconds a queued or running call is waited for before a client that speaks the "
+    "MCP tasks extension gets a task instead (a call waiting for approval is one at once).",
 )
 @pass_context
 def mcp(
@@ -44,6 +53,7 @@ def mcp(
     path: str,
     session_id: str | None,
     wait_timeout: float,
+    task_after: float,
 ) -> None:
     """Serve the registered tools over MCP; every call goes through the ledger."""
     try:
@@ -63,6 +73,7 @@ def mcp(
         path=path,
         session_id=session_id,
         wait_timeout=wait_timeout,
+        task_after=task_after,
     )
 
 

@@ -15,6 +15,11 @@ the same tool with the same arguments and no ids is that call again, so a plain 
 the outcome by asking again after the decision. Once answered, the next such request is a new
 call.
 
+Every answer carries the outcome field of `mcp_outcome` (did the tool run, may it have) beside
+the key. A client of the 2026-07-28 revision that declares the tasks extension gets, for a call
+that cannot finish at once, a task whose id is the call's key (`mcp_tasks`); other clients get
+the answers above. docs/mcp.md says all of it for clients.
+
 Tool annotations are derived from each tool's effect class (`annotations_for`).
 
 Who may call (S11.3): over HTTP the door of `mcp_http` checks the `Host`, authenticates the
@@ -41,7 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
+import redis
 from mcp.server import Server
+from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
@@ -50,6 +57,19 @@ from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
+from dex_celery.integrations.mcp_outcome import (
+    OUTCOME_META_KEY,
+    STATUS_META_KEY,
+    Outcome,
+    outcome_of,
+)
+from dex_celery.integrations.mcp_tasks import (
+    TASKS_EXTENSION,
+    TaskMethods,
+    TaskParams,
+    created,
+    speaks_tasks,
+)
 from dex_celery.integrations.mcp_unanswered import UnansweredCalls
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.ids import CallKey, validate_id
@@ -72,10 +92,14 @@ log = logging.getLogger("dex_celery.mcp")
 SESSION_META_KEY = "dex-celery/session-id"
 TURN_META_KEY = "dex-celery/turn-id"
 TOOL_CALL_META_KEY = "dex-celery/tool-call-id"
-#: `_meta` keys of every answer: the call's status and, for listed tools, the effect class.
-STATUS_META_KEY = "dex-celery/status"
+#: `_meta` keys of listed tools: the effect class and whether calls wait for approval. Every
+#: answer carries `STATUS_META_KEY`, `OUTCOME_META_KEY` (`mcp_outcome`) and the call's key.
 EFFECT_META_KEY = "dex-celery/effect"
 APPROVAL_META_KEY = "dex-celery/requires-approval"
+
+#: How long a 2026-07-28 client may keep the tool list (`ttlMs`): lists change only when the
+#: deployment registers tools or refreshes an MCP server's list; per caller (`private`).
+TOOLS_LIST_TTL_MS = 60_000
 
 #: The turn id of calls that arrive without ids.
 ANONYMOUS_TURN = "mcp"
@@ -159,9 +183,9 @@ def _canonical(arguments: Mapping[str, Any]) -> str:
 
 
 def _text_result(
-    text: str, *, error: bool, key: str | None, status: str
+    text: str, *, error: bool, key: str | None, status: str, outcome: Outcome
 ) -> mcp_types.CallToolResult:
-    meta: dict[str, Any] = {STATUS_META_KEY: status}
+    meta: dict[str, Any] = {STATUS_META_KEY: status, OUTCOME_META_KEY: outcome.value}
     if key is not None:
         meta[IDEMPOTENCY_META_KEY] = key
     return mcp_types.CallToolResult(
@@ -201,20 +225,40 @@ def not_yours_text(session_id: str) -> str:
     )
 
 
+def own_session(identity: Identity) -> str:
+    """The session of calls without ids when `--session` is not given: `mcp-<user>`, the same
+    for every server process of that user, so a request re-sent to a new process (a stdio
+    client that starts one per request, or restarts it after a broken pipe) is the same call
+    while its outcome has not been given (docs/mcp.md)."""
+    mine = f"mcp-{identity.name}"
+    try:
+        return validate_id("session id", mine)
+    except InvalidId:
+        return f"mcp-{hashlib.sha256(identity.name.encode()).hexdigest()[:16]}"
+
+
 class DexMcpServer:
     """The MCP server of one `Dex`: its tools, each call requested through the ledger."""
 
     def __init__(
-        self, dex: RuntimeSource, *, session_id: str | None = None, wait_timeout: float = 300.0
+        self,
+        dex: RuntimeSource,
+        *,
+        session_id: str | None = None,
+        wait_timeout: float = 300.0,
+        task_after: float = 1.0,
     ):
         self.dex = dex
         self.client = AsyncDexClient(dex)
-        self.session_id = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
-        validate_id("session id", self.session_id)
-        self.wait_timeout = wait_timeout
-        self.owners = SessionOwners(dex.runtime.store, redis_url=dex.settings.redis_url)
         #: Who calls over stdio (and over HTTP without credentials): the OS user.
         self.local = local_identity()
+        self.session_id = session_id or own_session(self.local)
+        validate_id("session id", self.session_id)
+        self.wait_timeout = wait_timeout
+        #: Seconds a queued or running call of a client speaking tasks is waited for before
+        #: the answer is a task instead (a call waiting for a person is one at once).
+        self.task_after = task_after
+        self.owners = SessionOwners(dex.runtime.store, redis_url=dex.settings.redis_url)
         #: Calls without ids whose outcome was not given yet, by (caller, session, tool,
         #: arguments), in the ledger's Redis so every server process agrees (stdio clients may
         #: start one per request): asking the same again answers for that call.
@@ -232,8 +276,24 @@ class DexMcpServer:
                 "is waiting for approval or that its outcome is unknown: read it before acting."
             ),
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+            cache_hints={"tools/list": CacheHint(ttl_ms=TOOLS_LIST_TTL_MS, scope="private")},
         )
+        # Registered directly: a `tools/call` may answer with a task (a plain dict), which the
+        # typed `on_call_tool` hook does not admit.
+        self.server.add_request_handler(
+            "tools/call", mcp_types.CallToolRequestParams, self._call_tool
+        )
+        self.tasks = TaskMethods(
+            self.client,
+            self.owners,
+            self.unanswered,
+            identity_of=self.identity_of,
+            result_of=self.final_result,
+            where_is=self.where_is,
+        )
+        self.server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
+        self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
+        self.server.extensions[TASKS_EXTENSION] = {}
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -248,7 +308,7 @@ class DexMcpServer:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | dict[str, Any]:
         arguments = params.arguments or {}
         identity = self.identity_of(ctx)
         session = self.default_session(identity)
@@ -269,7 +329,11 @@ class DexMcpServer:
             if not await asyncio.to_thread(self.owners.claim, ids.session_id, identity.name):
                 log.warning("refused %s a call of session %r", identity.name, ids.session_id)
                 return _text_result(
-                    not_yours_text(ids.session_id), error=True, key=None, status="refused"
+                    not_yours_text(ids.session_id),
+                    error=True,
+                    key=None,
+                    status="refused",
+                    outcome=Outcome.NOT_EXECUTED,
                 )
             record = await self.client.request_call(
                 ids.session_id, ids.turn_id, ids.tool_call_id, params.name, arguments
@@ -279,12 +343,24 @@ class DexMcpServer:
             # second one, even for a client that sends no ids (S11.2).
             # The shared map already names this call for a request without ids.
             key = e.keys[0] if e.keys else None
-            return _text_result(f"error: {e}", error=True, key=key, status="in_flight")
+            return _text_result(
+                f"error: {e}", error=True, key=key, status="in_flight", outcome=Outcome.PENDING
+            )
         except DexError as e:  # bad ids, unknown tool, bad arguments: nothing was recorded
             if unanswered is not None:
                 with contextlib.suppress(DexError):
                     await asyncio.to_thread(self.unanswered.forget, asked, unanswered)
-            return _text_result(f"error: {e}", error=True, key=None, status="refused")
+            return _text_result(
+                f"error: {e}", error=True, key=None, status="refused", outcome=Outcome.NOT_EXECUTED
+            )
+        if speaks_tasks(ctx):
+            task = await self.as_task(record)
+            if task is not None:
+                if unanswered is not None:
+                    # `tasks/get` gives the outcome, so it is the one to forget the request.
+                    with contextlib.suppress(DexError):
+                        await asyncio.to_thread(self.unanswered.remember_task, record.key, asked)
+                return task
         result = await self.answer(record)
         if unanswered is not None and (
             result.meta is None or result.meta[STATUS_META_KEY] not in _UNANSWERED
@@ -324,13 +400,43 @@ class DexMcpServer:
             digest = hashlib.sha256(identity.name.encode()).hexdigest()[:16]
             return f"{self.session_id}.{digest}"
 
+    def where_is(self, key: str) -> str | None:
+        """A call in flight as the ledger holds it: queued, or running on which worker (None
+        if the ledger does not answer: the task then says less, never something wrong)."""
+        try:
+            entry = self.dex.runtime.ledger.read(key)
+        except (redis.RedisError, DexError) as e:  # the task's other fields come from SQL
+            log.info("tasks: the ledger did not say where %s is: %s", key, e)
+            return None
+        if entry is None or entry.status != "active":
+            return None
+        if entry.state == "running" and entry.owner:
+            return f"running on {entry.owner} (attempt {entry.attempt})"
+        if entry.state == "enqueued":
+            return f"queued for a worker (attempt {entry.attempt})"
+        return None
+
+    async def as_task(self, record: ToolCallRecord) -> dict[str, Any] | None:
+        """The task answering a client that speaks tasks, or None if the call ended within
+        `task_after` seconds (then it gets the plain answer)."""
+        if record.status is CallStatus.PENDING:
+            with contextlib.suppress(CallTimeout):
+                (record,) = await self.client.wait([record.key], timeout=self.task_after)
+        if record.finished:
+            return None
+        return created(record, poll_interval=self.tasks.poll_interval)
+
     async def answer(self, record: ToolCallRecord) -> mcp_types.CallToolResult:
         """The record's text once the call has ended; at once if it waits for a person."""
         if record.status is CallStatus.AWAITING_APPROVAL:
             # Not a final result: `isError` is set unless the call succeeded (README), and
             # `_meta["dex-celery/status"]` says why.
             return _text_result(
-                awaiting_approval_text(record), error=True, key=record.key, status=record.status
+                awaiting_approval_text(record),
+                error=True,
+                key=record.key,
+                status=record.status,
+                outcome=Outcome.PENDING,
             )
         if not record.finished:
             try:
@@ -341,13 +447,19 @@ class DexMcpServer:
                     error=True,
                     key=record.key,
                     status=record.status,
+                    outcome=Outcome.PENDING,
                 )
+        return await self.final_result(record)
+
+    async def final_result(self, record: ToolCallRecord) -> mcp_types.CallToolResult:
+        """The answer of an ended call: the record's text, the session history's text too."""
         text = tool_output(record.status, record.result, record.error or "")
         return _text_result(
             text,
             error=record.status is not CallStatus.SUCCEEDED,
             key=record.key,
             status=record.status,
+            outcome=outcome_of(record.status, record.error),
         )
 
     # --- transports ----------------------------------------------------------------------------
@@ -394,9 +506,12 @@ def serve(
     path: str = "/mcp",
     session_id: str | None = None,
     wait_timeout: float = 300.0,
+    task_after: float = 1.0,
 ) -> None:
     """Run the server until stdin closes (stdio) or the process is stopped (HTTP)."""
-    server = DexMcpServer(dex, session_id=session_id, wait_timeout=wait_timeout)
+    server = DexMcpServer(
+        dex, session_id=session_id, wait_timeout=wait_timeout, task_after=task_after
+    )
     if transport == "stdio":
         anyio.run(server.serve_stdio)
     else:

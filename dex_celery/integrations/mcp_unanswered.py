@@ -56,3 +56,26 @@ class UnansweredCalls:
         """The call's outcome was given: the next such request is a new call."""
         with backend_errors(self.redis_url, ""):
             self._forget(keys=[key], args=[call_key])
+
+    # --- calls followed as MCP tasks (`mcp_tasks`) -----------------------------------------
+
+    def _task_key(self, call_key: str) -> str:
+        digest = hashlib.sha256(call_key.encode()).hexdigest()
+        return f"{self.prefix}:mcp:unanswered-task:{digest}"
+
+    def remember_task(self, call_key: str, asked: str) -> None:
+        """The call `call_key` is followed as a task: `tasks/get` gives its outcome, so it must
+        be able to forget the request `asked` then."""
+        with backend_errors(self.redis_url, ""):
+            self.redis.set(self._task_key(call_key), asked, ex=self.ttl)
+
+    def forget_task(self, call_key: str) -> None:
+        """The task's outcome was given: the next request without ids asking the same again is
+        a new call."""
+        with backend_errors(self.redis_url, ""):
+            asked = self.redis.get(self._task_key(call_key))
+            if asked is None:
+                return
+            key = asked.decode() if isinstance(asked, bytes) else str(asked)
+            self._forget(keys=[key], args=[call_key])
+            self.redis.delete(self._task_key(call_key))

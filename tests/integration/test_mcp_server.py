@@ -20,9 +20,11 @@ from mcp import Client, StdioServerParameters
 
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp_server import EFFECT_META_KEY, STATUS_META_KEY
 from tests.support.crash import lines, tool_messages
 from tests.support.processes import ROOT, Worker, free_port, wait_for
+from tests.support.span_file import SPANS_ENV, read_spans
 
 #: The console script of the interpreter running the tests, whatever its virtual environment.
 DEX_CELERY = str(Path(sys.executable).parent / "dex-celery")
@@ -34,17 +36,19 @@ def _text(result: Any) -> str:
 
 
 @contextmanager
-def _server(transport: str, env: dict[str, str]) -> Iterator[Any]:
-    """What `Client(...)` connects to: the stdio command, or the URL of a running HTTP server."""
+def _server(transport: str, env: dict[str, str], app: list[str] | None = None) -> Iterator[Any]:
+    """What `Client(...)` connects to: the stdio command, or the URL of a running HTTP server
+    (of `app`, `--app MODULE:dex`, the test tools' by default)."""
     full_env = {**env, "PYTHONPATH": str(ROOT)}
+    command = [*(app or APP[:2]), "mcp"]
     if transport == "stdio":
         yield StdioServerParameters(
-            command=DEX_CELERY, args=[*APP, "--wait-timeout", "60"], env=full_env, cwd=str(ROOT)
+            command=DEX_CELERY, args=[*command, "--wait-timeout", "60"], env=full_env, cwd=str(ROOT)
         )
         return
     port = free_port()
     process = subprocess.Popen(
-        [DEX_CELERY, *APP, "--transport", "http", "--port", str(port)],
+        [DEX_CELERY, *command, "--transport", "http", "--port", str(port)],
         cwd=ROOT,
         env={**os.environ, **full_env},
         stdout=subprocess.DEVNULL,
@@ -140,16 +144,19 @@ def test_dex_tools_served_over_mcp(
     assert write_key in _text(pending)
     assert pending.meta[STATUS_META_KEY] == "awaiting_approval"
     assert pending.meta[IDEMPOTENCY_META_KEY] == write_key
+    assert pending.meta[OUTCOME_META_KEY] == "pending"  # docs/mcp.md: no outcome yet
 
     # After approval, the same ids: the record's text; asking once more runs nothing again.
     assert _text(seen["written"]) == '"ok"'
     assert seen["written"].meta[STATUS_META_KEY] == "succeeded"
+    assert seen["written"].meta[OUTCOME_META_KEY] == "executed"
     assert _text(seen["again"]) == '"ok"'
     assert tool_messages(dex, write_key) == ['"ok"']
     assert len(lines(write_key, "start")) == 1
 
     assert seen["unknown"].is_error
     assert _text(seen["unknown"]).startswith("error: no tool named 'no_such_tool'")
+    assert seen["unknown"].meta[OUTCOME_META_KEY] == "not_executed"  # nothing was recorded
     anonymous = seen["no_ids"].meta[IDEMPOTENCY_META_KEY]
     assert client.get_call(anonymous).status is CallStatus.SUCCEEDED
 
@@ -228,3 +235,34 @@ def test_a_request_without_ids_respelled_is_the_same_unanswered_call(
     assert other.meta[IDEMPOTENCY_META_KEY] != key
     waiting = {c.key for c in dex.client().pending_approvals("respelled")}
     assert waiting == {key, other.meta[IDEMPOTENCY_META_KEY]}
+
+
+def test_a_client_s_trace_context_in_meta_is_the_parent_of_the_call_s_request_span(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """The newest revision carries W3C trace context in `_meta`: a `tools/call` that sends a
+    `traceparent` gets its dex request span in that trace (the server traced with the SDK,
+    its spans written to a file), so the client's trace goes on through dex."""
+    start_worker()
+    spans_file = tmp_path / "server-spans.jsonl"
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    key = "s-traced/t1/read"
+    meta = {IDEMPOTENCY_META_KEY: key, "traceparent": f"00-{trace_id}-{parent_id}-01"}
+
+    async def scenario(target: Any) -> Any:
+        async with Client(target) as mcp:
+            return await mcp.call_tool("echo", {"x": 1}, meta=meta)
+
+    traced_app = ["--app", "tests.support.traced_toolapp:dex"]
+    with _server("http", {**env, SPANS_ENV: str(spans_file)}, app=traced_app) as target:
+        answer = anyio.run(scenario, target)
+    assert answer.meta[OUTCOME_META_KEY] == "executed"
+
+    spans = read_spans(spans_file)
+    (request,) = [s for s in spans if s["name"] == "dex.request" and s["trace_id"] == trace_id]
+    by_id = {s["span_id"]: s for s in spans}
+    # The request span's ancestors in the server lead to the client's span.
+    ancestor = request
+    while ancestor["parent_span_id"] in by_id:
+        ancestor = by_id[ancestor["parent_span_id"]]
+    assert ancestor["parent_span_id"] == parent_id

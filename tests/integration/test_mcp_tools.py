@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dex_celery import (
     DID_NOT_RUN,
@@ -32,13 +35,22 @@ from dex_celery import (
     ToolError,
     ToolLost,
 )
+from dex_celery.engine import tracing
 from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, HEADER, LOG_ENV, calls, headers_seen
+from tests.support.mcp_tools_server import (
+    EXTRA_TOOL_ENV,
+    HEADER,
+    LOG_ENV,
+    calls,
+    headers_seen,
+    traceparents,
+)
 from tests.support.mcpapp import READY_ENV, URL_ENV, make_app
 from tests.support.processes import ROOT, CeleryWorker, free_port, wait_for
+from tests.support.span_file import SPANS_ENV, read_spans
 
 pytestmark = pytest.mark.crash
 
@@ -447,3 +459,44 @@ def test_a_third_party_server_from_pypi_runs_on_one_warm_session(mcp_dex: Dex) -
         answer = body(ctx, timezone="Europe/Paris")
         assert "Europe/Paris" in str(answer)
     assert pool().stats().opened.get("time", 0) == before + 1
+
+
+def test_the_call_s_trace_reaches_the_mcp_server_in_the_request_s_meta(
+    mcp_dex: Dex, mcp_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The W3C trace context the 2026-07-28 revision carries in `_meta` (docs/mcp.md): the
+    `tools/call` a worker sends continues the call's trace (the request span here, the attempt's
+    span in the worker, the SDK's client span), so the server sees a `traceparent` of that
+    trace whose parent is the worker's span of that call."""
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracing.configure(provider)
+    spans_file = tmp_path / "worker-spans.jsonl"
+    worker = CeleryWorker(
+        "tests.support.traced_mcpapp",
+        {**mcp_env, SPANS_ENV: str(spans_file)},
+        Path(mcp_env[LOG_ENV]) / "worker",
+        concurrency=1,
+        ready_env=READY_ENV,
+    ).start()
+    try:
+        record = mcp_dex.client().request_call("s1", "t1", "traced", "lookup", {"order_id": "A"})
+        assert wait_finished(mcp_dex, record.key).status is CallStatus.SUCCEEDED
+    finally:
+        worker.stop()
+        tracing.configure(None)
+        provider.shutdown()
+
+    (request,) = [s for s in memory.get_finished_spans() if s.name == tracing.REQUEST]
+    assert request.context is not None
+    trace_id = format(request.context.trace_id, "032x")
+    _version, sent_trace, sent_parent, _flags = traceparents()[record.key].split("-")
+    assert sent_trace == trace_id
+    worker_spans = {s["span_id"]: s for s in read_spans(spans_file)}
+    parent = worker_spans[sent_parent]  # a span the worker made, in the call's trace
+    assert parent["trace_id"] == trace_id
+    # The SDK's client span of the `tools/call`, inside the attempt's span for this call.
+    assert parent["name"] == "MCP send tools/call lookup", parent
+    attempt = worker_spans[parent["parent_span_id"]]
+    assert attempt["attributes"]["dex.idempotency_key"] == record.key, attempt

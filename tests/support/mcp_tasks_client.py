@@ -1,0 +1,101 @@
+"""The client side of the MCP tasks extension, for tests: the `mcp` SDK 2.3.0 ships the task
+types of 2025-11-25 only, so a 2026-07-28 client declares the extension itself (a
+`ClientExtension` whose claim admits `resultType: "task"`) and sends `tasks/get` and
+`tasks/cancel` as its own requests (`Mcp-Name` set to the task id, as the extension requires
+over HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import anyio
+import mcp_types
+from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from pydantic import ConfigDict
+from pydantic.alias_generators import to_camel
+
+from dex_celery.integrations.mcp_tasks import TASKS_EXTENSION, TaskParams
+
+_LOOSE = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class CreatedTask(mcp_types.Result):
+    """A `CreateTaskResult` (2026-07-28 tasks extension)."""
+
+    model_config = _LOOSE
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+
+
+class TaskState(mcp_types.Result):
+    """A `tasks/get` answer (a `DetailedTask`)."""
+
+    model_config = _LOOSE
+    task_id: str
+    status: str
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+
+
+class CancelAnswer(mcp_types.Result):
+    """A `tasks/cancel` acknowledgement (dex-celery says in `_meta` what it did)."""
+
+    model_config = _LOOSE
+
+
+class GetTask(mcp_types.Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    name_param: ClassVar[str | None] = "taskId"
+
+
+class CancelTask(mcp_types.Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param: ClassVar[str | None] = "taskId"
+
+
+async def _no_resolve(result: CreatedTask, ctx: ClaimContext) -> mcp_types.CallToolResult:
+    raise AssertionError("tests call with allow_claimed=True and follow the task themselves")
+
+
+class Tasks(ClientExtension):
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_no_resolve)]
+
+
+def tasks_client(target: Any, **kwargs: Any) -> Client:
+    """A `Client` of `target` that declares the tasks extension on every request."""
+    return Client(target, extensions=[Tasks()], **kwargs)
+
+
+async def call(
+    client: Client, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+) -> CreatedTask | mcp_types.CallToolResult:
+    result = await client.session.call_tool(tool, arguments, meta=meta, allow_claimed=True)
+    assert isinstance(result, CreatedTask | mcp_types.CallToolResult), result
+    return result
+
+
+async def get_task(client: Client, task_id: str) -> TaskState:
+    return await client.session.send_request(GetTask(params=TaskParams(taskId=task_id)), TaskState)
+
+
+async def cancel_task(client: Client, task_id: str) -> CancelAnswer:
+    return await client.session.send_request(
+        CancelTask(params=TaskParams(taskId=task_id)), CancelAnswer
+    )
+
+
+async def wait_task(client: Client, task_id: str, *, timeout: float = 60) -> TaskState:
+    """Poll `tasks/get` until the task leaves `working`."""
+    with anyio.fail_after(timeout):
+        while True:
+            state = await get_task(client, task_id)
+            if state.status != "working":
+                return state
+            await anyio.sleep(0.2)

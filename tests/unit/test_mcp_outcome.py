@@ -1,0 +1,99 @@
+"""The outcome field of `dex-celery mcp` answers and the tasks built from records (docs/mcp.md):
+every record status maps to what a client may conclude about the tool's effect (S4.2, S4.5)."""
+
+from __future__ import annotations
+
+import mcp_types
+import pytest
+
+from dex_celery import EffectClass, Settings, ToolPolicy
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, Outcome, outcome_of
+from dex_celery.integrations.mcp_tasks import DEADLINE_META_KEY, created, task_of
+from dex_celery.model.outcomes import DID_NOT_RUN, CallStatus
+from dex_celery.model.policy import resolve_policy
+from dex_celery.model.records import ToolCallRecord
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "outcome"),
+    [
+        (CallStatus.SUCCEEDED, None, Outcome.EXECUTED),
+        (CallStatus.FAILED, f"{DID_NOT_RUN}: no attempt reached a worker", Outcome.NOT_EXECUTED),
+        (CallStatus.FAILED, "the order does not exist", Outcome.EXECUTED),
+        (CallStatus.FAILED, "the attempt was lost after the tool started", Outcome.EXECUTED),
+        (CallStatus.REJECTED, "no", Outcome.NOT_EXECUTED),
+        (CallStatus.OUTCOME_UNKNOWN, "lost", Outcome.UNKNOWN),
+        (CallStatus.AWAITING_APPROVAL, None, Outcome.PENDING),
+        (CallStatus.PENDING, None, Outcome.PENDING),
+    ],
+)
+def test_every_status_has_its_outcome(
+    status: CallStatus, error: str | None, outcome: Outcome
+) -> None:
+    assert outcome_of(status, error) is outcome
+
+
+def test_a_did_not_run_sentence_inside_a_tool_error_does_not_count() -> None:
+    """Only an error that starts with the sentence says the tool did not run (S4.2)."""
+    assert outcome_of(CallStatus.FAILED, f"my tool said: {DID_NOT_RUN}") is Outcome.EXECUTED
+
+
+def _record(status: CallStatus, error: str | None = None) -> ToolCallRecord:
+    policy = resolve_policy(
+        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, None, Settings()
+    )
+    ended = status.terminal
+    return ToolCallRecord(
+        key="s/t/c",
+        session_id="s",
+        turn_id="t",
+        tool_call_id="c",
+        tool_name="charge",
+        arguments="{}",
+        policy=policy,
+        status=status,
+        error=error,
+        result='"ok"' if status is CallStatus.SUCCEEDED else None,
+        attempts=1 if ended else 0,
+        requested_at=1_800_000_000.0,
+        finished_at=1_800_000_005.0 if ended else None,
+        approval_deadline=1_800_000_600.0 if status is CallStatus.AWAITING_APPROVAL else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "task_status", "outcome"),
+    [
+        (CallStatus.AWAITING_APPROVAL, None, "working", "pending"),
+        (CallStatus.PENDING, None, "working", "pending"),
+        (CallStatus.SUCCEEDED, None, "completed", "executed"),
+        (
+            CallStatus.FAILED,
+            f"{DID_NOT_RUN}: no attempt reached a worker",
+            "completed",
+            "not_executed",
+        ),
+        (CallStatus.OUTCOME_UNKNOWN, "lost", "completed", "unknown"),
+        (CallStatus.REJECTED, "no", "cancelled", "not_executed"),
+    ],
+)
+def test_a_task_shows_the_record_with_its_outcome_field(
+    status: CallStatus, error: str | None, task_status: str, outcome: str
+) -> None:
+    """docs/mcp.md, "Calls as tasks": the task id is the key, every state carries the outcome
+    field, an ended call (but a rejected one) completes with its `CallToolResult`."""
+    record = _record(status, error)
+    result = mcp_types.CallToolResult(content=[], is_error=status is not CallStatus.SUCCEEDED)
+    task = task_of(record, result if status.terminal else None, poll_interval=1.0)
+    assert (task["taskId"], task["status"]) == ("s/t/c", task_status)
+    assert task["_meta"][OUTCOME_META_KEY] == outcome
+    assert task["_meta"][IDEMPOTENCY_META_KEY] == "s/t/c"
+    assert task["ttlMs"] is None and task["pollIntervalMs"] == 1000
+    assert task["createdAt"] == "2027-01-15T08:00:00Z"
+    assert ("result" in task) is (task_status == "completed")
+    if status is CallStatus.AWAITING_APPROVAL:
+        assert task["_meta"][DEADLINE_META_KEY] == "2027-01-15T08:10:00Z"
+        assert "until 2027-01-15T08:10:00Z" in task["statusMessage"]
+    if not status.terminal:  # a call that cannot finish at once answers with its task
+        assert created(record, poll_interval=1.0) == {"resultType": "task", **task}

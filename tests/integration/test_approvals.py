@@ -446,7 +446,7 @@ def test_listing_pending_approvals_oldest_first_with_secrets_redacted(dex: Dex) 
     """S6.1, S9.2: the list shows what waits, all or one session's, oldest first, with tool,
     effect, deadline and arguments whose secrets are redacted; decided calls leave it."""
     dex.tool(
-        "charge",
+        "charge_card",
         policy=ToolPolicy(
             effect=EffectClass.NON_IDEMPOTENT_WRITE,
             approval_timeout=600,
@@ -454,15 +454,15 @@ def test_listing_pending_approvals_oldest_first_with_secrets_redacted(dex: Dex) 
         ),
     )(_noop)
     client = dex.client()
-    a = client.request_call("s1", "t1", "c1", "charge", {"amount": 1, "token": "sk-1"})
+    a = client.request_call("s1", "t1", "c1", "charge_card", {"amount": 1, "token": "sk-1"})
     b = client.request_call("s2", "t1", "c1", "guarded_write", {"value": "x"})
-    c = client.request_call("s1", "t2", "c1", "charge", {"amount": 3, "meta": {"token": "sk-3"}})
+    c = client.request_call("s1", "t2", "c1", "charge_card", {"amount": 3, "meta": {"token": "sk-3"}})
     client.request_call("s1", "t3", "c1", "echo", {})  # never waits
 
     listed = client.pending_approvals()
     assert [p.key for p in listed] == [a.key, b.key, c.key]
     first = listed[0]
-    assert first.tool_name == "charge"
+    assert first.tool_name == "charge_card"
     assert first.effect is EffectClass.NON_IDEMPOTENT_WRITE
     assert first.arguments == {"amount": 1, "token": "***"}
     assert listed[2].arguments == {"amount": 3, "meta": {"token": "***"}}

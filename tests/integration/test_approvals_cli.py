@@ -65,11 +65,11 @@ def test_list_shows_what_waits_as_text_and_json(dex: Dex, cli: Any) -> None:
     assert json.loads(cli("list", "--json").stdout) == []
 
     dex.tool(
-        "charge",
+        "charge_card",
         policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("token",)),
     )(_noop)
     client = dex.client()
-    a = client.request_call("s1", "t1", "c1", "charge", {"amount": 7, "token": "sk-live"})
+    a = client.request_call("s1", "t1", "c1", "charge_card", {"amount": 7, "token": "sk-live"})
     b = client.request_call("s2", "t1", "c1", "guarded_write", {"value": "x"})
     client.request_call("s1", "t2", "c1", "echo", {})
 
@@ -77,7 +77,7 @@ def test_list_shows_what_waits_as_text_and_json(dex: Dex, cli: Any) -> None:
     assert text.exit_code == EXIT_OK, text.output
     lines = text.stdout.splitlines()
     assert [line.split()[0] for line in lines] == [a.key, b.key]
-    assert "charge" in lines[0] and "non_idempotent_write" in lines[0]
+    assert "charge_card" in lines[0] and "non_idempotent_write" in lines[0]
     assert "deadline" in lines[0] and '"token": "***"' in lines[0]
     assert "sk-live" not in text.stdout
 

@@ -226,14 +226,8 @@ class TestWithDurableClaims:
             timeout=30,
             what="both writes delivered and held before their claims",
         )
-        primary = redis.Redis(port=run.primary.port)
-        wait_for(
-            lambda: (
-                not any(t.encode() in m for m in primary.hvals(KOMBU_UNACKED) for t in task_ids)
-            ),
-            timeout=30,
-            what="the broker to hold the writes' messages as acknowledged",
-        )
+        # Every tool task is acknowledged late (docs/ledger.md, "Celery options"): the writes'
+        # messages stay unacknowledged until they end; their claims, not the broker, fence them.
         run.replicas_fall_behind()
         (Path(env[LOG_ENV]) / "release-prerun").write_text("go")
         refused = [wait_finished(dex, key, timeout=30) for key in writes]

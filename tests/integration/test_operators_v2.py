@@ -109,7 +109,7 @@ def test_calls_show_cuts_long_values_and_full_shows_them(
     text = cli("calls", "show", key).output
     assert len(text) < 4 * VALUE_LIMIT + 4000, len(text)
     assert f"[cut: {BIG - VALUE_LIMIT:,} more characters]" in text
-    assert f"dex-celery calls show {key} --full" in text
+    assert f"calls show {key} --full" in text and "dex-celery -A " in text
 
     shown = json.loads(cli("calls", "show", key, "--json").output)
     assert shown["cut"] is True

@@ -70,13 +70,14 @@ from dex_celery.integrations.framework_calls import (
     record_text,
     request_in_flight_text,
     runtime_source,
+    select_tools,
 )
 from dex_celery.integrations.framework_calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole
-from dex_celery.tools.tool import Tool, find_tool
+from dex_celery.tools.tool import Tool
 
 #: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).
 DEFAULT_APPROVER = "openai-agents-sdk"
@@ -104,12 +105,7 @@ def dex_function_tools(
     log. With a `DexSession`, use `session.function_tools(...)`, which names its session.
     """
     source = runtime_source(dex)
-    registered = source.runtime.tools
-    tools = (
-        [find_tool(registered, name) for name in names]
-        if names is not None
-        else list(registered.values())
-    )
+    tools = select_tools(source, names)
     bridge = _Bridge(source, session_id, approver, wait_timeout, progress)
     return [bridge.function_tool(tool) for tool in tools]
 

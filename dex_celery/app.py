@@ -32,7 +32,7 @@ from dex_celery.engine.runtime import Runtime
 from dex_celery.engine.sweep import Sweeper
 from dex_celery.engine.task_events import AttemptFailed
 from dex_celery.errors import ConfigurationError, DuplicateTool
-from dex_celery.forks import after_fork
+from dex_celery.forks import after_fork, keep_inherited
 from dex_celery.ledger.events import AgentEvents
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
@@ -229,6 +229,7 @@ class Dex:
     def _forget_runtime(self) -> None:
         """After a fork (`dex_celery.forks`): the child builds its own connections and threads."""
         self._lock = threading.Lock()
+        keep_inherited(self._runtime)
         self._runtime = None
 
     @property

@@ -8,6 +8,13 @@ registers a reset with `after_fork`; the hook runs them all in the child, before
 `os.register_at_fork` is used rather than Celery's `worker_process_init` signal because it also
 covers forks Celery does not make (tests, `multiprocessing`), and runs before anything else in
 the child can touch the inherited state.
+
+A reset never lets the parent's objects be garbage-collected: it hands them to
+`keep_inherited`. Collected later, a socket or SQLite connection closes its file descriptor by
+number, and by then that number may be someone else's: Celery's embedded beat (`worker -B`)
+closes every inherited descriptor when it starts, and the next file or socket the child opens
+takes the lowest free number. A beat whose SQLite file was closed that way under its own
+connection failed every sweep with "disk I/O error" (tests/integration/test_beat_embedded.py).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ log = logging.getLogger("dex_celery.forks")
 
 #: Each entry returns the reset to run, or None once the object it belongs to is gone.
 _resets: list[Callable[[], Callable[[], None] | None]] = []
+#: The parent's connection holders this child dropped: referenced for the child's whole life.
+_inherited: list[object] = []
 
 
 def after_fork(reset: Callable[[], None]) -> None:
@@ -32,6 +41,13 @@ def after_fork(reset: Callable[[], None]) -> None:
         _resets.append(weakref.WeakMethod(reset))
     else:
         _resets.append(lambda: reset)
+
+
+def keep_inherited(holder: object) -> None:
+    """Keep a parent's `holder` (a runtime, an engine, a pool) referenced and unused here, so
+    nothing in this child ever closes the descriptors it holds (see the module docstring)."""
+    if holder is not None:
+        _inherited.append(holder)
 
 
 def _run_resets() -> None:

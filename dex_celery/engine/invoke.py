@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 
 from dex_celery.errors import AttemptCancelled, DexError, ToolError, ToolLost
-from dex_celery.forks import after_fork
+from dex_celery.forks import after_fork, keep_inherited
 from dex_celery.ledger.ledger import Cause
 from dex_celery.tools.arguments import check_arguments
 from dex_celery.tools.log_scrub import scrubbing
@@ -372,6 +372,7 @@ def _forget_process_state() -> None:
     """After a fork (`dex_celery.forks`): the child has none of the parent's threads, so its
     loop thread, watchdog and per-thread loops are made anew on first use."""
     global _loop, _watchdog, _loop_lock, _local
+    keep_inherited(_loop)  # its selector and wake-up pipe are descriptors
     _loop, _watchdog = None, None
     _loop_lock = threading.Lock()
     _local = threading.local()

@@ -37,7 +37,7 @@ import mcp_types
 from mcp import Client, MCPError
 
 from dex_celery.engine.invoke import LoopThread
-from dex_celery.forks import after_fork
+from dex_celery.forks import after_fork, keep_inherited
 
 log = logging.getLogger("dex_celery.mcp")
 
@@ -220,8 +220,6 @@ class SessionPool:
 
 
 _pool = SessionPool()
-#: Pools inherited from a parent process: kept alive, never closed (see the module docstring).
-_inherited: list[SessionPool] = []
 
 
 def pool() -> SessionPool:
@@ -231,7 +229,7 @@ def pool() -> SessionPool:
 
 def _reset_after_fork() -> None:
     global _pool
-    _inherited.append(_pool)
+    keep_inherited(_pool)
     _pool = SessionPool()
 
 

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 
 from dex_celery.backend_errors import safe_url
 from dex_celery.errors import ConfigurationError
-from dex_celery.forks import after_fork
+from dex_celery.forks import after_fork, keep_inherited
 
 
 def make_engine(url: str, schema: str | None = None) -> Engine:
@@ -88,6 +88,5 @@ class EngineHandle:
     def _forget(self) -> None:
         """After a fork: the parent's connections stay its own; this process makes its own."""
         self._lock = threading.Lock()
-        if self._engine is not None:
-            self._engine.dispose(close=False)
+        keep_inherited(self._engine)
         self._engine = None

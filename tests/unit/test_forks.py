@@ -3,8 +3,11 @@ per-process state, and the parent keeps its own."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import traceback
+import weakref
 from pathlib import Path
 
 from celery import Celery
@@ -30,6 +33,7 @@ def in_child(check: object) -> int:
         try:
             os._exit(0 if check() else 1)  # type: ignore[operator]
         except BaseException:
+            traceback.print_exc()  # to the test's captured stderr
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
@@ -68,3 +72,41 @@ def test_the_engine_and_the_runtime_are_made_anew_in_a_child(tmp_path: Path) -> 
 
     assert in_child(child_has_fresh_state) == 0
     assert handle.get() is parent_engine and dex.runtime is runtime
+
+
+def test_a_child_that_closes_every_inherited_descriptor_keeps_working(dex: Dex) -> None:
+    """Celery's embedded beat (`worker -B`) closes every descriptor it inherited, then opens
+    its own, which take the same numbers: the parent's connections must never be collected in
+    the child, or they close those numbers a second time under the child's own SQLite file and
+    Redis sockets (a beat that failed every sweep with "disk I/O error")."""
+    dex.redis.ping()
+    dex.store.list_calls(limit=1)
+    database = dex.settings.database_url.removeprefix("sqlite:///")
+    inherited = [  # the runtime's sockets and SQLite files
+        fd
+        for fd, target in _open_descriptors().items()
+        if target.startswith("socket:") or target.startswith(database)
+    ]
+    assert inherited
+    parents = [weakref.ref(dex.runtime), weakref.ref(dex.store._engine.get())]
+
+    def keeps_working() -> bool:
+        for fd in inherited:  # what the embedded beat does at start (it spares only stdio, logs)
+            os.close(fd)
+        for _ in range(5):
+            dex.redis.ping()
+            dex.store.list_calls(limit=1)
+            gc.collect()  # whatever the child dropped is collected now, not at some later time
+        return all(ref() is not None for ref in parents)
+
+    assert in_child(keeps_working) == 0
+    assert dex.redis.ping()
+
+
+def _open_descriptors() -> dict[int, str]:
+    """This process's open descriptors and what each is open on."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+    return found

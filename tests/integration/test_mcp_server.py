@@ -9,10 +9,11 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 import pytest
@@ -47,24 +48,35 @@ def _server(transport: str, env: dict[str, str], app: list[str] | None = None) -
         )
         return
     port = free_port()
-    process = subprocess.Popen(
-        [DEX_CELERY, *command, "--transport", "http", "--port", str(port)],
-        cwd=ROOT,
-        env={**os.environ, **full_env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(
-            lambda: _listening(port) or process.poll() is not None,
-            timeout=30,
-            what="dex-celery mcp to listen",
+    # A file, not a pipe nobody reads: a server that logs much must never block on stderr.
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            [DEX_CELERY, *command, "--transport", "http", "--port", str(port)],
+            cwd=ROOT,
+            env={**os.environ, **full_env},
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
         )
-        assert process.poll() is None, process.communicate()[1].decode()
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(timeout=10)
+        try:
+            wait_for(
+                lambda: _listening(port) or process.poll() is not None,
+                timeout=30,
+                what="dex-celery mcp to listen",
+            )
+            assert process.poll() is None, _read(errors)
+            try:
+                yield f"http://127.0.0.1:{port}/mcp"
+            except BaseException as e:  # a failing test shows what the server said
+                e.add_note(f"dex-celery mcp's stderr:\n{_read(errors)[-3000:]}")
+                raise
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _read(file: IO[bytes]) -> str:
+    file.seek(0)
+    return file.read().decode(errors="replace")
 
 
 def _listening(port: int) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -158,6 +159,7 @@ def register_effect_class(value: str, traits: EffectTraits) -> EffectClass:
     effect = str.__new__(EffectClass, value)
     _CLASSES[value] = effect
     _TABLE[effect] = traits
+    ledger_flags_json.cache_clear()
     return effect
 
 
@@ -167,6 +169,7 @@ def unregister_effect_class(effect: EffectClass) -> None:
         raise PolicyError(f"effect class {effect.value!r} is one of S1.2's and stays")
     del _TABLE[effect]
     del _CLASSES[effect.value]
+    ledger_flags_json.cache_clear()
 
 
 def traits_of(effect: EffectClass | str) -> EffectTraits:
@@ -182,6 +185,7 @@ def fenced_classes() -> tuple[EffectClass, ...]:
     return tuple(c for c, t in _TABLE.items() if t.fenced)
 
 
+@lru_cache(maxsize=1)
 def ledger_flags_json() -> str:
     """Every class's ledger flags as one JSON object, for the scripts' fallback when a call
     hash carries no flags of its own (opened by a release before them; docs/ledger.md)."""

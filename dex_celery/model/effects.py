@@ -34,6 +34,11 @@ class EffectTraits:
     """What one effect class means, everywhere it matters.
 
     Attributes:
+        meaning: What the class means to a person deciding an approval: what approving lets
+            happen (shown beside the call, S6).
+        read_only: Running the tool changes nothing: a read whose return value is unusable
+            failed (`engine/invoke.encode_result`), and its metadata's `destructiveHint` asks
+            for no approval (S1.3).
         retryable: Repeating the tool is harmless, so a call may get more than one attempt
             (S3.1); otherwise it runs at most once (S3.2).
         fenced: No tool code runs before the attempt's claim is committed in SQL (the write
@@ -48,6 +53,8 @@ class EffectTraits:
             none leaves MCP's defaults (a destructive, non-idempotent write).
     """
 
+    meaning: str
+    read_only: bool
     retryable: bool
     fenced: bool
     approval_by_default: bool
@@ -64,6 +71,8 @@ class EffectTraits:
         if self.retryable and self.fenced:
             # A retried class keeps a Redis-only claim; SQL records one claim per call.
             raise PolicyError("a retryable class cannot be fenced: SQL holds one claim per call")
+        if self.mcp_hints.get("readOnlyHint", self.read_only) is not self.read_only:
+            raise PolicyError("readOnlyHint must say what read_only says")
         object.__setattr__(self, "mcp_hints", MappingProxyType(dict(self.mcp_hints)))
 
     @property
@@ -197,6 +206,8 @@ _WRITE_HINTS = {"readOnlyHint": False, "destructiveHint": True}
 EffectClass.READ = register_effect_class(
     "read",
     EffectTraits(
+        meaning="only reads; safe to run again (retried on failure)",
+        read_only=True,
         retryable=True,
         fenced=False,
         approval_by_default=False,
@@ -208,6 +219,9 @@ EffectClass.READ = register_effect_class(
 EffectClass.IDEMPOTENT_WRITE = register_effect_class(
     "idempotent_write",
     EffectTraits(
+        meaning="changes something, but running it twice has the effect of once "
+        "(retried on failure)",
+        read_only=False,
         retryable=True,
         fenced=False,
         approval_by_default=False,
@@ -219,6 +233,9 @@ EffectClass.IDEMPOTENT_WRITE = register_effect_class(
 EffectClass.NON_IDEMPOTENT_WRITE = register_effect_class(
     "non_idempotent_write",
     EffectTraits(
+        meaning="changes something, and running it twice could do it twice: it runs at most "
+        "once, never retried; a lost attempt ends outcome_unknown",
+        read_only=False,
         retryable=False,
         fenced=True,
         approval_by_default=True,
@@ -232,6 +249,8 @@ EffectClass.NON_IDEMPOTENT_WRITE = register_effect_class(
 EffectClass.UNCLASSIFIED = register_effect_class(
     "unclassified",
     EffectTraits(
+        meaning="its author did not say what it does: treated as a write that runs at most once",
+        read_only=False,
         retryable=False,
         fenced=True,
         approval_by_default=True,

@@ -122,7 +122,7 @@ def approval_by_default(effect: EffectClass, annotations: Mapping[str, Any] | No
     """
     if effect.approval_by_default:
         return True
-    return not traits_of(effect).mcp_hints.get("readOnlyHint", False) and bool(
+    return not traits_of(effect).read_only and bool(
         annotations and annotations.get("destructiveHint") is True
     )
 

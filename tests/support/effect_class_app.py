@@ -35,6 +35,8 @@ RETRIED = "retried_unfenced"
 
 TRAITS = {
     ONCE: EffectTraits(
+        meaning="changes something once; a lost attempt is failed",
+        read_only=False,
         retryable=False,
         fenced=True,
         approval_by_default=False,
@@ -42,6 +44,8 @@ TRAITS = {
         lost_status=CallStatus.FAILED,
     ),
     RETRIED: EffectTraits(
+        meaning="changes something, safely repeated; retried",
+        read_only=False,
         retryable=True,
         fenced=False,
         approval_by_default=False,

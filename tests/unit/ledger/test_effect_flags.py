@@ -35,6 +35,8 @@ def probe() -> Iterator[EffectClass]:
     effect = register_effect_class(
         "probe_effect",
         EffectTraits(
+            meaning="a test's own class",
+            read_only=True,
             retryable=True,
             fenced=False,
             approval_by_default=False,

@@ -28,10 +28,11 @@ from dex_celery.errors import (
     UnknownCall,
 )
 from dex_celery.ledger.ledger import OpenResult, Step, StepKind
+from dex_celery.model.effects import EffectClass, fenced_classes, traits_of
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus, EndReason, error_text, unclaimed_write_text
-from dex_celery.model.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
+from dex_celery.model.policy import PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.repeats import RepeatHazard, judge_repeat
 from dex_celery.settings import Settings
@@ -389,7 +390,7 @@ class Dispatcher:
         if current is None or current.status is not CallStatus.PENDING:
             log.info("call %s is no longer pending in the database; not opening it", record.key)
             return False
-        if not current.effect.retryable and current.claimed_by is not None:
+        if claimed_write(current):
             log.warning("write %s was claimed already; not opening it again", record.key)
             return False
         return True
@@ -503,7 +504,7 @@ class Dispatcher:
         with span(tracing.RECORD, parent, key=key, outcome=outcome.status):
             unclaimed = unclaimed_write_outcome(step)
             if unclaimed is not None and self.store.record_outcome(
-                key, unclaimed, effects=FENCED_EFFECTS
+                key, unclaimed, effects=fenced_classes()
             ):
                 # A write the database never saw claimed: no tool code ran (the write fence).
                 outcome = unclaimed
@@ -573,10 +574,6 @@ def hold_back(admission: Admission, hazard: RepeatHazard, now: float) -> Admissi
     return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
 
 
-#: Effect classes whose attempts run only after their claim is committed in SQL (the write
-#: fence); the others keep a Redis-only claim, so SQL cannot say whether they ran.
-FENCED_EFFECTS = (EffectClass.NON_IDEMPOTENT_WRITE, EffectClass.UNCLASSIFIED)
-
 #: Ends after which a fenced write may be judged from SQL: the ledger cannot tell whether tool
 #: code ran (lost, timed out) or knows it did not (the claim was given up unconfirmed).
 _JUDGED_FROM_SQL = frozenset(
@@ -605,6 +602,12 @@ def unclaimed_write_outcome(step: Step) -> Outcome | None:
         attempt_log=step.log,
         did_not_run=True,
     )
+
+
+def claimed_write(record: ToolCallRecord) -> bool:
+    """The call's class is fenced (its row of `model/effects.py`) and the system of record holds
+    a claim of it: an attempt may have run its tool code, so it never runs again (S3.2)."""
+    return traits_of(record.effect).fenced and record.claimed_by is not None
 
 
 def claimed_write_outcome(

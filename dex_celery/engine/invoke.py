@@ -37,6 +37,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from dex_celery.errors import AttemptCancelled, DexError, ToolError, ToolLost
 from dex_celery.forks import after_fork, keep_inherited
 from dex_celery.ledger.ledger import Cause
+from dex_celery.model.effects import traits_of
 from dex_celery.tools.arguments import check_arguments
 from dex_celery.tools.log_scrub import scrubbing
 from dex_celery.tools.sealing import Scrubber, unseal
@@ -277,11 +278,12 @@ def encode_result(
 ) -> tuple[Cause, str]:
     """The result as JSON text within `limit` bytes, or a record of why it is not kept.
 
-    A `read` that returned something unusable failed (running it changed nothing). Any other
+    A read-only class (its row of `model/effects.py`) that returned something unusable failed (running it changed nothing). Any other
     tool ran and its effect may have taken place: that call succeeded, and its result says the
     return value was not kept, so nobody reads "failed" and calls the write again.
     """
-    read = (effect or tool.effect_hint) == "read"
+    declared = effect or tool.effect_hint
+    read = declared is not None and traits_of(declared).read_only
     try:
         text = json.dumps(scrubber.value(value), allow_nan=False)
     except (TypeError, ValueError) as e:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import count_sql_write_errors, record_sweep
 from dex_celery.engine.decided import finished_step
-from dex_celery.engine.dispatch import claimed_write_outcome
+from dex_celery.engine.dispatch import claimed_write, claimed_write_outcome
 from dex_celery.ledger.keys import ShardKeys
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind, shard_epoch
 from dex_celery.model.event_types import EventType
@@ -261,7 +261,7 @@ class Sweeper:
             if live[record.key]:
                 continue
             try:
-                if not record.effect.retryable and record.claimed_by is not None:
+                if claimed_write(record):
                     if self._end_after_data_loss(record):
                         ended += 1
                     continue

@@ -43,8 +43,8 @@ from dex_celery.engine.tracing import Span, span
 from dex_celery.errors import CommitUnconfirmed, DexError, LedgerError
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, Step, StepKind
+from dex_celery.model.effects import traits_of
 from dex_celery.model.ids import CallKey, parse_task_id
-from dex_celery.model.policy import EffectClass
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.store.values import OutcomeRow, arguments_json
@@ -364,7 +364,7 @@ class Worker:
         refused = claim_shortfall(self.ledger.client, self.settings, key, attempt)
         if (
             not refused
-            and not EffectClass.retryable_value(claim.effect)
+            and traits_of(claim.effect).fenced
             and not self._fence_write(key, attempt, fence, owner)
         ):
             traced.set("outcome", "write_fence_refused")

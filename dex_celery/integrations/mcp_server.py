@@ -72,9 +72,10 @@ from dex_celery.integrations.mcp_tasks import (
 )
 from dex_celery.integrations.mcp_unanswered import UnansweredCalls
 from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.model.effects import UNDECLARED_EFFECT, EffectClass
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
-from dex_celery.model.policy import EffectClass, approval_by_default
+from dex_celery.model.policy import approval_by_default
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.owners import SessionOwners
 from dex_celery.tools.call_identity import identify
@@ -109,11 +110,11 @@ _UNANSWERED = frozenset({CallStatus.AWAITING_APPROVAL.value, CallStatus.PENDING.
 
 def declared_effect(tool: Tool) -> EffectClass:
     """The class a call of `tool` gets without a session default: its policy, then its metadata."""
-    return tool.declared_effect or EffectClass.UNCLASSIFIED
+    return tool.declared_effect or UNDECLARED_EFFECT
 
 
 def annotations_for(tool: Tool) -> mcp_types.ToolAnnotations | None:
-    """MCP hints from the tool's effect class (the one table, `policy.MCP_HINTS`)."""
+    """MCP hints from the tool's effect class (its row of the one table, `model/effects.py`)."""
     hints = mcp_hints(tool)
     return mcp_types.ToolAnnotations.model_validate(hints) if hints else None
 

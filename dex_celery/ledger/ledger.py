@@ -26,6 +26,7 @@ from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
 from dex_celery.ledger.events import AgentEvents
 from dex_celery.ledger.keys import KeySpace, ShardKeys
 from dex_celery.ledger.protocol import decode
+from dex_celery.model.effects import ledger_flags_json
 from dex_celery.model.policy import PolicySnapshot
 
 
@@ -404,6 +405,7 @@ class Ledger:
                         self.events_maxlen,
                         "1" if announce else "0",
                         "1" if may_have_run else "0",
+                        *snapshot.effect.traits.ledger_flags,
                     ),
                 )
                 for (key, snapshot), k in zip(calls, shards, strict=True)
@@ -476,7 +478,16 @@ class Ledger:
                 k.epoch,
                 k.clock,
             ),
-            (key, attempt, fence, cause.value, payload, self.jitter(), self.events_maxlen),
+            (
+                key,
+                attempt,
+                fence,
+                cause.value,
+                payload,
+                self.jitter(),
+                self.events_maxlen,
+                ledger_flags_json(),
+            ),
         )
         return Step.from_fields(f)
 
@@ -493,20 +504,33 @@ class Ledger:
         f = self._run(
             "lose",
             self._ending_keys(key),
-            (key, _n(attempt), mode.value, self.jitter(), detail, owner, fence),
+            (
+                key,
+                _n(attempt),
+                mode.value,
+                self.jitter(),
+                detail,
+                owner,
+                fence,
+                ledger_flags_json(),
+            ),
         )
         return Step.from_fields(f)
 
     def expire(self, key: str, attempt: int | None, *, unpublished: bool, detail: str) -> Step:
         mode = "unpublished" if unpublished else "due"
         f = self._run(
-            "expire", self._ending_keys(key), (key, _n(attempt), mode, self.jitter(), detail)
+            "expire",
+            self._ending_keys(key),
+            (key, _n(attempt), mode, self.jitter(), detail, ledger_flags_json()),
         )
         return Step.from_fields(f)
 
     def time_out(self, key: str, attempt: int | None, *, detail: str) -> Step:
         keys = (*self._ending_keys(key), self.keys.running(key))
-        f = self._run("time_out", keys, (key, _n(attempt), self.jitter(), detail))
+        f = self._run(
+            "time_out", keys, (key, _n(attempt), self.jitter(), detail, ledger_flags_json())
+        )
         return Step.from_fields(f)
 
     def note_waiting(self, key: str, attempt: int, note: str) -> bool:

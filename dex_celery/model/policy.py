@@ -1,4 +1,6 @@
-"""Tool policies (S1): effect classes, approval defaults, precedence and the recorded snapshot.
+"""Tool policies (S1): approval defaults, precedence and the recorded snapshot.
+
+What each effect class means is its row of the one table, `model/effects.py`.
 
 A `ToolPolicy` is what a tool author declares; a `PolicySnapshot` is what applied to one call
 when it was requested (S1.5). Only the snapshot is consulted after the request, so changing a
@@ -14,67 +16,12 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from dex_celery.errors import PolicyError, UnknownEffectClass
+from dex_celery.errors import PolicyError
+from dex_celery.model.effects import UNDECLARED_EFFECT, traits_of
+
+# `EffectClass` is re-exported: it is the type of `ToolPolicy.effect`.
+from dex_celery.model.effects import EffectClass as EffectClass
 from dex_celery.settings import Settings
-
-
-class EffectClass(StrEnum):
-    """What a tool does to the world; decides retries and approval defaults (S1.2)."""
-
-    READ = "read"
-    IDEMPOTENT_WRITE = "idempotent_write"
-    NON_IDEMPOTENT_WRITE = "non_idempotent_write"
-    UNCLASSIFIED = "unclassified"
-
-    @classmethod
-    def parse(cls, value: EffectClass | str) -> EffectClass:
-        """Accept the exact string values only; anything else is a typed error (S9.3)."""
-        if isinstance(value, EffectClass):
-            return value
-        try:
-            return cls(value)
-        except ValueError as e:
-            allowed = ", ".join(c.value for c in cls)
-            raise UnknownEffectClass(
-                f"unknown effect class {value!r}; expected one of: {allowed}"
-            ) from e
-
-    @property
-    def retryable(self) -> bool:
-        """Only tools whose repetition is harmless get more than one attempt (S3.1, S3.2)."""
-        return self in (EffectClass.READ, EffectClass.IDEMPOTENT_WRITE)
-
-    @property
-    def approval_by_default(self) -> bool:
-        """S1.3's default table."""
-        return not self.retryable
-
-    @classmethod
-    def retryable_value(cls, value: str) -> bool:
-        """`retryable` of a stored value; an unknown one (never written) counts as a write."""
-        try:
-            return cls(value).retryable
-        except ValueError:
-            return False
-
-
-#: The one table from an effect class to MCP's tool hints (what dex-celery tells MCP clients).
-#: `unclassified` has none: clients then apply MCP's defaults (a destructive, non-idempotent
-#: write), which is how dex treats it too (S1.2).
-MCP_HINTS: Mapping[EffectClass, Mapping[str, bool]] = {
-    EffectClass.READ: {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
-    EffectClass.IDEMPOTENT_WRITE: {
-        "readOnlyHint": False,
-        "destructiveHint": True,
-        "idempotentHint": True,
-    },
-    EffectClass.NON_IDEMPOTENT_WRITE: {
-        "readOnlyHint": False,
-        "destructiveHint": True,
-        "idempotentHint": False,
-    },
-    EffectClass.UNCLASSIFIED: {},
-}
 
 
 class EffectSource(StrEnum):
@@ -175,7 +122,7 @@ def approval_by_default(effect: EffectClass, annotations: Mapping[str, Any] | No
     """
     if effect.approval_by_default:
         return True
-    return effect is not EffectClass.READ and bool(
+    return not traits_of(effect).read_only and bool(
         annotations and annotations.get("destructiveHint") is True
     )
 
@@ -266,7 +213,7 @@ def resolve_policy(
     elif session_default is not None:
         effect, source = EffectClass.parse(session_default), EffectSource.SESSION_DEFAULT
     else:
-        effect, source = EffectClass.UNCLASSIFIED, EffectSource.NONE
+        effect, source = UNDECLARED_EFFECT, EffectSource.NONE
     requires_approval = (
         approval_by_default(effect, annotations)
         if policy.requires_approval is None
@@ -286,6 +233,10 @@ def resolve_policy(
         heartbeat_timeout=policy.heartbeat_timeout or settings.heartbeat_timeout,
         approval_timeout=policy.approval_timeout or settings.approval_timeout,
         secret_arguments=policy.secret_arguments,
-        repeat_guard=not effect.retryable if policy.repeat_guard is None else policy.repeat_guard,
+        repeat_guard=(
+            effect.traits.repeat_guard_by_default
+            if policy.repeat_guard is None
+            else policy.repeat_guard
+        ),
         repeat_window=float(policy.repeat_window or 0.0),
     )

@@ -21,6 +21,7 @@ from dex_celery.engine.repeats import repeat_evidence
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall
+from dex_celery.model.effects import traits_of
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported
 from dex_celery.model.times import format_utc
@@ -444,17 +445,6 @@ def _message_lines(messages: list[dict[str, Any]], full: bool = False) -> list[s
 
 # --- approvals ---------------------------------------------------------------------------------
 
-#: What each effect class means to the person deciding (S1.2): what approving lets happen.
-EFFECT_MEANINGS = {
-    "read": "only reads; safe to run again (retried on failure)",
-    "idempotent_write": "changes something, but running it twice has the effect of once "
-    "(retried on failure)",
-    "non_idempotent_write": "changes something, and running it twice could do it twice: it "
-    "runs at most once, never retried; a lost attempt ends outcome_unknown",
-    "unclassified": "its author did not say what it does: treated as a write that runs at "
-    "most once",
-}
-
 
 def _last_before(history: Sequence[Message], role: MessageRole, at: float) -> str:
     """The text of the session's last `role` message written no later than the call."""
@@ -485,7 +475,7 @@ def approval_contexts(
         out.append(
             {
                 "description": tool.description if tool is not None else "",
-                "effect_meaning": EFFECT_MEANINGS.get(p.effect.value, ""),
+                "effect_meaning": traits_of(p.effect).meaning,
                 "last_user": cut_text(_last_before(history, MessageRole.USER, p.requested_at))[0],
                 "last_assistant": cut_text(
                     _last_before(history, MessageRole.ASSISTANT, p.requested_at)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dex_celery.errors import UnknownDefinitionFormat
-from dex_celery.model.policy import MCP_HINTS
+from dex_celery.model.effects import traits_of
 from dex_celery.tools.tool import Tool
 
 FORMATS = ("openai", "anthropic", "mcp")
@@ -45,14 +45,15 @@ def definition(tool: Tool, format: str) -> dict[str, Any]:
 
 
 def mcp_hints(tool: Tool) -> dict[str, Any]:
-    """MCP annotations of a tool: the hints of its declared class (`MCP_HINTS`), beside the
+    """MCP annotations of a tool: the hints of its declared class (its row of
+    `model/effects.py`), beside the
     tool's own other annotations (a title, `openWorldHint`). A policy that overrides a server's
     hints is what clients are told, so every output agrees with how dex runs the tool."""
     effect = tool.declared_effect
     own = {k: v for k, v in _plain(tool.annotations).items() if k not in _EFFECT_HINTS}
     if effect is None:
         return own
-    return {**own, **MCP_HINTS[effect]}
+    return {**own, **traits_of(effect).mcp_hints}
 
 
 #: The hints the effect class decides.

@@ -20,15 +20,15 @@
 -- in one place.
 --
 -- next_step decides, atomically with the move that ended the attempt, what happens to the call:
--- another attempt (read / idempotent_write with attempts left, S3.1) or a terminal outcome (S4).
+-- another attempt (a retried class with attempts left, S3.1) or a terminal outcome (S4).
 -- Causes:
 --   ok          the tool returned                      -> succeeded
 --   tool_error  the tool reported a failure            -> failed with its message
 --   retryable   the tool reported a transient failure  -> retry, else failed
 --   not_reached the attempt never reached a worker     -> retry, else failed (did not run) or,
 --               if an earlier attempt reached one, as for lost
---   lost        the worker stopped after the claim     -> retry, else failed (read) or
---               outcome_unknown (S4.3)
+--   lost        the worker stopped after the claim     -> retry, else the class's lost
+--               status and reason (failed for a read, else outcome_unknown, S4.3)
 --   timed_out   past start-to-close, fenced (S5.1)     -> retry, else failed
 --   unconfirmed a write's worker could not commit its SQL claim and gave the attempt up before
 --               any tool code                          -> outcome_unknown (claim_unconfirmed),
@@ -55,10 +55,30 @@ end
 local function read_call(call)
   local v = redis.call('HMGET', call, 'status', 'n', 'state', 'deadline', 'lease', 'close',
     'owner', 'fence', 'claimed_at', 'log', 'max', 'effect', 'reached', 'b0', 'bmax', 's2s',
-    'epoch', 'done_fence')
+    'epoch', 'done_fence', 'retry', 'lost', 'lost_reason')
   return {status = v[1], n = v[2], state = v[3], deadline = v[4], lease = v[5], close = v[6],
     owner = v[7], fence = v[8], claimed_at = v[9], log = v[10], max = v[11], effect = v[12],
-    reached = v[13], b0 = v[14], bmax = v[15], s2s = v[16], epoch = v[17], done_fence = v[18]}
+    reached = v[13], b0 = v[14], bmax = v[15], s2s = v[16], epoch = v[17], done_fence = v[18],
+    retry = v[19], lost = v[20], lost_reason = v[21]}
+end
+
+-- The effect flags of the call (docs/ledger.md, "Effect flags"): whether a failed attempt may be
+-- retried, and the status and reason a lost attempt ends with. open.lua writes them into the
+-- hash; a hash opened by a release before them has none, and `known` (the caller's effect table,
+-- JSON: class -> [retry, lost, lost_reason]) says what its class means. A class neither knows is
+-- run at most once and a lost attempt leaves its outcome unknown.
+local function effect_flags(c, known)
+  if c.retry then
+    return c.retry == '1', c.lost, c.lost_reason
+  end
+  local row = nil
+  if known and known ~= '' and c.effect then
+    row = cjson.decode(known)[c.effect]
+  end
+  if row then
+    return row[1] == '1', row[2], row[3]
+  end
+  return false, 'outcome_unknown', 'lost'
 end
 
 -- Queue field, value pairs for the one HSET of `write_call`, and keep `c` current.
@@ -128,10 +148,12 @@ local function terminal(w, c, unrecorded, key, now, status, reason, detail)
 end
 
 -- Decides the next step and queues its writes in `w`; the caller then runs `write_call`.
-local function next_step(w, c, queue, lease, close, unrecorded, key, now, cause, detail, jitter)
-  local n, max, effect = tonumber(c.n), tonumber(c.max), c.effect
+-- `flags` is the caller's effect table, for a hash without flags of its own (`effect_flags`).
+local function next_step(w, c, queue, lease, close, unrecorded, key, now, cause, detail, jitter,
+    flags)
+  local n, max = tonumber(c.n), tonumber(c.max)
   local reached = c.reached == '1'
-  local retryable_class = effect == 'read' or effect == 'idempotent_write'
+  local retryable_class, lost, lost_reason = effect_flags(c, flags)
   redis.call('ZREM', lease, key)
   redis.call('ZREM', close, key)
   if cause == 'ok' then
@@ -164,8 +186,5 @@ local function next_step(w, c, queue, lease, close, unrecorded, key, now, cause,
     return terminal(w, c, unrecorded, key, now, 'failed', 'did_not_run', detail)
   end
   -- lost, or not_reached after an earlier attempt reached a worker: the tool may have run.
-  if effect == 'read' then
-    return terminal(w, c, unrecorded, key, now, 'failed', 'lost', detail)
-  end
-  return terminal(w, c, unrecorded, key, now, 'outcome_unknown', 'lost', detail)
+  return terminal(w, c, unrecorded, key, now, lost, lost_reason, detail)
 end

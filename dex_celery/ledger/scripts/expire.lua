@@ -6,6 +6,7 @@
 local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7]
 local key, attempt, mode, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local flags = ARGV[6]
 
 local c, frozen
 c, attempt, frozen = live_call(call, key, attempt, epoch_key, clock_key, queue, lease_idx, close_idx)
@@ -27,6 +28,6 @@ log_attempt(w, c, attempt, 'expired', now, detail)
 put(w, c, 'state', 'expired')
 redis.call('ZREM', queue, key)
 local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'not_reached',
-  detail, jitter)
+  detail, jitter, flags)
 write_call(call, w)
 return step

@@ -10,7 +10,7 @@
 local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, events, epoch_key, clock_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local key, attempt, fence, cause, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local jitter, events_maxlen = ARGV[6], ARGV[7]
+local jitter, events_maxlen, flags = ARGV[6], ARGV[7], ARGV[8]
 
 local c = read_call(call)
 local epoch, frozen = ledger_globals(epoch_key, clock_key)
@@ -59,7 +59,7 @@ if cause == 'ok' then
   put(w, c, 'result', payload)
 end
 local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, cause, detail,
-  jitter)
+  jitter, flags)
 write_call(call, w)
 if step[2] == 'finished' then
   -- The ledger holds the outcome now; its SQL record follows in the recorder's next batch

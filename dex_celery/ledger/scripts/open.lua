@@ -9,6 +9,10 @@ local heartbeat_timeout, events_maxlen, announce = ARGV[9], ARGV[10], ARGV[11]
 -- reopening a call after a rollback): its attempts then count as having reached one, so running
 -- out of them is never reported as "did not run" (S4.2, S4.3).
 local may_have_run = ARGV[12]
+-- The effect flags (docs/ledger.md, "Effect flags"), from the class's row of the effect table
+-- (dex_celery/model/effects.py): '1'/'0' whether a failed attempt may be retried, and the status
+-- and reason a lost attempt ends with. Scripts read these, never the class name.
+local retry, lost, lost_reason = ARGV[13], ARGV[14], ARGV[15]
 
 local epoch, frozen = ledger_globals(epoch_key, clock_key)
 if epoch ~= expected_epoch then
@@ -26,7 +30,8 @@ local deadline = now + tonumber(s2s)
 redis.call('HSET', call, 'status', 'active', 'n', 1, 'state', 'enqueued',
   'deadline', deadline, 'effect', effect, 'max', max_attempts, 'b0', backoff_initial,
   'bmax', backoff_max, 's2s', s2s, 's2c', s2c, 'hb', heartbeat_timeout,
-  'reached', may_have_run == '1' and 1 or 0, 'opened_at', now, 'epoch', expected_epoch)
+  'reached', may_have_run == '1' and 1 or 0, 'opened_at', now, 'epoch', expected_epoch,
+  'retry', retry, 'lost', lost, 'lost_reason', lost_reason)
 redis.call('ZADD', queue, deadline, key)
 if announce == '1' then
   redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',

@@ -4,7 +4,7 @@
 -- Replies kind = noop or the next step of _common.lua.
 local call, queue, lease_idx, close_idx = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local unrecorded, epoch_key, clock_key, running_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local key, attempt, jitter, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local key, attempt, jitter, detail, flags = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 local c, frozen
 c, attempt, frozen = live_call(call, key, attempt, epoch_key, clock_key, queue, lease_idx, close_idx)
@@ -23,6 +23,6 @@ if running_key then
   redis.call('SET', running_key, attempt, 'PX', math.max(1, math.floor(hb * 1000)))
 end
 local step = next_step(w, c, queue, lease_idx, close_idx, unrecorded, key, now, 'timed_out',
-  detail, jitter)
+  detail, jitter, flags)
 write_call(call, w)
 return step

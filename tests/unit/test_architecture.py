@@ -188,6 +188,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dex_celery.settings",
             "dex_celery.backend_errors",
             "dex_celery.forks",
+            "dex_celery.async_bridge",
             "dex_celery.access",
             "dex_celery.model",
         ),

@@ -8,7 +8,7 @@ import os
 import mcp_types
 import pytest
 
-from dex_celery import EffectClass, Settings, ToolPolicy
+from dex_celery import EffectClass, Settings, ToolPolicy, forks
 from dex_celery.errors import ConfigurationError
 from dex_celery.integrations import mcp_sessions
 from dex_celery.integrations.mcp_client import (
@@ -86,7 +86,7 @@ def test_a_forked_child_gets_an_empty_pool_and_keeps_the_parents() -> None:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
-        ok = mcp_sessions.pool() is not parent and parent in mcp_sessions._inherited
+        ok = mcp_sessions.pool() is not parent and parent in forks._inherited
         os.write(write, b"1" if ok else b"0")
         os._exit(0)
     os.close(write)

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from dex_celery.async_bridge import run_sync
-from dex_celery.engine.repeats import RECONCILED, announce_repeat_evidence
+from dex_celery.engine.held_back_evidence import RECONCILED, announce_repeat_evidence
 from dex_celery.errors import (
     ConfigurationError,
     DuplicateOutcomeCheck,

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
+from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
-from tests.support.processes import RedisServer, Worker
 from tests.support.rabbitmq import (
     RABBITMQ,
     REDIS,
@@ -24,7 +25,6 @@ from tests.support.rabbitmq import (
     shared_server_missing,
     test_vhost,
 )
-from tests.support.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 
 # Tight settings so crash tests finish in seconds; the defaults are measured in bench/.
 TEST_TIMINGS = {

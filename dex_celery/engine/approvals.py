@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
-from dex_celery.engine.repeats import repeat_evidence
+from dex_celery.engine.held_back_evidence import repeat_evidence
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -33,7 +33,7 @@ from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
-from dex_celery.model.repeats import RepeatEvidence, held_rejection_note
+from dex_celery.model.repeat_rule import RepeatEvidence, held_rejection_note
 from dex_celery.model.times import format_utc
 from dex_celery.store.values import Outcome
 from dex_celery.tools.redact import record_arguments

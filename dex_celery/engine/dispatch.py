@@ -34,9 +34,9 @@ from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus, EndReason, error_text, unclaimed_write_text
 from dex_celery.model.policy import PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.model.repeats import RepeatHazard, judge_repeat
+from dex_celery.model.repeat_rule import RepeatHazard, judge_repeat
 from dex_celery.settings import Settings
-from dex_celery.store.repeats import RepeatCheck
+from dex_celery.store.repeat_guards import RepeatCheck
 from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.tools.call_identity import identify, identity_text

@@ -2,11 +2,10 @@
 
 - A sync tool is called in the task's own thread (or greenlet). One that hands back an awaitable
   is refused with a clear error; its coroutine is closed, never left "never awaited".
-- An `async def` tool runs on an event loop the worker keeps: one per pool thread (prefork: the
-  pool process's thread; threads: each thread), reused call after call. Under gevent, where all
-  greenlets share one OS thread and asyncio allows one running loop per OS thread, all async
-  tools share one loop run by a greenlet (`threading` is patched, so `LoopThread` is one) and
-  cooperating with the hub. The heartbeat pump goes on renewing the lease while the tool awaits.
+- An `async def` tool runs through `async_bridge.run_sync` on an event loop the worker keeps: one
+  per pool thread (prefork: the pool process's thread; threads: each thread), reused call after
+  call. Under gevent all async tools share the process's one loop, run by a greenlet. The
+  heartbeat pump goes on renewing the lease while the tool awaits.
 - When the attempt is fenced (its lease was taken away, or it ran past start-to-close) the
   `ToolContext` is cancelled, which cancels the coroutine; a sync tool sees `ctx.cancelled`.
 - Start-to-close is enforced here for every pool, not only where Celery has a soft time limit
@@ -19,23 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import heapq
 import inspect
 import itertools
 import json
 import logging
-import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+from dex_celery.async_bridge import run_sync
 from dex_celery.errors import AttemptCancelled, DexError, ToolError, ToolLost
-from dex_celery.forks import after_fork, keep_inherited
+from dex_celery.forks import after_fork
 from dex_celery.ledger.ledger import Cause
 from dex_celery.model.effects import traits_of
 from dex_celery.tools.arguments import check_arguments
@@ -67,42 +65,6 @@ def is_async(fn: Callable[..., Any]) -> bool:
         return True
     call = getattr(fn, "__call__", None)  # noqa: B004 - the attribute, not callable()
     return call is not None and inspect.iscoroutinefunction(call)
-
-
-# --- the event loop of this process --------------------------------------------------------
-
-
-class LoopThread:
-    """One asyncio loop per worker process, run forever by one daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.loop.call_soon(ready.set)
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=run, name="dex-asyncio", daemon=True)
-        self.thread.start()
-        ready.wait(10)
-
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-
-_loop: LoopThread | None = None
-_loop_lock = threading.Lock()
-
-
-def event_loop() -> LoopThread:
-    """The loop of this process (re-made in a forked pool child, which has no loop thread)."""
-    global _loop
-    with _loop_lock:
-        if _loop is None or not _loop.thread.is_alive():
-            _loop = LoopThread()
-        return _loop
 
 
 # --- start-to-close watchdog ---------------------------------------------------------------
@@ -162,11 +124,12 @@ class Watchdog:
 
 
 _watchdog: Watchdog | None = None
+_watchdog_lock = threading.Lock()
 
 
 def watchdog() -> Watchdog:
     global _watchdog
-    with _loop_lock:
+    with _watchdog_lock:
         if _watchdog is None:
             _watchdog = Watchdog()
         return _watchdog
@@ -232,45 +195,8 @@ def invoke(
 
 
 def _await(tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
-    if _gevent_patched():
-        return _await_on_shared_loop(tool, ctx, kwargs)
-    loop = thread_loop()
-    task = loop.create_task(tool.function(ctx, **kwargs))
-    ctx.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
-    try:
-        return loop.run_until_complete(task)
-    except SoftTimeLimitExceeded:
-        # Prefork's soft limit lands in this thread, inside the loop: stop the coroutine too.
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            loop.run_until_complete(task)
-        raise
-
-
-def _await_on_shared_loop(tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
-    """Under gevent every greenlet shares one OS thread, and asyncio allows one running loop
-    per OS thread: all async tools share the process's loop, run by one greenlet."""
-    future = event_loop().submit(tool.function(ctx, **kwargs))
-    ctx.on_cancel(future.cancel)
-    return future.result()
-
-
-_local = threading.local()
-
-
-def thread_loop() -> asyncio.AbstractEventLoop:
-    """The event loop this worker thread keeps (prefork: the pool process's main thread; threads:
-    each pool thread), so an async tool costs no hand-off between threads."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _local.loop = loop
-    return loop
-
-
-def _gevent_patched() -> bool:
-    monkey = sys.modules.get("gevent.monkey")
-    return monkey is not None and bool(monkey.is_module_patched("threading"))
+    """On the loop this pool thread keeps (`async_bridge`), cancelled when the attempt is."""
+    return run_sync(tool.function(ctx, **kwargs), on_cancel=ctx.on_cancel, keep_loop=True)
 
 
 def encode_result(
@@ -372,12 +298,10 @@ def invoke_attempt(
 
 def _forget_process_state() -> None:
     """After a fork (`dex_celery.forks`): the child has none of the parent's threads, so its
-    loop thread, watchdog and per-thread loops are made anew on first use."""
-    global _loop, _watchdog, _loop_lock, _local
-    keep_inherited(_loop)  # its selector and wake-up pipe are descriptors
-    _loop, _watchdog = None, None
-    _loop_lock = threading.Lock()
-    _local = threading.local()
+    watchdog is made anew on first use (the loops are `async_bridge`'s)."""
+    global _watchdog, _watchdog_lock
+    _watchdog = None
+    _watchdog_lock = threading.Lock()
 
 
 after_fork(_forget_process_state)

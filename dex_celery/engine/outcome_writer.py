@@ -30,8 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dex_celery.engine import counters as stats
-from dex_celery.engine import tracing
+from dex_celery.engine import counters, tracing
 from dex_celery.engine.pause_points import PausePoint, pause_at
 from dex_celery.engine.tracing import span
 from dex_celery.forks import after_fork
@@ -95,7 +94,7 @@ class OutcomeWriter:
             except Exception:
                 # Left in the ledger's unrecorded index: the sweeper writes them after its grace.
                 log.exception("could not record %d outcomes; the sweeper will", len(batch))
-                stats.count_sql_write_errors(self.ledger, "recorder", len(batch))
+                counters.count_sql_write_errors(self.ledger, "recorder", len(batch))
             finally:
                 with self._idle:
                     self._in_flight -= len(batch)

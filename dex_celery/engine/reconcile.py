@@ -21,16 +21,15 @@ seed's own function, knows the call was reported (S8.2).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from dex_celery.engine.repeats import RECONCILED, announce_repeat_evidence
+from dex_celery.async_bridge import run_sync
+from dex_celery.engine.held_back_evidence import RECONCILED, announce_repeat_evidence
 from dex_celery.errors import (
     ConfigurationError,
     DuplicateOutcomeCheck,
@@ -176,24 +175,8 @@ def run_check(
     """Call a sync or async check from sync code (a Celery task) and validate its answer."""
     result: Any = check(key, arguments)
     if inspect.isawaitable(result):
-        result = _await(result, timeout)
+        result = run_sync(result, timeout=timeout)
     return check_answer(result, key=key)
-
-
-def _await(awaitable: Awaitable[Any], timeout: float) -> Any:
-    async def main() -> Any:
-        return await asyncio.wait_for(awaitable, timeout)
-
-    try:
-        asyncio.get_running_loop()
-        in_loop = True
-    except RuntimeError:
-        in_loop = False
-    if not in_loop:
-        return asyncio.run(main())
-    # Called from a thread that runs an event loop: run the check on its own loop elsewhere.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, main()).result()
 
 
 # --- the beat job ----------------------------------------------------------------------------------

@@ -26,11 +26,11 @@ from dex_celery.engine import tracing
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.decided import outcome_of
 from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.held_back_evidence import LATE_RESULT, announce_repeat_evidence
 from dex_celery.engine.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.owners import owner_is_dead_here, owner_string
 from dex_celery.engine.pause_points import PausePoint, pause_at
-from dex_celery.engine.repeats import LATE_RESULT, announce_repeat_evidence
 from dex_celery.engine.shutdown_gate import ShutdownGate
 from dex_celery.engine.task_events import (
     AttemptFailed,

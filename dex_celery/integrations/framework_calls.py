@@ -9,6 +9,10 @@ translate their framework's ids and approval mechanism into these calls, so they
   keeps that count in what it resumes from (the SDK's run usage, Pydantic AI's message history,
   LangGraph's checkpointed messages, ADK's session events), so a resumed run asks for the same
   key (S2.1);
+- a request: `Decisions.request` gives the call's record, or the text the model reads when
+  there is none (arguments or ids refused; recorded, or maybe, but not started: S11.2), and a
+  person asked to approve sees `shown_request` (secrets `***`); `FrameworkBridge` holds what
+  every adapter's bridge needs;
 - a decision: approving records the person in dex and dispatches the call under its recorded
   policy (S6.2); rejecting records the call `rejected` with who decided, so no call a person
   turned down is left without a record;
@@ -23,11 +27,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import ApprovalError, CallTimeout
+from dex_celery.errors import ApprovalError, CallTimeout, InvalidRequest, RequestInFlight
+from dex_celery.integrations.conversation import Conversation
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.tools.call_identity import canonical_json, json_number_form
@@ -112,6 +117,31 @@ def request_in_flight_text(keys: Sequence[str]) -> str:
     )
 
 
+def shown_request(
+    record: ToolCallRecord, tool: Tool, arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a framework shows the person asked to approve a call: enough to decide, nothing
+    secret (the tool's secret arguments are `***`)."""
+    shown = {
+        name: "***" if name in tool.policy.secret_arguments else value
+        for name, value in arguments.items()
+    }
+    return {
+        "dex_key": record.key,
+        "tool": tool.name,
+        "arguments": shown,
+        "approval_deadline": record.approval_deadline,
+    }
+
+
+def refused_request_text(error: InvalidRequest | RequestInFlight) -> str:
+    """What the model reads of a request that gave no record: bad arguments or ids (nothing was
+    recorded), or recorded (or maybe) but not started (never ask again under a new id)."""
+    if isinstance(error, RequestInFlight):
+        return request_in_flight_text(error.keys)
+    return f"Error: {error}"
+
+
 def record_text(record: ToolCallRecord) -> str:
     """The TOOL message of an ended call: exactly what the session history keeps (S4.4)."""
     return tool_output(record.status, record.result, record.error or "")
@@ -157,6 +187,28 @@ class Decisions:
         self.client = DexClient(source)
         self.aclient = AsyncDexClient(source)
         self.note = APPROVED_NOTE.format(framework=framework)
+
+    # --- the request ---------------------------------------------------------------------
+
+    def request(
+        self, session: str, turn: str, call_id: str, tool: str, arguments: Mapping[str, Any] | str
+    ) -> ToolCallRecord | str:
+        """Request the call: its record, or the text the model reads when there is none."""
+        try:
+            return self.client.request_call(session, turn, call_id, tool, arguments)
+        except (InvalidRequest, RequestInFlight) as e:
+            return refused_request_text(e)
+
+    async def arequest(
+        self, session: str, turn: str, call_id: str, tool: str, arguments: Mapping[str, Any] | str
+    ) -> ToolCallRecord | str:
+        """`request` for async code."""
+        try:
+            return await self.aclient.request_call(session, turn, call_id, tool, arguments)
+        except (InvalidRequest, RequestInFlight) as e:
+            return refused_request_text(e)
+
+    # --- a person's decision ---------------------------------------------------------------
 
     def approve(self, record: ToolCallRecord, decided_by: str) -> ToolCallRecord:
         """Approve a waiting call; one decided meanwhile (or expired) keeps its record."""
@@ -243,3 +295,31 @@ class Decisions:
                 if not record.finished:
                     report_progress(record, time.monotonic() - started, timeout, progress)
         return record_text(record)
+
+
+_SessionIdSource = TypeVar("_SessionIdSource")
+
+
+class FrameworkBridge(Generic[_SessionIdSource]):
+    """What every adapter's bridge between its framework and dex holds: the decisions, the
+    conversation it records, how it finds the session id, who approves by default, how long a
+    tool waits for its call, and where progress goes."""
+
+    #: The framework's name, in the note recorded with an approval given through it.
+    framework: ClassVar[str]
+
+    def __init__(
+        self,
+        source: RuntimeSource,
+        session_id: _SessionIdSource | None,
+        approver: str,
+        wait_timeout: float,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.source = source
+        self.decisions = Decisions(source, self.framework)
+        self.conversation = Conversation(source)
+        self.session_id = session_id
+        self.approver = approver
+        self.wait_timeout = wait_timeout
+        self.progress = progress

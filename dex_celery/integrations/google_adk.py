@@ -56,17 +56,16 @@ from google.genai import types
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import InvalidRequest, RequestInFlight
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     Decisions,
     ProgressCallback,
     pending_text,
-    request_in_flight_text,
     runtime_source,
     same_arguments,
     select_tools,
+    shown_request,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
@@ -158,20 +157,16 @@ class DexAdkTool(BaseTool):
         await self.conversation.arecord(
             session, seen_events(tool_context.session.events), call_secrets(self.tool, args)
         )
-        client = self.decisions.aclient
-        try:
-            record = await client.request_call(session, turn, call_id, self.tool.name, args)
-        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
-            return f"Error: {e}"
-        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
-            return request_in_flight_text(e.keys)
+        record = await self.decisions.arequest(session, turn, call_id, self.tool.name, args)
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
         if record.status is CallStatus.AWAITING_APPROVAL:
             confirmation = tool_context.tool_confirmation
             if confirmation is None:
                 tool_context.request_confirmation(
                     hint=f"dex-celery: {self.tool.name} waits for a person's approval "
                     f"({record.key})",
-                    payload=_confirmation_payload(record, self.tool, args),
+                    payload=shown_request(record, self.tool, args),
                 )
                 return pending_text(record)
             record = await self._decide(record, args, confirmation.confirmed, confirmation.payload)
@@ -192,22 +187,6 @@ class DexAdkTool(BaseTool):
         return await self.decisions.areject(
             record, who, reason if isinstance(reason, str) else None
         )
-
-
-def _confirmation_payload(
-    record: ToolCallRecord, tool: Tool, arguments: Mapping[str, Any]
-) -> dict[str, Any]:
-    """What the person confirming sees in ADK's confirmation request: enough, nothing secret."""
-    shown = {
-        name: "***" if name in tool.policy.secret_arguments else value
-        for name, value in arguments.items()
-    }
-    return {
-        "dex_key": record.key,
-        "tool": tool.name,
-        "arguments": shown,
-        "approval_deadline": record.approval_deadline,
-    }
 
 
 # --- one conversation (S12.1) -------------------------------------------------------------------

@@ -67,18 +67,16 @@ from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import (
     ConfigurationError,
     InvalidDecision,
-    InvalidRequest,
-    RequestInFlight,
 )
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     CallProgress,
-    Decisions,
+    FrameworkBridge,
     ProgressCallback,
-    request_in_flight_text,
     runtime_source,
     select_tools,
+    shown_request,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
@@ -147,25 +145,12 @@ def dex_tools(
     `progress`, else as a custom stream event `{"dex_progress": {...}}` of the graph
     (`stream_mode="custom"`)."""
     source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, approver, wait_timeout, progress)
+    bridge = _Bridge(source, session_id, approver, wait_timeout, progress or _stream_progress)
     return [bridge.tool(tool) for tool in select_tools(source, names)]
 
 
-class _Bridge:
-    def __init__(
-        self,
-        source: RuntimeSource,
-        session_id: SessionIdSource | None,
-        approver: str,
-        wait_timeout: float,
-        progress: ProgressCallback | None = None,
-    ) -> None:
-        self.decisions = Decisions(source, "LangGraph")
-        self.conversation = Conversation(source)
-        self.session_id = session_id
-        self.approver = approver
-        self.wait_timeout = wait_timeout
-        self.progress = progress or _stream_progress
+class _Bridge(FrameworkBridge[SessionIdSource]):
+    framework = "LangGraph"
 
     def tool(self, tool: Tool) -> BaseTool:
         # `runtime: ToolRuntime` is how a ToolNode (and create_agent) hands a tool the graph's
@@ -212,26 +197,28 @@ class _Bridge:
 
     # --- the call ------------------------------------------------------------------------------
 
+    def ask(
+        self, record: ToolCallRecord, tool: Tool, arguments: dict[str, Any]
+    ) -> tuple[bool, str, str | None]:
+        """Interrupt the graph for a person's decision on a waiting call: (approved, who
+        decided, the reason to record with a rejection)."""
+        decision = Decision.parse(interrupt(shown_request(record, tool, arguments)))
+        reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
+        return decision.approved, decision.decided_by or self.approver, reason
+
     def run(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
         session, turn, call_id = self.ids(runtime)
         self.conversation.record(
             session, seen_messages(_messages(runtime.state)), call_secrets(tool, arguments)
         )
-        try:
-            record = self.decisions.client.request_call(
-                session, turn, call_id, tool.name, arguments
-            )
-        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
-            return f"Error: {e}"
-        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
-            return request_in_flight_text(e.keys)
+        record = self.decisions.request(session, turn, call_id, tool.name, arguments)
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
         if record.status is CallStatus.AWAITING_APPROVAL:
-            decision = Decision.parse(interrupt(_interrupt_value(record, tool, arguments)))
-            who = decision.decided_by or self.approver
-            if decision.approved:
+            approved, who, reason = self.ask(record, tool, arguments)
+            if approved:
                 record = self.decisions.approve(record, who)
             else:
-                reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
                 record = self.decisions.reject(record, who, reason)
         return self.decisions.text(record, self.wait_timeout, self.progress)
 
@@ -240,21 +227,14 @@ class _Bridge:
         await self.conversation.arecord(
             session, seen_messages(_messages(runtime.state)), call_secrets(tool, arguments)
         )
-        try:
-            record = await self.decisions.aclient.request_call(
-                session, turn, call_id, tool.name, arguments
-            )
-        except InvalidRequest as e:
-            return f"Error: {e}"
-        except RequestInFlight as e:
-            return request_in_flight_text(e.keys)
+        record = await self.decisions.arequest(session, turn, call_id, tool.name, arguments)
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
         if record.status is CallStatus.AWAITING_APPROVAL:
-            decision = Decision.parse(interrupt(_interrupt_value(record, tool, arguments)))
-            who = decision.decided_by or self.approver
-            if decision.approved:
+            approved, who, reason = self.ask(record, tool, arguments)
+            if approved:
                 record = await self.decisions.aapprove(record, who)
             else:
-                reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
                 record = await self.decisions.areject(record, who, reason)
         return await self.decisions.atext(record, self.wait_timeout, self.progress)
 
@@ -346,22 +326,6 @@ def _stream_progress(progress: CallProgress) -> None:
     except RuntimeError:  # not inside a graph run: the log line is all there is
         return
     writer({PROGRESS_EVENT: {**dataclasses.asdict(progress), "status": progress.status.value}})
-
-
-def _interrupt_value(
-    record: ToolCallRecord, tool: Tool, arguments: dict[str, Any]
-) -> dict[str, Any]:
-    """What the graph's caller sees in the interrupt: enough to decide, nothing secret."""
-    shown = {
-        name: "***" if name in tool.policy.secret_arguments else value
-        for name, value in arguments.items()
-    }
-    return {
-        "dex_key": record.key,
-        "tool": tool.name,
-        "arguments": shown,
-        "approval_deadline": record.approval_deadline,
-    }
 
 
 def _messages(state: Any) -> Sequence[Any]:

@@ -30,13 +30,12 @@ for it): a server can deduplicate on it. What can go wrong maps onto dex's outco
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import shlex
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -49,6 +48,7 @@ import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from dex_celery.async_bridge import run_sync
 from dex_celery.errors import (
     ConfigurationError,
     DexError,
@@ -670,14 +670,3 @@ def _describe(e: BaseException) -> str:
         return f"MCP error {e.code}: {e.message}"
     text = str(e)
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def run_sync(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine from synchronous code, also when the calling thread has a running loop
-    (then in a fresh thread, so the caller's loop is never re-entered)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()

@@ -36,7 +36,7 @@ import anyio
 import mcp_types
 from mcp import Client, MCPError
 
-from dex_celery.engine.invoke import LoopThread
+from dex_celery.async_bridge import LoopThread
 from dex_celery.forks import after_fork, keep_inherited
 
 log = logging.getLogger("dex_celery.mcp")
@@ -115,14 +115,7 @@ class SessionPool:
     def run(self, coroutine: Coroutine[Any, Any, _T], on_cancel: Callable[..., Any]) -> _T:
         """Run `coroutine` on the pool's loop and wait for it; `on_cancel(cancel)` registers
         how the caller's cancellation (a fenced attempt) cancels it."""
-        future = self._loop_thread().submit(coroutine)
-        on_cancel(future.cancel)
-        try:
-            return future.result()  # type: ignore[no-any-return]
-        except BaseException:
-            # Prefork's soft time limit lands here, in the waiting thread: stop the call too.
-            future.cancel()
-            raise
+        return self._loop_thread().run(coroutine, on_cancel)
 
     def stats(self) -> PoolStats:
         with self._lock:

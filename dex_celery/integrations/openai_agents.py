@@ -66,9 +66,9 @@ from dex_celery.errors import (
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     Decisions,
+    FrameworkBridge,
     ProgressCallback,
     record_text,
-    request_in_flight_text,
     runtime_source,
     select_tools,
 )
@@ -110,23 +110,8 @@ def dex_function_tools(
     return [bridge.function_tool(tool) for tool in tools]
 
 
-class _Bridge:
-    def __init__(
-        self,
-        source: RuntimeSource,
-        session_id: SessionIdSource | None,
-        approver: str,
-        wait_timeout: float,
-        progress: ProgressCallback | None = None,
-    ) -> None:
-        self.source = source
-        self.client = AsyncDexClient(source)
-        self.decisions = Decisions(source, "OpenAI Agents SDK")
-        self.conversation = Conversation(source)
-        self.session_id = session_id
-        self.approver = approver
-        self.wait_timeout = wait_timeout
-        self.progress = progress
+class _Bridge(FrameworkBridge[SessionIdSource]):
+    framework = "OpenAI Agents SDK"
 
     def function_tool(self, tool: Tool) -> FunctionTool:
         async def invoke(ctx: AgentsToolContext[Any], arguments: str) -> str:
@@ -143,7 +128,7 @@ class _Bridge:
             session = self.run_id(ctx)
             await self.scrub_conversation(session, tool, arguments)
             try:
-                record = await self.client.request_call(
+                record = await self.decisions.aclient.request_call(
                     session, self.turn_id(ctx), call_id, tool.name, arguments
                 )
             except (InvalidRequest, RequestInFlight):
@@ -207,26 +192,23 @@ class _Bridge:
         # Arguments that are not JSON are refused by the request below, and the model reads why.
         with contextlib.suppress(ValueError):
             await self.scrub_conversation(session, tool, json.loads(arguments or "{}"))
-        try:
-            record = await self.client.request_call(
-                session, self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"
-            )
-        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
-            return f"Error: {e}"
-        except RequestInFlight as e:
-            return request_in_flight_text(e.keys)
+        record = await self.decisions.arequest(
+            session, self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"
+        )
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
         if record.status is CallStatus.AWAITING_APPROVAL and ctx.is_tool_approved(
             tool.name, ctx.tool_call_id
         ):
             # The SDK invokes a call whose needs_approval said so only after a person approved
             # it; a call found waiting that nobody approved in the run keeps waiting.
             try:
-                record = await self.client.approve(
+                record = await self.decisions.aclient.approve(
                     record.key, self.approver, "approved in the OpenAI Agents SDK run"
                 )
             except ApprovalError:
                 # Decided meanwhile elsewhere, or its deadline passed: the record says how.
-                record = await self.client.get_call(record.key)
+                record = await self.decisions.aclient.get_call(record.key)
         return await self.decisions.atext(record, self.wait_timeout, self.progress)
 
 

@@ -70,14 +70,13 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import DexError, InvalidRequest, RequestInFlight
+from dex_celery.errors import DexError
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     Decisions,
     ProgressCallback,
     record_text,
-    request_in_flight_text,
     runtime_source,
     same_arguments,
     select_tools,
@@ -162,14 +161,9 @@ class DexTools(AbstractCapability[Any]):
         await self._conversation.arecord(
             session, seen_messages(ctx.messages), call_secrets(tool, arguments)
         )
-        try:
-            record = await self._decisions.aclient.request_call(
-                session, turn, call_id, tool.name, arguments
-            )
-        except InvalidRequest as e:  # bad arguments or ids: nothing was recorded
-            return f"Error: {e}"
-        except RequestInFlight as e:  # recorded (or maybe): never ask again under a new id
-            return request_in_flight_text(e.keys)
+        record = await self._decisions.arequest(session, turn, call_id, tool.name, arguments)
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
         if record.status is CallStatus.AWAITING_APPROVAL:
             if not ctx.tool_call_approved:
                 raise ApprovalRequired(

@@ -57,7 +57,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from dex_celery.access import Credentials, HostAllowlist, Scope, check_bind, guarded_wsgi
-from dex_celery.engine import counters as stats
+from dex_celery.engine import counters
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops.webhooks import delivery_status
 from dex_celery.store.mcp_catalog import McpCatalog
@@ -177,15 +177,17 @@ class DexCollector(Collector):
         refused = CounterMetricFamily(
             "dex_claims_refused", "Deliveries turned away by the claim", labels=["reason"]
         )
-        fields = stats.stats_fields(source.runtime.ledger)
-        for reason, count in sorted(stats.with_prefix(fields, stats.CLAIMS_REFUSED).items()):
+        fields = counters.stats_fields(source.runtime.ledger)
+        for reason, count in sorted(counters.with_prefix(fields, counters.CLAIMS_REFUSED).items()):
             refused.add_metric([reason], count)
         write_errors = CounterMetricFamily(
             "dex_sql_write_errors",
             "Outcomes SQL would not take (each waits in the ledger for the sweeper)",
             labels=["writer"],
         )
-        for writer, count in sorted(stats.with_prefix(fields, stats.SQL_WRITE_ERRORS).items()):
+        for writer, count in sorted(
+            counters.with_prefix(fields, counters.SQL_WRITE_ERRORS).items()
+        ):
             write_errors.add_metric([writer], count)
         yield from (refused, write_errors)
 
@@ -216,7 +218,7 @@ class DexCollector(Collector):
                 life.add_metric([str(shard.index), str(epoch)], 1)
         yield from (in_flight, not_in_sql, life)
 
-        sweep = stats.last_sweep(source.runtime.ledger)
+        sweep = counters.last_sweep(source.runtime.ledger)
         if sweep is not None:
             lag = GaugeMetricFamily("dex_sweep_lag_seconds", "Time since the last sweep ended")
             lag.add_metric([], max(0.0, source.runtime.ledger.now() - sweep.finished_at))

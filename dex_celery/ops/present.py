@@ -16,8 +16,8 @@ from typing import Any
 import redis
 
 from dex_celery.engine.approvals import PendingApproval
+from dex_celery.engine.held_back_evidence import repeat_evidence
 from dex_celery.engine.owners import parse_owner
-from dex_celery.engine.repeats import repeat_evidence
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall

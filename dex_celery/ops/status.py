@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import inspect
 
 from dex_celery.backend_errors import first_line, require_existing_database, translate
-from dex_celery.engine import counters as stats
+from dex_celery.engine import counters
+from dex_celery.engine.worker_starts import SILENT_WINDOW, WorkerStart, read_starts
 from dex_celery.model.times import format_utc
-from dex_celery.ops import webhooks as notify
+from dex_celery.ops import webhooks
 from dex_celery.ops.present import celery_line, command_line
-from dex_celery.processes.worker_starts import SILENT_WINDOW, WorkerStart, read_starts
 from dex_celery.store.mcp_catalog import McpCatalog, McpServerState
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import tool_calls
@@ -109,7 +109,7 @@ def _guarded(name: str, check: SectionCheck, source: RuntimeSource) -> Section:
 def last_sweep(source: RuntimeSource) -> tuple[float | None, float]:
     """(seconds since the last sweep, or None if none is recorded; now on the ledger's clock)."""
     now = source.runtime.ledger.now()
-    sweep = stats.last_sweep(source.runtime.ledger)
+    sweep = counters.last_sweep(source.runtime.ledger)
     if sweep is None:
         return None, now
     return max(0.0, now - sweep.finished_at), now
@@ -293,10 +293,10 @@ def calls_section(source: RuntimeSource) -> Section:
 
 def webhooks_section(source: RuntimeSource) -> Section:
     """Webhook deliveries: a receiver that gave deliveries up, or has some waiting, warns."""
-    status = notify.delivery_status(source)
+    status = webhooks.delivery_status(source)
     given_up = sum(r.given_up for r in status.receivers)
     state = State.WARN if given_up or status.pending else State.OK
-    detail = notify.render_status(status).splitlines()[0]
+    detail = webhooks.render_status(status).splitlines()[0]
     if given_up:
         detail += f"; {given_up} given up"
     return Section("webhooks", state, detail, status.as_dict())

@@ -3,7 +3,7 @@
 - `worker_init` (main process, before the pool starts): the Redis startup check
   (`processes.checks`), every tool source read anew (MCP servers' tool lists, so their tasks
   are registered before the pool forks), and the worker's own Prometheus port when `worker_metrics_port` is set;
-- `worker_ready`: the node's start is counted (`processes.worker_starts`, restarts in `status`);
+- `worker_ready`: the node's start is counted (`engine.worker_starts`, restarts in `status`);
 - `worker_ready` / `worker_shutting_down`: the deployment watch (`ops.status.DeploymentWatch`:
   a missing schema, a sweeper that stopped), started and stopped with the worker;
 - `task_failure` with `WorkerLostError`: the fast path for a pool child that died while its
@@ -33,10 +33,10 @@ from celery import Celery, signals
 
 from dex_celery.engine.outcome_writer import OutcomeChannel
 from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine.worker_starts import record_start
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.checks import check_or_exit
 from dex_celery.processes.shutdown import WarmShutdown
-from dex_celery.processes.worker_starts import record_start
 from dex_celery.store.values import OutcomeRow
 from dex_celery.tools.tool import TASK_PREFIX
 

@@ -31,7 +31,7 @@ from dex_celery.store.commit import transaction
 from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
 from dex_celery.store.hot import hot_statements
-from dex_celery.store.repeats import RepeatCheck, held_back_by, pass_guard, take_guard
+from dex_celery.store.repeat_guards import RepeatCheck, held_back_by, pass_guard, take_guard
 from dex_celery.store.rows import (
     call_record,
     tool_message_row,
@@ -59,7 +59,7 @@ class CallRecords(StoreBase):
         Returns (record, created) per request, in order. `check(new, recorded)` is called for
         each request whose key is recorded already; what it raises rolls the whole batch back.
         `repeats`: the repeat guard (S5.4) for new calls whose policy has it, in the same
-        transaction (`store/repeats.py`).
+        transaction (`store/repeat_guards.py`).
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
@@ -154,7 +154,7 @@ class CallRecords(StoreBase):
             row.update(values)
 
     def take_repeat_slot(self, record: ToolCallRecord) -> None:
-        """An approved held-back call becomes the holder of its slot (`store/repeats.py`)."""
+        """An approved held-back call becomes the holder of its slot (`store/repeat_guards.py`)."""
         if record.repeat_digest is None:
             return
         with self.engine.begin() as conn:

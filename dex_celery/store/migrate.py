@@ -19,8 +19,8 @@ from sqlalchemy import Connection, inspect, text
 
 from dex_celery.errors import ConfigurationError
 from dex_celery.store.alembic_log import quiet_alembic
-from dex_celery.store.engine import make_engine
 from dex_celery.store.schema import metadata
+from dex_celery.store.sql_engine import make_engine
 
 with quiet_alembic():  # its first import logs each plugin it sets up, at INFO
     from alembic import command

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from dex_celery.store.calls import CallRecords
-from dex_celery.store.engine import EngineHandle
 from dex_celery.store.schema import metadata
 from dex_celery.store.sessions import SessionsAndMessages
+from dex_celery.store.sql_engine import EngineHandle
 
 
 class Store(CallRecords, SessionsAndMessages):

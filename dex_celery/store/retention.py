@@ -6,7 +6,7 @@ Each table, and what a prune does to it (docs/operations.md, "Retention"):
 - `dex_tool_calls`: a call goes when it ended before the cutoff and nothing may still read it:
   not an unreconciled `outcome_unknown`, not the earlier call of one waiting for approval (the
   approver reads it), not the holder of a repeat-guard slot the guard would still judge unsafe
-  to repeat (`model/repeats.judge_repeat`, the guard's own rule). Its attempts are its
+  to repeat (`model/repeat_rule.judge_repeat`, the guard's own rule). Its attempts are its
   `attempt_log` column: they go with it.
 - `dex_messages`: a removed call's TOOL message goes with it; a session's other messages go
   only with the whole session.
@@ -39,7 +39,7 @@ from sqlalchemy import Connection, Engine, and_, delete, exists, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.repeats import judge_repeat
+from dex_celery.model.repeat_rule import judge_repeat
 from dex_celery.store.counts import SHARDS
 from dex_celery.store.dialect import IN_CHUNK, one_of
 from dex_celery.store.hot import hot_statements

@@ -97,7 +97,7 @@ tool_calls = Table(
     Column("decided_by", String(200), nullable=True),
     Column("decided_at", Float, nullable=True),
     Column("decision_note", Text, nullable=True),
-    # The repeat guard (S5.4, `store/repeats.py`): the call's digest of tool and canonical
+    # The repeat guard (S5.4, `store/repeat_guards.py`): the call's digest of tool and canonical
     # arguments (set for guarded calls), and, for a call the guard held back, the earlier call
     # it repeats and why it waits.
     Column("repeat_digest", String(64), nullable=True),

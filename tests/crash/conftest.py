@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import RedisServer
+from devtools.toolapp import make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
-from tests.support.processes import RedisServer
-from tests.support.toolapp import make_app
 
 
 @pytest.fixture

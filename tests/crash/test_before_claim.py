@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from tests.support.crash import (
@@ -22,8 +24,6 @@ from tests.support.crash import (
     tool_messages,
     wait_finished,
 )
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 
 pytestmark = pytest.mark.crash
 

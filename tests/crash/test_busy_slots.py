@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 from dex_celery import CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from dex_celery.model.records import ToolCallRecord
@@ -31,9 +33,7 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import RABBITMQ, REDIS
-from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 
 POOLS_AND_BROKERS = pytest.mark.parametrize(
     ("pool", "broker_kind"),

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.support.processes import ROOT
+from devtools.processes import ROOT
 
 pytestmark = pytest.mark.crash
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from devtools.processes import RedisServer
 from dex_celery import Dex
 from dex_celery.errors import RedisUnavailable
-from tests.support.processes import RedisServer
 
 
 def test_iterating_events_when_redis_dies_raises_redis_unavailable(

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import ROOT, Worker, wait_for
+from devtools.toolapp import executions
 from dex_celery import Dex
 from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.model.records import ToolCallRecord
-from tests.support.processes import ROOT, Worker, wait_for
 from tests.support.skew import SweeperProcess, request_in_child, skewed
-from tests.support.toolapp import executions
 
 pytestmark = pytest.mark.crash
 

@@ -20,6 +20,14 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import (
+    BLOCK_BEFORE_CLAIM_ENV,
+    executions,
+    log_dir,
+    make_app,
+    prerun_marker,
+)
 from dex_celery import (
     DID_NOT_RUN,
     BackendUnavailable,
@@ -36,14 +44,6 @@ from dex_celery.store.repository import Store
 from tests.support.crash import tool_messages
 from tests.support.db_proxy import CuttableProxy
 from tests.support.pg_database import fresh_database
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import (
-    BLOCK_BEFORE_CLAIM_ENV,
-    executions,
-    log_dir,
-    make_app,
-    prerun_marker,
-)
 
 pytestmark = pytest.mark.crash
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import Worker
 from dex_celery import (
     OUTCOME_UNKNOWN_TOOL_RESULT,
     AsyncDexClient,
@@ -30,7 +31,6 @@ from dex_celery import (
 )
 from tests.integration import seed_example
 from tests.support.crash import lines, wait_started
-from tests.support.processes import Worker
 
 pytestmark = pytest.mark.crash
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import RedisServer, Worker, wait_for
+from devtools.toolapp import LOG_ENV, executions
 from dex_celery import CallStatus, Dex
+from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import wait_finished
-from tests.support.processes import RedisServer, Worker, wait_for
-from tests.support.tcpproxy import TcpProxy
-from tests.support.toolapp import LOG_ENV, executions
 
 #: Seconds the link is cut: shorter than the tool's 3 s lease, longer than several beats.
 BLIP = 1.0

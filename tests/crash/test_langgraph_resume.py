@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from tests.support.crash import lines, release_tools, tool_messages, wait_started
 from tests.support.langgraph_agent import WRITE
-from tests.support.processes import ROOT, Worker
 
 pytestmark = pytest.mark.crash
 

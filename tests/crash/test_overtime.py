@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
@@ -22,7 +23,6 @@ from tests.support.crash import (
     wait_finished,
     wait_late_result,
 )
-from tests.support.processes import Worker
 
 pytestmark = pytest.mark.crash
 

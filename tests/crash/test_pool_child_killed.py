@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from tests.support.crash import events, lines, release_tools, wait_finished, wait_started
-from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import ON_BOTH_BROKERS
-from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker
 
 pytestmark = pytest.mark.crash
 

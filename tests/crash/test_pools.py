@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import VISIBILITY_TIMEOUT_ENV
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallRequest, CallStatus, Dex
 from tests.support.crash import (
     events,
@@ -27,8 +29,6 @@ from tests.support.crash import (
     wait_late_result,
     wait_started,
 )
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import VISIBILITY_TIMEOUT_ENV
 
 pytestmark = pytest.mark.crash
 

@@ -26,17 +26,17 @@ import pytest
 from sqlalchemy import select
 
 from devtools.history_seed import seed_history
+from devtools.pg_schema import postgres_schema
+from devtools.processes import ROOT, Worker
+from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
 from dex_celery.store.archive import read_archive
 from dex_celery.store.schema import messages, tool_calls
 from dex_celery.store.views import OperatorViews
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import ROOT, Worker
-from tests.support.toolapp import executions
 
 pytestmark = pytest.mark.crash
 
-APP = "tests.support.toolapp:dex"
+APP = "devtools.toolapp:dex"
 OLD_CALLS = 3000
 
 

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.model.ids import CallKey
+from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import (
     BROKER_QUEUE,
     lines,
@@ -30,7 +33,6 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import (
     RABBITMQ,
     SHARED_PORT,
@@ -40,8 +42,6 @@ from tests.support.rabbitmq import (
     private_node_missing,
     queued_task_ids,
 )
-from tests.support.tcpproxy import TcpProxy
-from tests.support.toolapp import make_app
 
 #: A node's start and restart take up to a minute each on a loaded machine (pytest's default
 #: limit is 240 s a test, its fixtures included).

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import executions
 from dex_celery import (
     OUTCOME_UNKNOWN_TOOL_RESULT,
     AgentSnapshot,
@@ -30,8 +32,6 @@ from dex_celery import (
     report_unknown_outcomes,
 )
 from tests.integration import seed_example
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import executions
 
 pytestmark = pytest.mark.crash
 

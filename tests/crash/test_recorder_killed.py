@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import STALL_RECORDER_ENV, executions
 from dex_celery import CallStatus, Dex
 from dex_celery.engine.sweep import run_forever
 from tests.support.crash import events, release_tools, tool_messages, wait_finished
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import STALL_RECORDER_ENV, executions
 
 pytestmark = pytest.mark.crash
 

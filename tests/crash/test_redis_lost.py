@@ -15,6 +15,8 @@ from functools import partial
 
 import pytest
 
+from devtools.processes import RedisServer, Worker, wait_for
+from devtools.toolapp import make_app
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.crash import (
@@ -27,8 +29,6 @@ from tests.support.crash import (
     wait_late_result,
     wait_started,
 )
-from tests.support.processes import RedisServer, Worker, wait_for
-from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.crash
 

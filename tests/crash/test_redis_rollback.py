@@ -16,6 +16,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from devtools.processes import RedisServer, Worker, wait_for
+from devtools.toolapp import STALL_WRITER_ENV, VISIBILITY_TIMEOUT_ENV
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
@@ -27,8 +29,6 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.processes import RedisServer, Worker, wait_for
-from tests.support.toolapp import STALL_WRITER_ENV, VISIBILITY_TIMEOUT_ENV
 
 pytestmark = pytest.mark.crash
 

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from devtools.pg_schema import postgres_schema
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import charges, make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.ops.present import call_details, render_details
 from tests.support.crash import events, lines, wait_finished, wait_late_result, wait_started
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import charges, make_app
 
 pytestmark = pytest.mark.crash
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, Worker, free_port, wait_for
+from devtools.toolapp import LOG_ENV, make_app
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.crash import lines, tool_messages, wait_finished
-from tests.support.processes import ROOT, Worker, free_port, wait_for
-from tests.support.toolapp import LOG_ENV, make_app
 
 pytestmark = pytest.mark.crash
 
@@ -32,7 +32,7 @@ REQUESTER = textwrap.dedent(
     """
     import pathlib, sys, threading
     from dex_celery.engine.dispatch import Dispatcher
-    from tests.support.toolapp import dex
+    from devtools.toolapp import dex
 
     def stuck(self, records, *arguments):
         pathlib.Path(sys.argv[1]).write_text("recorded")

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import redis
 
+from devtools.processes import RedisServer, Worker
+from devtools.toolapp import make_app
 from dex_celery import (
     BackendUnavailable,
     CallRecordedNotStarted,
@@ -33,8 +35,6 @@ from dex_celery import (
 from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.sweep import run_forever
 from tests.support.crash import count_calls, lines, wait_finished
-from tests.support.processes import RedisServer, Worker
-from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.crash
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, EffectClass
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
@@ -31,7 +32,6 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.processes import ROOT, Worker, wait_for
 
 POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
 #: Requester processes, and calls each requests (one every `load_requester.PACE` seconds).

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, RedisServer, Worker
+from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.errors import LedgerMismatch
 from tests.support.crash import lines, release_tools, wait_finished, wait_started
-from tests.support.processes import ROOT, RedisServer, Worker
-from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.crash
 
@@ -68,7 +68,7 @@ def test_a_second_deployment_on_the_same_database_refuses_and_changes_nothing(
         [
             str(Path(sys.executable).parent / "dex-celery"),
             "--app",
-            "tests.support.toolapp:dex",
+            "devtools.toolapp:dex",
             "sweep",
         ],
         cwd=ROOT,

@@ -38,12 +38,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import RedisServer, Worker, wait_for
+from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, ToolCallRecord
 from dex_celery.model.ids import CallKey
 from tests.support.crash import lines, release_tools, wait_finished, wait_started
-from tests.support.processes import RedisServer, Worker, wait_for
 from tests.support.sentinel import MASTER_NAME, ReplicatedRedis
-from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 
 pytestmark = pytest.mark.crash
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import CeleryBeat, Worker
 from dex_celery import CallStatus, Dex
 from tests.support.crash import BROKER_QUEUE, lines, release_tools, wait_finished, wait_started
-from tests.support.processes import CeleryBeat, Worker
 
 pytestmark = pytest.mark.crash
 
@@ -44,7 +44,7 @@ def env(env: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 def beat(env: dict[str, str], tmp_path: Path) -> Iterator[CeleryBeat]:
-    process = CeleryBeat("tests.support.toolapp", env, tmp_path / "beat").start()
+    process = CeleryBeat("devtools.toolapp", env, tmp_path / "beat").start()
     yield process
     process.stop()
 
@@ -89,7 +89,7 @@ def test_a_killed_write_is_recorded_in_time_while_every_slot_is_busy(
 def test_beat_stops_its_sweeper_cleanly(env: dict[str, str], dex: Dex, tmp_path: Path) -> None:
     """SIGTERM: beat's own shutdown stops the sweeper thread; the process exits without a
     traceback."""
-    process = CeleryBeat("tests.support.toolapp", env, tmp_path / "beat2").start()
+    process = CeleryBeat("devtools.toolapp", env, tmp_path / "beat2").start()
     code = process.stop()
     log = process.log()
     assert code == 0, log[-3000:]
@@ -103,7 +103,7 @@ def test_beat_leaves_sweeping_to_a_separate_process_when_told(
     """`DEX_SWEEP_IN_BEAT=0` (a deployment running `dex-celery sweep --loop` instead): beat
     schedules the reconcile job and starts no sweeper."""
     process = CeleryBeat(
-        "tests.support.toolapp",
+        "devtools.toolapp",
         {**env, "DEX_SWEEP_IN_BEAT": "0"},
         tmp_path / "beat3",
         # Logged by beat's start hook just before it would start the sweeper (the test Redis

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import STALL_WRITER_ENV, executions
 from dex_celery import CallStatus, Dex
 from tests.support.crash import events, release_tools, tool_messages, wait_finished
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import STALL_WRITER_ENV, executions
 
 pytestmark = pytest.mark.crash
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import CeleryWorker, wait_for
+from devtools.toolapp import LOG_ENV, NEW_TOOL
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.ops.present import call_details
 from tests.support.crash import events, lines, tool_messages, wait_finished
-from tests.support.processes import CeleryWorker, wait_for
 from tests.support.rabbitmq import ON_BOTH_BROKERS
-from tests.support.toolapp import LOG_ENV, NEW_TOOL
 
 WAITING = "no running worker has this tool yet"
 

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import STALL_RECORDER_ENV, charges, executions
 from dex_celery import CallStatus, CallTimeout, Dex
 from tests.support.crash import events, tool_messages
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import STALL_RECORDER_ENV, charges, executions
 
 pytestmark = pytest.mark.crash
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from tests.support.crash import (
@@ -28,9 +30,7 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import ON_BOTH_BROKERS
-from tests.support.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 
 pytestmark = pytest.mark.crash
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import Worker
+from devtools.toolapp import executions
 from dex_celery import (
     AsyncDexClient,
     Dex,
@@ -17,8 +19,6 @@ from dex_celery import (
     run_tool_calls_async,
 )
 from tests.support.crash import count_calls
-from tests.support.processes import Worker
-from tests.support.toolapp import executions
 
 
 def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

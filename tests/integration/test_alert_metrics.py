@@ -22,6 +22,8 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.processes import Worker, free_port, wait_for
+from devtools.toolapp import executions, make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.model.ids import CallKey
@@ -29,8 +31,6 @@ from dex_celery.ops.metrics import registry_for
 from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support.processes import Worker, free_port, wait_for
-from tests.support.toolapp import executions, make_app
 from tests.support.web import WebServer
 
 ROOT = Path(__file__).resolve().parents[2]

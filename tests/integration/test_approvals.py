@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from devtools.pg_schema import postgres_schema
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import executions, make_app
 from dex_celery import (
     AlreadyDecided,
     ApprovalDeadlinePassed,
@@ -34,9 +37,6 @@ from dex_celery import (
 from dex_celery.engine.approvals import APPROVAL_EXPIRED_BY
 from dex_celery.engine.dispatch import Dispatcher
 from tests.support.crash import count_calls
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import executions, make_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from devtools.pg_schema import postgres_schema
+from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex, EffectClass, ToolContext, ToolPolicy
 from dex_celery.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
 from tests.support import cliapp
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
+from devtools.processes import ROOT
 from tests.support.bench import run
-from tests.support.processes import ROOT
 
 
 def test_throughput_smoke() -> None:

@@ -8,8 +8,8 @@ import pytest
 import redis
 from kombu import Connection
 
+from devtools.processes import RedisServer
 from dex_celery.processes.consumer import guard_closed_channels
-from tests.support.processes import RedisServer
 
 
 def test_a_channel_of_a_collected_connection_raises_a_connection_error(

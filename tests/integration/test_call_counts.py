@@ -21,9 +21,9 @@ from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision
 from dex_celery.store import migrate
-from dex_celery.store.engine import make_engine
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import unknown_outcomes
+from dex_celery.store.sql_engine import make_engine
 from dex_celery.store.unknowns import REPORTED
 from dex_celery.store.values import Outcome, OutcomeRow
 from dex_celery.store.views import OperatorViews, OutcomeCount

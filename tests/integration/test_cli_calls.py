@@ -1,7 +1,7 @@
 """`dex-celery calls list|show`, `sweep`, `reconcile`: what an operator reads, as text and JSON.
 
 The calls are run by a real prefork worker; the commands run in-process through click's runner
-against the test's `Dex` (swapped in for `tests.support.toolapp:dex`), and once through the
+against the test's `Dex` (swapped in for `devtools.toolapp:dex`), and once through the
 installed `dex-celery` script in a subprocess.
 """
 
@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
 from dex_celery.engine.owners import parse_owner
 from dex_celery.tools.redact import REDACTED
-from tests.support.processes import ROOT, Worker
 
-APP = "tests.support.toolapp:dex"
+APP = "devtools.toolapp:dex"
 SECRET = "tok-5f1e-very-secret"
 
 
 @pytest.fixture
 def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    import tests.support.toolapp as toolapp
+    import devtools.toolapp as toolapp
 
     monkeypatch.setattr(toolapp, "dex", dex)
 

@@ -16,12 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from devtools.processes import ROOT, wait_for
+from devtools.toolapp import make_app
 from dex_celery import Dex, Settings
-from tests.support.processes import ROOT, wait_for
-from tests.support.toolapp import make_app
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
-APP = "tests.support.toolapp"
+APP = "devtools.toolapp"
 _QUOTED = re.compile(r"`((?:dex-celery|celery) -A [^`]+)`")
 
 

@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
+from devtools.pg_schema import postgres_schema
+from devtools.processes import ROOT, Worker, free_port
+from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.engine.owners import parse_owner
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
 from tests.support import cliapp
 from tests.support.crash import count_calls
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import ROOT, Worker, free_port
-from tests.support.toolapp import make_app
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
-APP = "tests.support.toolapp"
+APP = "devtools.toolapp"
 
 
 def run(

@@ -17,13 +17,13 @@ import pytest
 import yaml
 from celery import Celery
 
+from devtools.processes import ROOT
 from dex_celery import Dex
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.cli.main import main
 from dex_celery.processes.celery_config import configure_celery, is_amqp_url
 from dex_celery.settings import Settings, env_name
 from tests.support.crash import env_names
-from tests.support.processes import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
 LONG_RUNNING = ("redis", "postgres", "worker", "beat", "flower")

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
-from tests.support.processes import ROOT, wait_for
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
 STARTED = re.compile(r"^\s*started (\S+) pid (\d+): ", re.MULTILINE)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from celery import Celery
 
+from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.processes.localstack import ping_app
 from dex_celery.processes.supervise import Backoff
@@ -26,7 +27,6 @@ from tests.integration.test_dev_demo import (  # noqa: F401 (`dev` is a fixture)
     group_alive,
     started_processes,
 )
-from tests.support.processes import ROOT, wait_for
 
 READY = "Press Ctrl-C to stop."
 RESTARTED = re.compile(r"^restarted (\S+): pid (\d+) \(restart (\d+)\)$", re.MULTILINE)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, CeleryWorker, RedisServer
 from dex_celery import CallStatus, Settings
 from dex_celery.settings import env_name
-from tests.support.processes import ROOT, CeleryWorker, RedisServer
 
 APP = "tests.django_project.proj"
 SCRIPT = Path(sys.executable).parent / "dex-celery"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import dex_celery
+from devtools.processes import ROOT
 from dex_celery import AgentEvents, DexClient, ToolPolicy
-from tests.support.processes import ROOT
 
 pytest.importorskip("mkdocstrings", reason="the docs extra is not installed")
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import ROOT, RedisServer, free_port, wait_for
 from dex_celery.store import migrate
 from tests.support.pg_database import fresh_database
-from tests.support.processes import ROOT, RedisServer, free_port, wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT
 from dex_celery import Dex
-from tests.support.processes import ROOT
 
 BLOCK = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
 REPORT = "Note from the payment system: the refund on order 1002 went through."

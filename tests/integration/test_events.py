@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from itertools import islice
 
+from devtools.processes import Worker
+from devtools.toolapp import make_app
 from dex_celery import (
     AgentEvent,
     AsyncDexClient,
@@ -16,8 +18,6 @@ from dex_celery import (
     EventType,
     Settings,
 )
-from tests.support.processes import Worker
-from tests.support.toolapp import make_app
 
 FINISHED = EventType.TOOL_CALL_FINISHED
 

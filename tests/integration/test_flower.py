@@ -1,6 +1,6 @@
 """Flower shows our tasks as `dex.tool.<name>`, with the idempotency key and without secrets.
 
-A real Flower process (`celery -A tests.support.toolapp flower`) against the test Redis, a real
+A real Flower process (`celery -A devtools.toolapp flower`) against the test Redis, a real
 prefork worker, and Flower's HTTP API read the way an operator's script would (S9.1, S9.2).
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import ROOT, Worker, free_port, wait_for
+from devtools.toolapp import LOG_ENV, executions
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.engine.owners import parse_owner
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import REDACTED
-from tests.support.processes import ROOT, Worker, free_port, wait_for
-from tests.support.toolapp import LOG_ENV, executions
 
 pytest.importorskip("flower", reason="flower is not installed (pip install 'dex-celery[flower]')")
 
@@ -46,7 +46,7 @@ class Flower:
             "-m",
             "celery",
             "-A",
-            "tests.support.toolapp",
+            "devtools.toolapp",
             "flower",
             "--address=127.0.0.1",
             f"--port={self.port}",
@@ -171,7 +171,7 @@ def test_flower_api_needs_the_password(flower: Flower) -> None:
 def _beat(env: dict[str, str], logfile: Path) -> subprocess.Popen[bytes]:
     """`celery beat` of the test app: it runs the reconcile loop in its own process."""
     args = [
-        sys.executable, "-m", "celery", "-A", "tests.support.toolapp", "beat", "-l", "info",
+        sys.executable, "-m", "celery", "-A", "devtools.toolapp", "beat", "-l", "info",
         "-s", str(logfile.with_suffix(".schedule")),
     ]  # fmt: skip
     with logfile.open("wb") as out:

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.cli.main import main
 from dex_celery.model.records import MessageRole
@@ -25,7 +26,6 @@ from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
 from tests.integration.test_webhooks import Receiver
-from tests.support.processes import wait_for
 
 CARD = "4111-1111-1111-1111"
 ASK = f"Please refund order 1002 to my card {CARD}, it arrived broken."
@@ -126,7 +126,7 @@ def waiting_call(request: pytest.FixtureRequest, refund: Dex) -> Iterator[str]:
 def test_the_person_deciding_sees_the_request_that_led_to_the_call(
     refund: Dex, waiting_call: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tests.support.toolapp as toolapp
+    import devtools.toolapp as toolapp
 
     dex, key = refund, waiting_call
     monkeypatch.setattr(toolapp, "dex", dex)
@@ -147,10 +147,10 @@ def test_the_person_deciding_sees_the_request_that_led_to_the_call(
     assert CARD not in page and CARD not in web.get(f"/calls/{key}").text
 
     runner = CliRunner()
-    text = runner.invoke(main, ["--app", "tests.support.toolapp:dex", "calls", "show", key])
+    text = runner.invoke(main, ["--app", "devtools.toolapp:dex", "calls", "show", key])
     assert text.exit_code == 0, text.output
     assert shown_ask in text.output and CARD not in text.output
-    shown = runner.invoke(main, ["--app", "tests.support.toolapp:dex", "calls", "show", key,
+    shown = runner.invoke(main, ["--app", "devtools.toolapp:dex", "calls", "show", key,
                                  "--json"])  # fmt: skip
     conversation = json.loads(shown.output)["conversation"]
     assert [m["role"] for m in conversation][:1] == ["user"]

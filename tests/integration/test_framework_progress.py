@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations import framework_calls
 from dex_celery.integrations.framework_calls import CallProgress
-from tests.support.processes import Worker
 
 READ = ("slow_read", {"seconds": 2, "value": "found"})
 

@@ -10,12 +10,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from devtools.processes import Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
 from tests.support.crash import lines, tool_messages, wait_started
 from tests.support.google_adk import Desk, confirmations, final_text
-from tests.support.processes import Worker, wait_for
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(

@@ -27,7 +27,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.support.processes import ROOT
+from devtools.processes import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 

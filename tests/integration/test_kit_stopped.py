@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import ROOT, wait_for
 from dex_celery.testing.leftovers import start_time
-from tests.support.processes import ROOT, wait_for
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import RedisServer
+from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.store.values import Outcome
-from tests.support.processes import RedisServer
-from tests.support.toolapp import make_app
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from devtools.mcp_tools_server import LOG_ENV, calls
+from devtools.processes import ROOT, CeleryWorker, free_port, wait_for
 from dex_celery import (
     DID_NOT_RUN,
     CallStatus,
@@ -35,9 +37,7 @@ from tests.support import mcpapp
 from tests.support.crash import wait_finished
 from tests.support.gitapp import REPO_ENV as GIT_REPO_ENV
 from tests.support.gitapp import make_app as make_git_app
-from tests.support.mcp_tools_server import LOG_ENV, calls
 from tests.support.mcpapp import DEAD_ENV, DEAD_URL_ENV, READY_ENV, make_app
-from tests.support.processes import ROOT, CeleryWorker, free_port, wait_for
 
 pytestmark = pytest.mark.crash
 

@@ -27,14 +27,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from devtools.processes import ROOT, Worker, free_port, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from tests.support.crash import lines
 from tests.support.netns import namespace
-from tests.support.processes import ROOT, Worker, free_port, wait_for
 
 DEX_CELERY = str(ROOT / ".venv" / "bin" / "dex-celery")
-APP = ["--app", "tests.support.toolapp:dex", "mcp", "--transport", "http"]
+APP = ["--app", "devtools.toolapp:dex", "mcp", "--transport", "http"]
 WRITE = "slow_non_idempotent_write"  # a non-idempotent write that needs no approval
 TOKENS = "agent:agent-tok:tools:call,rival:rival-tok:tools:call,prom:prom-tok"
 

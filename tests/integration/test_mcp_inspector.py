@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from mcp_types import SERVER_INFO_META_KEY
 
+from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY
 from tests.integration.test_mcp_server import DEX_CELERY, _server
 from tests.support.crash import lines
-from tests.support.processes import ROOT, Worker
 
 pytestmark = pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is missing")
 
 #: Where the docs' commands point, and what the tests' server is.
 DOCS_URL = "http://127.0.0.1:8000/mcp"
 DOCS_SERVER = ["dex-celery", "-A", "tools_app:dex"]
-TEST_SERVER = [DEX_CELERY, "-A", "tests.support.toolapp:dex"]
+TEST_SERVER = [DEX_CELERY, "-A", "devtools.toolapp:dex"]
 
 
 def commands(text: str) -> list[list[str]]:

@@ -18,13 +18,13 @@ import anyio
 import redis
 from mcp import Client
 
+from devtools.processes import RedisServer, Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_server import STATUS_META_KEY
 from tests.crash.test_request_truth import dex_on, fill_until_out_of_memory, sweeping
 from tests.integration.test_mcp_server import _server, _text
 from tests.support.crash import count_calls, lines, wait_finished
-from tests.support.processes import RedisServer, Worker
 
 WRITE = "slow_non_idempotent_write"
 

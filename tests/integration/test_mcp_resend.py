@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from sqlalchemy import select
 
+from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY
@@ -26,7 +27,6 @@ from dex_celery.store.schema import tool_calls
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.integration.test_mcp_server import _server, _text
 from tests.support.crash import lines, wait_started
-from tests.support.processes import Worker, wait_for
 
 WRITE = "slow_non_idempotent_write"  # a non-idempotent write that needs no approval
 

@@ -19,17 +19,17 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from devtools.processes import ROOT, Worker, free_port, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp_server import EFFECT_META_KEY, STATUS_META_KEY
 from tests.support.crash import lines, tool_messages
-from tests.support.processes import ROOT, Worker, free_port, wait_for
 from tests.support.span_file import SPANS_ENV, read_spans
 
 #: The console script of the interpreter running the tests, whatever its virtual environment.
 DEX_CELERY = str(Path(sys.executable).parent / "dex-celery")
-APP = ["--app", "tests.support.toolapp:dex", "mcp"]
+APP = ["--app", "devtools.toolapp:dex", "mcp"]
 
 
 def _text(result: Any) -> str:

@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.access import local_identity
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
@@ -32,13 +33,12 @@ from tests.support.mcp_tasks_client import (
     tasks_client,
     wait_task,
 )
-from tests.support.processes import ROOT, Worker
 
 
 def approve_with_cli(env: dict[str, str], key: str, who: str) -> None:
     """`dex-celery -A APP approvals approve KEY --by WHO`, as an operator types it."""
     done = subprocess.run(
-        [DEX_CELERY, "-A", "tests.support.toolapp:dex", "approvals", "approve", key, "--by", who],
+        [DEX_CELERY, "-A", "devtools.toolapp:dex", "approvals", "approve", key, "--by", who],
         cwd=ROOT,
         env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
         capture_output=True,

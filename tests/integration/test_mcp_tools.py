@@ -20,6 +20,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from devtools.mcp_tools_server import (
+    EXTRA_TOOL_ENV,
+    HEADER,
+    LOG_ENV,
+    calls,
+    headers_seen,
+    traceparents,
+)
+from devtools.processes import ROOT, CeleryWorker, free_port, wait_for
 from dex_celery import (
     DID_NOT_RUN,
     OUTCOME_UNKNOWN_TOOL_RESULT,
@@ -40,16 +49,7 @@ from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, Mcp
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcp_tools_server import (
-    EXTRA_TOOL_ENV,
-    HEADER,
-    LOG_ENV,
-    calls,
-    headers_seen,
-    traceparents,
-)
 from tests.support.mcpapp import READY_ENV, URL_ENV, make_app
-from tests.support.processes import ROOT, CeleryWorker, free_port, wait_for
 from tests.support.span_file import SPANS_ENV, read_spans
 
 pytestmark = pytest.mark.crash
@@ -101,7 +101,7 @@ def http_server(mcp_env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen
     """The same MCP server over streamable HTTP, on a free port."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.mcp_tools_server", "--http", str(port)],
+        [sys.executable, "-m", "devtools.mcp_tools_server", "--http", str(port)],
         cwd=ROOT,
         env={**os.environ, **mcp_env},
         stdout=subprocess.DEVNULL,
@@ -163,7 +163,7 @@ def test_registration_errors_register_nothing(mcp_dex: Dex, mcp_env: dict[str, s
     the list is first registered (or at once with `required=True`), before any tool is added."""
     mcp_dex.get_tool("lookup")  # the app's own server ("orders") registers its tools
     before = set(mcp_dex.tools)
-    command = f"{sys.executable} -m tests.support.mcp_tools_server"  # a string is split
+    command = f"{sys.executable} -m devtools.mcp_tools_server"  # a string is split
     env = {"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]}
     bad = mcp_dex.add_mcp_server(
         "a", command=command, env=env, prefix="a_", policies={"nope": None}
@@ -304,7 +304,7 @@ def test_tool_body_maps_answers_and_faults(mcp_env: dict[str, str]) -> None:
     ctx = ToolContext(CallKey.of("s", "t", "c"), 1)
     server = McpServer(
         "orders",
-        command=(sys.executable, "-m", "tests.support.mcp_tools_server"),
+        command=(sys.executable, "-m", "devtools.mcp_tools_server"),
         env={"PYTHONPATH": str(ROOT), LOG_ENV: mcp_env[LOG_ENV]},
     )
     with pytest.raises(ToolError) as refused:

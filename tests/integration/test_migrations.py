@@ -14,15 +14,15 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 
+from devtools.toolapp import make_app
 from dex_celery import Settings
 from dex_celery.cli.main import main
 from dex_celery.ops.status import State, database_section
 from dex_celery.store import migrate
-from dex_celery.store.engine import make_engine
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
+from dex_celery.store.sql_engine import make_engine
 from tests.support.pg_database import fresh_database
-from tests.support.toolapp import make_app
 
 DEX_TABLES = set(metadata.tables)
 

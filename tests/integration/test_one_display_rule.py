@@ -22,7 +22,8 @@ import anyio
 from click.testing import CliRunner
 from mcp import Client, StdioServerParameters
 
-import tests.support.toolapp as toolapp
+import devtools.toolapp as toolapp
+from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
@@ -31,7 +32,6 @@ from dex_celery.web.app import WebApp
 from tests.integration.test_web_app import CREDENTIALS as WEB_USERS
 from tests.integration.test_web_app import signed_in
 from tests.integration.test_webhooks import Receiver
-from tests.support.processes import ROOT, wait_for
 
 CARD_NUMBER = "4111-2222-3333-4444"
 CVC = "8642"
@@ -57,7 +57,7 @@ def _json_after(text: str, marker: str) -> Any:
 def _request_through_mcp(env: dict[str, str]) -> str:
     params = StdioServerParameters(
         command=str(Path(sys.executable).with_name("dex-celery")),
-        args=["--app", "tests.support.toolapp:dex", "mcp", "--wait-timeout", "5"],
+        args=["--app", "devtools.toolapp:dex", "mcp", "--wait-timeout", "5"],
         env={**env, "PYTHONPATH": str(ROOT)},
         cwd=str(ROOT),
     )
@@ -88,7 +88,7 @@ def test_every_output_shows_a_calls_arguments_the_same_way(
     runner = CliRunner()
 
     def cli(*args: str) -> str:
-        result = runner.invoke(main, ["--app", "tests.support.toolapp:dex", *args])
+        result = runner.invoke(main, ["--app", "devtools.toolapp:dex", *args])
         assert result.exit_code == 0, result.output
         texts[" ".join(args)] = result.output
         return result.output

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import ROOT, CeleryWorker, RedisServer
+from devtools.toolapp import LOG_ENV, executions
 from dex_celery.store import migrate
 from tests.conftest import TEST_TIMINGS
 from tests.support.pg_database import fresh_database
-from tests.support.processes import ROOT, CeleryWorker, RedisServer
 from tests.support.releases import materialise
-from tests.support.toolapp import LOG_ENV, executions
 
 pytestmark = pytest.mark.postgres
 

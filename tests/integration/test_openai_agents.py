@@ -22,6 +22,7 @@ from agents import (
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from devtools.processes import Worker
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.openai_agents import (
     DEFAULT_APPROVER,
@@ -29,7 +30,6 @@ from dex_celery.integrations.openai_agents import (
     dex_rejections,
 )
 from tests.support.crash import lines, tool_messages, wait_started
-from tests.support.processes import Worker
 
 
 @pytest.fixture(autouse=True)

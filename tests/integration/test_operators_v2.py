@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
 
+from devtools.processes import RedisServer, Worker, wait_for
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.cli.main import main
 from dex_celery.engine.decided import outcome_of
@@ -28,9 +29,8 @@ from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.records import MessageRole
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.processes import RedisServer, Worker, wait_for
 
-APP = "tests.support.toolapp:dex"
+APP = "devtools.toolapp:dex"
 BIG = 900_000
 #: `ops.present.VALUE_LIMIT`: how much of one value is shown before it is cut.
 VALUE_LIMIT = 2000
@@ -38,7 +38,7 @@ VALUE_LIMIT = 2000
 
 @pytest.fixture
 def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    import tests.support.toolapp as toolapp
+    import devtools.toolapp as toolapp
 
     monkeypatch.setattr(toolapp, "dex", dex)
 

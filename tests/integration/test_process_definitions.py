@@ -19,8 +19,8 @@ import pytest
 import yaml
 from celery import Celery
 
+from devtools.processes import ROOT
 from dex_celery import Dex
-from tests.support.processes import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
 UNITS = ROOT / "config" / "systemd"

@@ -22,11 +22,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.pydantic_ai import DexTools
 from tests.support.crash import lines, tool_messages, wait_started
-from tests.support.processes import Worker
 
 Turn = list[ToolCallPart] | str
 

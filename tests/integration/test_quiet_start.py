@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from devtools.processes import Worker, wait_for
 from dex_celery.store.migrate import upgrade
-from tests.support.processes import Worker, wait_for
 
 #: What Alembic logs at INFO: its plugins' set-up at import (alembic/runtime/plugins.py) and a
 #: migration context's dialect and DDL mode (alembic/runtime/migration.py).

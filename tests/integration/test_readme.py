@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ROOT, RedisServer, wait_for
 from tests.support.pg_database import fresh_database
-from tests.support.processes import ROOT, RedisServer, wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -20,8 +20,8 @@ from agents import set_trace_processors
 from agents.testing import ScriptedModel, assistant_message, function_call
 from langchain_core.messages import AIMessage
 
+from devtools.processes import ROOT, wait_for
 from dex_celery import Dex
-from tests.support.processes import ROOT, wait_for
 
 BLOCK = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
 MODEL_LINE = 'model = "gpt-5.1"  # any model the SDK can use'

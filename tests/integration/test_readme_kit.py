@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
+from devtools.processes import ROOT
 from tests.integration.test_wheel import installed  # noqa: F401 (the fixture)
-from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(1500)]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devtools.processes import ROOT, RedisServer, free_port, wait_for
 from tests.integration.test_readme import recipe
 from tests.support.pg_database import fresh_database
-from tests.support.processes import ROOT, RedisServer, free_port, wait_for
 
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 INLINE = re.compile(r"`([^`\n]+)`")

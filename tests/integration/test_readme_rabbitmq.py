@@ -22,7 +22,7 @@ from pathlib import Path
 import amqp
 import pytest
 
-from tests.support.processes import ROOT, RedisServer, wait_for
+from devtools.processes import ROOT, RedisServer, wait_for
 from tests.support.rabbitmq import amqp_url, rabbitmqctl, shared_server_missing
 
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)

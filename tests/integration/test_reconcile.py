@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import executions, make_app
 from dex_celery import (
     CallStatus,
     CannotTellYet,
@@ -29,8 +31,6 @@ from dex_celery import (
 from dex_celery.engine.reconcile import RECONCILE_TASK
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.values import Outcome
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import executions, make_app
 
 SURFACED = EventType.TOOL_CALL_OUTCOME_UNKNOWN_SURFACED
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import ROOT, CeleryBeat, RedisServer, Worker, free_port
 from dex_celery import Dex
 from dex_celery.ledger.health import UnsafeRedis, Verdict, assess, check, check_at_start
 from dex_celery.store.repository import Store
-from tests.support.processes import ROOT, CeleryBeat, RedisServer, Worker, free_port
 
 #: Each configuration, and what the check must say about it.
 CONFIGURATIONS: list[tuple[str, bool, str, Sequence[str], Verdict, str]] = [
@@ -192,7 +192,7 @@ def _sweep_cli(
         [
             str(Path(sys.executable).parent / "dex-celery"),
             "--app",
-            "tests.support.toolapp:dex",
+            "devtools.toolapp:dex",
             "sweep",
         ],
         cwd=ROOT,
@@ -232,14 +232,14 @@ def test_beat_warns_or_refuses_before_it_starts_its_sweeper(
     dex: Dex, env: dict[str, str], redis_factory: Callable[..., RedisServer], tmp_path: Path
 ) -> None:
     risky = redis_factory()
-    beat = CeleryBeat("tests.support.toolapp", _worker_env(env, risky), tmp_path / "beat").start()
+    beat = CeleryBeat("devtools.toolapp", _worker_env(env, risky), tmp_path / "beat").start()
     try:
         assert beat.log().count("can lose acknowledged claims") == 1
     finally:
         beat.stop()
 
     refusing = CeleryBeat(
-        "tests.support.toolapp",
+        "devtools.toolapp",
         _worker_env(env, risky, DEX_REQUIRE_DURABLE_REDIS="1"),
         tmp_path / "refusing-beat",
     )

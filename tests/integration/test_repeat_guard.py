@@ -19,6 +19,9 @@ import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
+from devtools.pg_schema import postgres_schema
+from devtools.processes import wait_for
+from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.engine.approvals import expire_approval
 from dex_celery.model.records import ToolCallRecord
@@ -28,9 +31,6 @@ from dex_celery.store.schema import repeat_guards, tool_calls
 from dex_celery.store.values import Outcome
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import wait_for
-from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -294,7 +294,7 @@ import json, os, sys, time
 from pathlib import Path
 from dex_celery import Settings
 from dex_celery.engine.dispatch import CallRequest
-from tests.support.toolapp import make_app
+from devtools.toolapp import make_app
 _app, dex = make_app(Settings.from_env(dict(os.environ)))
 client = dex.client()
 go = Path(sys.argv[1])

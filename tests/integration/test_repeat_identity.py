@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.pg_schema import postgres_schema
+from devtools.processes import Worker
+from devtools.toolapp import LOG_ENV, charges
 from dex_celery import CallStatus, Dex
 from dex_celery.tools.arguments import check_arguments
 from tests.support.crash import wait_finished, wait_started
-from tests.support.pg_schema import postgres_schema
-from tests.support.processes import Worker
-from tests.support.toolapp import LOG_ENV, charges
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from sqlalchemy import insert, select
 
 from devtools.history_seed import call_row, write_calls
+from devtools.processes import ROOT
 from dex_celery import Dex
 from dex_celery.engine.retention import prune
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
@@ -37,7 +38,6 @@ from dex_celery.store.schema import (
 from dex_celery.store.views import OperatorViews
 from tests.integration.test_store import Clock
 from tests.integration.test_store import url as url
-from tests.support.processes import ROOT
 
 NOW = 1_000_000.0
 CUTOFF = NOW - 10_000.0

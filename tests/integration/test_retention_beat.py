@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 from devtools.history_seed import seed_history
+from devtools.toolapp import make_app
 from dex_celery import Dex, Settings
 from dex_celery.processes.beat import BeatServices
 from dex_celery.store.archive import read_archive
-from tests.support.toolapp import make_app
 
 
 def deployment(env: dict[str, str], **settings: str) -> Dex:

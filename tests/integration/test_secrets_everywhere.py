@@ -20,13 +20,13 @@ import redis
 from click.testing import CliRunner
 from sqlalchemy import select
 
-import tests.support.toolapp as toolapp
+import devtools.toolapp as toolapp
+from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
 from dex_celery.store.schema import metadata
 from tests.integration.test_flower import Flower, _wait_until_flower_receives_events, flower
 from tests.support.crash import wait_finished
-from tests.support.processes import Worker, wait_for
 
 __all__ = ["flower"]  # the fixture, imported for this module's tests
 
@@ -136,7 +136,7 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
         ["calls", "list", "--json"],
         ["calls", "list"],
     ):
-        result = runner.invoke(main, ["--app", "tests.support.toolapp:dex", *args])
+        result = runner.invoke(main, ["--app", "devtools.toolapp:dex", *args])
         assert result.exit_code == 0, result.output
         assert_absent(f"dex-celery {' '.join(args)}", result.output)
 
@@ -224,7 +224,7 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
         ["calls", "list", "--json"],
         ["calls", "list"],
     ):
-        output = runner.invoke(main, ["--app", "tests.support.toolapp:dex", *args])
+        output = runner.invoke(main, ["--app", "devtools.toolapp:dex", *args])
         assert output.exit_code == 0, output.output
         absent(f"dex-celery {' '.join(args)}", output.output)
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import executions
 from dex_celery import (
     DID_NOT_RUN,
     OUTCOME_UNKNOWN_TOOL_RESULT,
@@ -27,8 +29,6 @@ from dex_celery import (
     ToolPolicy,
     UnknownSession,
 )
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import executions
 
 
 def _ended(dex: Dex, key: str) -> bool:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
+from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
 from tests.support.crash import lines, wait_finished
-from tests.support.processes import Worker
 
 #: The deployment's heartbeat timeout: the idle heartbeat thread used to sleep a third of this.
 GLOBAL_HEARTBEAT = "30"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from tests.support.processes import Worker
 
 
 def test_read_call_succeeds_through_a_real_worker(

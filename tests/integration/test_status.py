@@ -14,18 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import LOG_ENV
 from dex_celery import Dex
-from dex_celery.ops.status import workers_section
-from dex_celery.processes.worker_starts import (
+from dex_celery.engine.worker_starts import (
     FORGET_AFTER,
     SILENT_WINDOW,
     read_starts,
     record_start,
 )
+from dex_celery.ops.status import workers_section
 from dex_celery.store import migrate
 from tests.integration.test_cli_like_celery import APP, dead_redis, one_error_line, run
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import LOG_ENV
 
 
 def test_a_worker_warns_without_schema_and_without_sweeper(

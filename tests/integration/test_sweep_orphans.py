@@ -6,11 +6,11 @@ the sweeper must find it even behind a backlog larger than one sweep's batch.
 
 from __future__ import annotations
 
+from devtools.toolapp import make_app
 from dex_celery import CallKey, Settings
 from dex_celery.engine.dispatch import admit
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.store.values import Admission, NewCall
-from tests.support.toolapp import make_app
 
 
 def test_orphan_behind_a_backlog_is_started_within_a_few_sweeps(env: dict[str, str]) -> None:

@@ -15,9 +15,9 @@ from typing import Any, cast
 
 import redis
 
+from devtools.processes import Worker
+from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from tests.support.processes import Worker
-from tests.support.toolapp import executions
 
 MB = 1024 * 1024
 

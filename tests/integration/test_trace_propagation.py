@@ -20,11 +20,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from devtools.processes import CeleryWorker, wait_for
+from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex
 from dex_celery.engine import tracing
-from tests.support.processes import CeleryWorker, wait_for
 from tests.support.span_file import SPANS_ENV, read_spans
-from tests.support.toolapp import LOG_ENV
 
 
 @pytest.fixture

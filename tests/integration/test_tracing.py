@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.engine import tracing
-from tests.support.processes import wait_for
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.processes import wait_for
 
 CREDENTIALS = Credentials.from_settings(Settings(web_users="alice:pw-a,bob:pw-b"))
 

@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from devtools.processes import Worker, free_port, wait_for
+from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from tests.support.processes import Worker, free_port, wait_for
-from tests.support.toolapp import executions
 from tests.support.web import SCREENSHOTS_ENV, WebServer, chromium
 
 USERS = "alice:alice-password,bob:bob-password"

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from devtools.processes import ROOT, Worker, free_port, wait_for
+from devtools.toolapp import executions, make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.reconcile import reconcile_once
 from dex_celery.ops.status import State, webhooks_section
@@ -34,8 +36,6 @@ from dex_celery.ops.webhooks import (
     delivery_status,
     render_status,
 )
-from tests.support.processes import ROOT, Worker, free_port, wait_for
-from tests.support.toolapp import executions, make_app
 
 SECRET = "hook-secret"
 
@@ -96,7 +96,7 @@ def test_each_event_reaches_the_receiver_once_with_a_valid_signature(
     beat_log = tmp_path / "beat.log"
     with beat_log.open("wb") as out:
         beat = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.support.toolapp", "beat", "-l", "info",
+            [sys.executable, "-m", "celery", "-A", "devtools.toolapp", "beat", "-l", "info",
              "-s", str(tmp_path / "beat-schedule")],
             cwd=ROOT, env={**os.environ, **env, **hook_env}, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import ROOT
+from devtools.processes import ROOT
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

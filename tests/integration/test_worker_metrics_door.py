@@ -8,11 +8,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from devtools.processes import free_port, wait_for
+from devtools.toolapp import make_app
 from dex_celery import Settings
 from dex_celery.errors import ConfigurationError
 from dex_celery.ops.metrics import serve_worker_metrics
-from tests.support.processes import free_port, wait_for
-from tests.support.toolapp import make_app
 
 
 def _up(url: str) -> bool:

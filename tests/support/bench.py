@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.support.processes import ROOT
+from devtools.processes import ROOT
 
 
 def run(module: str, *args: str, timeout: float = 120) -> str:

@@ -14,6 +14,8 @@ from typing import Any, cast
 import redis
 from sqlalchemy import func, select
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import LOG_ENV, executions, log_dir
 from dex_celery import Dex, Settings
 from dex_celery.model.ids import CallKey
 from dex_celery.model.records import MessageRole, ToolCallRecord
@@ -22,9 +24,7 @@ from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing import assertions
 from dex_celery.tools.tool import TASK_PREFIX
-from tests.support.processes import Worker, wait_for
 from tests.support.rabbitmq import queued_task_ids
-from tests.support.toolapp import LOG_ENV, executions, log_dir
 
 #: Celery's default queue: the Redis list every attempt message is pushed to.
 BROKER_QUEUE = "celery"

@@ -14,9 +14,9 @@ from typing import Any
 
 from celery import Celery, signals
 
+from devtools.mcp_tools_server import LOG_ENV
 from dex_celery import Dex, Settings
 from dex_celery.integrations.mcp_sessions import pool
-from tests.support.mcp_tools_server import LOG_ENV
 
 REPO_ENV = "DEX_TEST_GIT_REPO"
 

@@ -16,10 +16,10 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from devtools.toolapp import make_app
 from dex_celery import Settings
 from dex_celery.integrations.langgraph import dex_tools
 from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
-from tests.support.toolapp import make_app
 
 #: The write the crash test kills the agent process in the middle of.
 WRITE = ("slow_non_idempotent_write", {"seconds": 60, "value": "once"}, "call_write")

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from devtools.toolapp import make_app
 from dex_celery import EffectClass, Settings
-from tests.support.toolapp import make_app
 
 #: Seconds between two requests of one requester.
 PACE = 0.6

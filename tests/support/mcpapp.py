@@ -1,4 +1,4 @@
-"""The Celery app of the MCP tests: the tools of `tests.support.mcp_tools_server`, registered
+"""The Celery app of the MCP tests: the tools of `devtools.mcp_tools_server`, registered
 with `dex.add_mcp_server`, over stdio (default) or streamable HTTP (`$DEX_TEST_MCP_URL`).
 
 The app is built on first access of `app` or `dex` (module `__getattr__`), so importing this
@@ -15,9 +15,9 @@ from typing import Any
 
 from celery import Celery, signals
 
+from devtools.mcp_tools_server import EXTRA_TOOL_ENV, FAIL_START_ENV, LOG_ENV
+from devtools.processes import ROOT
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support.mcp_tools_server import EXTRA_TOOL_ENV, FAIL_START_ENV, LOG_ENV
-from tests.support.processes import ROOT
 
 URL_ENV = "DEX_TEST_MCP_URL"
 READY_ENV = "DEX_TEST_MCP_READY"
@@ -41,7 +41,7 @@ POLICIES = {
 
 
 def server_command() -> list[str]:
-    return [sys.executable, "-m", "tests.support.mcp_tools_server"]
+    return [sys.executable, "-m", "devtools.mcp_tools_server"]
 
 
 def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:

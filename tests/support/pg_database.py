@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from tests.support.pg_schema import DEFAULT_POSTGRES_URL
+from devtools.pg_schema import DEFAULT_POSTGRES_URL
 
 
 @contextmanager

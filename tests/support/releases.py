@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import ROOT
+from devtools.processes import ROOT
 
 #: The commit of the release before the one being built (main when issue 38 was opened).
 PREVIOUS_RELEASE = "0b933ed"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from tests.support.processes import RedisServer, free_port, wait_for
+from devtools.processes import RedisServer, free_port, wait_for
 
 MASTER_NAME = "dexmaster"
 #: Start a full resynchronisation at once (Redis waits 5 s by default for more replicas).

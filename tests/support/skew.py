@@ -3,7 +3,7 @@ on a child's `PYTHONPATH`, a sweeper (`dex-celery sweep --loop`) and a requester
 
     python -m tests.support.skew request '<json list of [session, turn, call, tool, args]>'
 
-requests the calls through the client of `tests.support.toolapp` in one turn each, then prints
+requests the calls through the client of `devtools.toolapp` in one turn each, then prints
 one JSON line: this process's `time.time()` and the keys requested.
 """
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools import toolapp
+from devtools.processes import ROOT
 from dex_celery import CallRequest
-from tests.support import toolapp
-from tests.support.processes import ROOT
 
 SHIM_DIR = Path(__file__).resolve().parent / "clock_skew"
 SKEW_ENV = "DEX_TEST_CLOCK_SKEW"
@@ -42,14 +42,14 @@ def _child_env(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class SweeperProcess:
-    """`dex-celery --app tests.support.toolapp:dex sweep --loop` in its own process."""
+    """`dex-celery --app devtools.toolapp:dex sweep --loop` in its own process."""
 
     env: Mapping[str, str]
     logfile: Path
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> SweeperProcess:
-        args = [str(DEX_SCRIPT), "--app", "tests.support.toolapp:dex", "sweep", "--loop"]
+        args = [str(DEX_SCRIPT), "--app", "devtools.toolapp:dex", "sweep", "--loop"]
         with self.logfile.open("ab") as out:
             self.process = subprocess.Popen(
                 args, cwd=ROOT, env=_child_env(self.env), stdout=out, stderr=subprocess.STDOUT

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import ROOT, free_port, wait_for
+from devtools.processes import ROOT, free_port, wait_for
 
 #: Set to a folder to have the browser test save its screenshots there (docs/web/ in the repo).
 SCREENSHOTS_ENV = "DEX_WEB_SCREENSHOTS"
@@ -27,7 +27,7 @@ class WebServer:
 
     env: Mapping[str, str]
     log_path: Path
-    app: str = "tests.support.toolapp:dex"
+    app: str = "devtools.toolapp:dex"
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None

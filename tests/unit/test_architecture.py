@@ -5,8 +5,9 @@
 - The layers point one way (docs/architecture.md, "The layers"): the engine and everything
   below it import nothing from the process wiring, the operators' side, the clients, the façade,
   the CLI, the web app, the integrations or the examples, whatever the kind of import
-  (module level, type-only, or deferred inside a function); the middle layer imports nothing
-  of the façade or above.
+  (module level, type-only, or deferred inside a function); the operators' read side and the
+  clients import nothing of the process wiring or the integrations, which import nothing of the
+  façade or above. Not one import runs upward.
 - At most twelve modules sit at the top of the package; the rest live in folders by role.
 - An import inside a function says why, in a comment on its line or the line above: it defers
   an optional or slow dependency, or breaks a real cycle.
@@ -188,21 +189,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dex_celery.settings",
             "dex_celery.backend_errors",
             "dex_celery.forks",
+            "dex_celery.async_bridge",
             "dex_celery.access",
             "dex_celery.model",
         ),
     ),
     ("parts", ("dex_celery.tools", "dex_celery.ledger", "dex_celery.store")),
     ("engine", ("dex_celery.engine",)),
-    (
-        "sides",
-        (
-            "dex_celery.ops",
-            "dex_celery.processes",
-            "dex_celery.client",
-            "dex_celery.integrations",
-        ),
-    ),
+    ("sides", ("dex_celery.ops", "dex_celery.client")),
+    ("wiring", ("dex_celery.processes", "dex_celery.integrations")),
     ("facade", ("dex_celery.app",)),
     (
         "outer",
@@ -239,6 +234,13 @@ def test_layers_point_down_whatever_the_kind_of_import() -> None:
         if layer_of(dep) > layer_of(module)
     ]
     assert not upward, "imports against the layers:\n" + "\n".join(upward)
+
+
+def test_the_read_side_sits_below_the_process_wiring() -> None:
+    """`ops/status.py` reads what the worker's wiring writes (its starts): that record lives in
+    the engine (`engine/worker_starts.py`), so the read side never imports the wiring."""
+    assert layer_of("dex_celery.ops.status") < layer_of("dex_celery.processes.worker")
+    assert layer_of("dex_celery.client.dex_client") < layer_of("dex_celery.integrations.mcp_tasks")
 
 
 def test_layer_rule_sees_a_type_only_import() -> None:

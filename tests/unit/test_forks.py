@@ -14,7 +14,7 @@ from celery import Celery
 
 from dex_celery import Dex, Settings, forks
 from dex_celery.forks import after_fork
-from dex_celery.store.engine import EngineHandle
+from dex_celery.store.sql_engine import EngineHandle
 
 
 class Holder:

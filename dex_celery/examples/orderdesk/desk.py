@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from dex_celery.store.engine import EngineHandle
+from dex_celery.store.sql_engine import EngineHandle
 
 metadata = MetaData()
 

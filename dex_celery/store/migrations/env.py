@@ -12,8 +12,8 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection
 
-from dex_celery.store.engine import make_engine
 from dex_celery.store.schema import metadata
+from dex_celery.store.sql_engine import make_engine
 
 config = context.config
 #: `Settings.database_schema`: where the tables and the version table live (None: default).

@@ -29,6 +29,8 @@ from click.testing import CliRunner
 from kombu import Connection, Queue
 from sqlalchemy import select
 
+from devtools.processes import Worker, wait_for
+from devtools.toolapp import LOG_ENV
 from dex_celery import (
     CallStatus,
     Dex,
@@ -50,8 +52,6 @@ from dex_celery.errors import (
 )
 from dex_celery.store.schema import messages, sessions, tool_calls
 from tests.support import cliapp
-from tests.support.processes import Worker, wait_for
-from tests.support.toolapp import LOG_ENV
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -19,6 +19,7 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
+from devtools.toolapp import make_app
 from dex_celery import (
     ArgumentsTooLarge,
     CallRequest,
@@ -36,7 +37,6 @@ from dex_celery import (
 )
 from dex_celery.model.ids import MAX_ID_LENGTH
 from dex_celery.store.schema import messages, sessions, tool_calls
-from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

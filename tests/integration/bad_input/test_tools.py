@@ -15,6 +15,7 @@ import pytest
 import redis
 from celery import Celery
 
+from devtools.toolapp import make_app
 from dex_celery import (
     CallConflict,
     CallRequest,
@@ -32,7 +33,6 @@ from dex_celery.errors import UnknownDefinitionFormat
 from dex_celery.tools.arguments import check_arguments
 from dex_celery.tools.tool import Tool
 from tests.integration.bad_input.test_requests import BROKER_QUEUE, assert_nothing_written, sql_rows
-from tests.support.toolapp import make_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

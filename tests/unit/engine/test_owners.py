@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from devtools.processes import ROOT, as_host_args, can_run_as_host
 from dex_celery.engine.owners import (
     Owner,
     owner_is_dead_here,
@@ -20,7 +21,6 @@ from dex_celery.engine.owners import (
     pid_space,
     start_ticks,
 )
-from tests.support.processes import ROOT, as_host_args, can_run_as_host
 
 needs_proc = pytest.mark.skipif(not pid_space(), reason="no /proc here (not Linux)")
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import pytest
 from mcp.types import ToolAnnotations
 
+from devtools.processes import ROOT
 from dex_celery import EffectClass, InvalidArguments, InvalidId, ToolPolicy
 from dex_celery.errors import ConfigurationError
 from dex_celery.integrations.mcp_client import (
@@ -30,7 +31,6 @@ from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.policy import effect_from_annotations
 from dex_celery.tools.schema import check_arguments, check_schema
 from dex_celery.tools.tool import Tool
-from tests.support.processes import ROOT
 
 SCHEMA = {
     "type": "object",

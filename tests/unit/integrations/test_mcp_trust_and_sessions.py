@@ -86,7 +86,7 @@ def test_a_forked_child_gets_an_empty_pool_and_keeps_the_parents() -> None:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
-        ok = mcp_sessions.pool() is not parent and any(kept is parent for kept in forks._inherited)
+        ok = mcp_sessions.pool() is not parent and parent in forks._inherited
         os.write(write, b"1" if ok else b"0")
         os._exit(0)
     os.close(write)

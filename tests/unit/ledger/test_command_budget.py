@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.processes import RedisServer
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Cause, Ledger
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.settings import Settings
-from tests.support.processes import RedisServer
 
 EPOCH = "e1"
 #: A read with the default policy, resolved as a tool registration resolves it.

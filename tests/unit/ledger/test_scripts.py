@@ -21,6 +21,7 @@ import fakeredis
 import pytest
 import redis
 
+from devtools.processes import RedisServer
 from devtools.redis_cluster import RedisClusterNodes
 from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.ledger.connection import redis_client
@@ -36,7 +37,6 @@ from dex_celery.ledger.ledger import (
     join_epochs,
 )
 from dex_celery.model.policy import EffectClass, EffectSource, PolicySnapshot
-from tests.support.processes import RedisServer
 
 EPOCH = "epoch-1"
 T0 = 1_000_000.0

@@ -43,7 +43,7 @@ def test_the_command_refuses_with_one_error_line(monkeypatch: pytest.MonkeyPatch
     for name in ("DEX_WEB_USERS", "DEX_WEB_TOKENS"):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(
-        main, ["--app", "tests.support.toolapp:dex", "web", "--host", "0.0.0.0", "--port", "8"]
+        main, ["--app", "devtools.toolapp:dex", "web", "--host", "0.0.0.0", "--port", "8"]
     )
     assert result.exit_code == EXIT_REFUSED
     assert result.stderr.startswith("error: refusing to serve the web app on 0.0.0.0")

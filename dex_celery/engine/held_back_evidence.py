@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 
 from dex_celery.model.event_types import EventType
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.model.repeats import RepeatEvidence
+from dex_celery.model.repeat_rule import RepeatEvidence
 from dex_celery.store.unknowns import REPORTED, UnknownOutcomes
 
 if TYPE_CHECKING:
     from dex_celery.ledger.events import AgentEvents
     from dex_celery.store.repository import Store
 
-log = logging.getLogger("dex_celery.engine.repeats")
+log = logging.getLogger("dex_celery.engine.held_back_evidence")
 
 #: The `evidence` field of the event.
 LATE_RESULT = "late_result"

@@ -10,7 +10,7 @@ from dex_celery.errors import PolicyError, SecretKeyMissing
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass, PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.model.repeats import RepeatKind, judge_repeat
+from dex_celery.model.repeat_rule import RepeatKind, judge_repeat
 from dex_celery.settings import Settings
 from dex_celery.tools.repeat_digest import repeat_digest, secrets_digest
 

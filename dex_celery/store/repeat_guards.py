@@ -6,7 +6,7 @@ last call that passed the guard (the holder). A guarded request, in its insert's
 1. tries to insert the slot with itself as holder (`INSERT ... ON CONFLICT DO NOTHING`): a new
    digest passes with that one statement;
 2. otherwise reads the holder's record (a primary-key lookup joined to the call and its unknown
-   outcome row) and has the dispatcher judge it (`model/repeats.judge_repeat`);
+   outcome row) and has the dispatcher judge it (`model/repeat_rule.judge_repeat`);
 3. if the holder is harmless, takes the slot with a compare-and-set on `holder`; if another
    request took it first, reads it again and judges the winner.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.model.repeats import RepeatHazard, RepeatKind
+from dex_celery.model.repeat_rule import RepeatHazard, RepeatKind
 from dex_celery.store.dialect import insert_ignore
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import repeat_guards, tool_calls, unknown_outcomes

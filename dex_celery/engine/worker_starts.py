@@ -27,7 +27,7 @@ from dex_celery.errors import DexError
 if TYPE_CHECKING:
     from dex_celery.engine.runtime import RuntimeSource
 
-log = logging.getLogger("dex_celery.processes.worker_starts")
+log = logging.getLogger("dex_celery.engine.worker_starts")
 
 #: `status` lists a node that does not answer only if it started within this many seconds: a
 #: worker that was retired (or a container replaced under a new name) fades from the report.

@@ -4,7 +4,7 @@ A `non_idempotent_write` can repeat its effect, and each model turn mints a new 
 the idempotency key (S2.1) differs between turns and no service can deduplicate them. The guard
 compares what the call does instead (its tool and canonical arguments, per session) with the last
 identical call that passed the guard, and judges that earlier call here. The store finds it (one
-indexed lookup, `store/repeats.py`); the dispatcher holds the new call back for a person.
+indexed lookup, `store/repeat_guards.py`); the dispatcher holds the new call back for a person.
 """
 
 from __future__ import annotations

@@ -86,7 +86,20 @@ class EngineHandle:
         return self._engine
 
     def _forget(self) -> None:
-        """After a fork: the parent's connections stay its own; this process makes its own."""
+        """After a fork: the parent's connections stay its own; this process makes its own.
+
+        A SQLite pool is closed here, at once: SQLite keeps one state per file and process,
+        shared by every connection to that file, so the inherited connections kept open would
+        lend the child's new ones the parent's locks. Closing takes none of the parent's locks
+        (the child holds no lock to release), and it happens now, while the descriptors are
+        still the inherited ones, before anything (Celery's embedded beat) closes them and
+        hands their numbers to new files. A server database's pool is kept untouched
+        (`keep_inherited`): closing it would end the parent's sessions on the shared sockets.
+        """
         self._lock = threading.Lock()
-        keep_inherited(self._engine)
-        self._engine = None
+        engine, self._engine = self._engine, None
+        if engine is None:
+            return
+        if engine.dialect.name == "sqlite":
+            engine.dispose()
+        keep_inherited(engine)

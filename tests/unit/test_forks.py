@@ -88,16 +88,17 @@ def test_a_child_that_closes_every_inherited_descriptor_keeps_working(dex: Dex) 
         if target.startswith("socket:") or target.startswith(database)
     ]
     assert inherited
-    parents = [weakref.ref(dex.runtime), weakref.ref(dex.store._engine.get())]
+    parent = weakref.ref(dex.runtime)
 
     def keeps_working() -> bool:
         for fd in inherited:  # what the embedded beat does at start (it spares only stdio, logs)
-            os.close(fd)
+            with contextlib.suppress(OSError):  # SQLite's: the fork's reset closed them already
+                os.close(fd)
         for _ in range(5):
             dex.redis.ping()
             dex.store.list_calls(limit=1)
             gc.collect()  # whatever the child dropped is collected now, not at some later time
-        return all(ref() is not None for ref in parents)
+        return parent() is not None  # kept, so its sockets never close a number again
 
     assert in_child(keeps_working) == 0
     assert dex.redis.ping()

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-import select
+import selectors
 import socket
 import struct
 import threading
 import time
 from types import TracebackType
-from typing import Self
+from typing import Self, cast
 
 from dex_celery.processes.localstack import free_port
 
@@ -165,12 +165,17 @@ class TcpProxy:
 
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
         peers = {client: server, server: client}
+        # A selector, not `select.select`: in a long test run the process holds more than
+        # FD_SETSIZE (1024) descriptors, and `select` refuses a socket numbered above it.
+        selector = selectors.DefaultSelector()
         try:
+            for sock in peers:
+                selector.register(sock, selectors.EVENT_READ)
             while not self._stop.is_set():
                 if not self._flowing.wait(0.1):
                     continue
-                readable, _, _ = select.select(list(peers), [], [], 0.1)
-                for sock in readable:
+                for key, _ in selector.select(0.1):
+                    sock = cast(socket.socket, key.fileobj)
                     if not self._flowing.is_set():
                         break
                     data = sock.recv(_BUFFER)
@@ -183,6 +188,7 @@ class TcpProxy:
         except (OSError, ValueError):  # reset by `cut`, or closed by a peer
             return
         finally:
+            selector.close()
             for sock in (client, server):
                 _reset(sock)
             with self._lock:

@@ -12,6 +12,11 @@ STAMP := $(VENV)/.installed
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
+# `make test` runs the test files in this many processes (pytest-xdist; a file's tests stay in
+# one process, in order). The tests mostly wait on real workers, Redis and timers, not on the
+# CPU, so more processes than this machine's 2 cores shortens the run (docs/testing.md).
+TEST_JOBS ?= 3
+
 .PHONY: demo test docs lint install clean
 
 $(STAMP): pyproject.toml
@@ -33,7 +38,7 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25
 
 # The API reference from the docstrings (tests/integration/test_docs.py builds it strictly too).
 docs: $(STAMP)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import ClassVar
@@ -230,32 +230,26 @@ EffectClass.IDEMPOTENT_WRITE = register_effect_class(
         mcp_hints={**_WRITE_HINTS, "idempotentHint": True},
     ),
 )
-EffectClass.NON_IDEMPOTENT_WRITE = register_effect_class(
-    "non_idempotent_write",
-    EffectTraits(
-        meaning="changes something, and running it twice could do it twice: it runs at most "
-        "once, never retried; a lost attempt ends outcome_unknown",
-        read_only=False,
-        retryable=False,
-        fenced=True,
-        approval_by_default=True,
-        repeat_guard_by_default=True,
-        lost_status=CallStatus.OUTCOME_UNKNOWN,
-        mcp_hints={**_WRITE_HINTS, "idempotentHint": False},
-    ),
+_AT_MOST_ONCE = EffectTraits(
+    meaning="changes something, and running it twice could do it twice: it runs at most "
+    "once, never retried; a lost attempt ends outcome_unknown",
+    read_only=False,
+    retryable=False,
+    fenced=True,
+    approval_by_default=True,
+    repeat_guard_by_default=True,
+    lost_status=CallStatus.OUTCOME_UNKNOWN,
+    mcp_hints={**_WRITE_HINTS, "idempotentHint": False},
 )
-#: No hints: clients then apply MCP's defaults (a destructive, non-idempotent write), which is
-#: how dex treats it too (S1.2).
+EffectClass.NON_IDEMPOTENT_WRITE = register_effect_class("non_idempotent_write", _AT_MOST_ONCE)
+#: Treated as a non-idempotent write in everything but its hints: none, so clients apply MCP's
+#: defaults (a destructive, non-idempotent write), which is how dex treats it too (S1.2).
 EffectClass.UNCLASSIFIED = register_effect_class(
     "unclassified",
-    EffectTraits(
+    replace(
+        _AT_MOST_ONCE,
         meaning="its author did not say what it does: treated as a write that runs at most once",
-        read_only=False,
-        retryable=False,
-        fenced=True,
-        approval_by_default=True,
-        repeat_guard_by_default=True,
-        lost_status=CallStatus.OUTCOME_UNKNOWN,
+        mcp_hints={},
     ),
 )
 _BUILT_IN = frozenset(_CLASSES.values())

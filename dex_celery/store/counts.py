@@ -27,8 +27,12 @@ SHARDS = 8
 Ended = tuple[str, str, str, int]
 
 
-def count_ended(conn: Connection, hot: HotStatements, ended: Iterable[Ended]) -> None:
-    """Add the calls this transaction ended to their counts: one upsert per group."""
+def count_ended(
+    conn: Connection, hot: HotStatements, ended: Iterable[Ended], *, sign: int = 1
+) -> None:
+    """Add the calls this transaction ended to their counts: one upsert per group, in sorted
+    order, in this process's shard (a read sums the shards). `sign=-1` subtracts them (history
+    prune removing calls)."""
     groups: dict[tuple[str, str, str], list[int]] = {}
     for tool, effect, status, attempts in ended:
         total = groups.setdefault((tool, effect, status), [0, 0, 0])
@@ -46,9 +50,9 @@ def count_ended(conn: Connection, hot: HotStatements, ended: Iterable[Ended]) ->
                 "b_effect": effect,
                 "b_status": status,
                 "b_shard": shard,
-                "b_calls": calls,
-                "b_attempts": attempts,
-                "b_retries": retries,
+                "b_calls": sign * calls,
+                "b_attempts": sign * attempts,
+                "b_retries": sign * retries,
             }
             for (tool, effect, status), (calls, attempts, retries) in sorted(groups.items())
         ],

@@ -28,7 +28,6 @@ re-check, in the delete itself, what could have changed since they were read.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.repeat_rule import judge_repeat
-from dex_celery.store.counts import SHARDS
+from dex_celery.store.counts import count_ended
 from dex_celery.store.dialect import IN_CHUNK, one_of
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import call_record
@@ -321,29 +320,6 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
 
 
 def _uncount(conn: Connection, engine: Engine, gone: list[tuple[str, str, str, int]]) -> None:
-    """Subtract removed calls from `dex_call_counts` (negative amounts in this process's shard:
-    a read sums the shards), last in the transaction and in sorted order, as writers add."""
-    groups: dict[tuple[str, str, str], list[int]] = {}
-    for tool, effect, status, attempts in gone:
-        total = groups.setdefault((tool, effect, status), [0, 0, 0])
-        total[0] += 1
-        total[1] += attempts
-        total[2] += max(attempts - 1, 0)
-    if not groups:
-        return
-    shard = os.getpid() % SHARDS
-    hot_statements(engine).count_ended.execute_many(
-        conn,
-        [
-            {
-                "b_tool": tool,
-                "b_effect": effect,
-                "b_status": status,
-                "b_shard": shard,
-                "b_calls": -calls,
-                "b_attempts": -attempts,
-                "b_retries": -retries,
-            }
-            for (tool, effect, status), (calls, attempts, retries) in sorted(groups.items())
-        ],
-    )
+    """Subtract removed calls from `dex_call_counts` (negative amounts, last in the
+    transaction, as writers add)."""
+    count_ended(conn, hot_statements(engine), gone, sign=-1)

@@ -257,21 +257,13 @@ class Decisions:
     ) -> str:
         """Wait for a dispatched call to end and return what the model reads of it, reporting
         progress every `every` seconds (`PROGRESS_EVERY`) while it waits."""
-        every = every or PROGRESS_EVERY
-        if record.status is CallStatus.AWAITING_APPROVAL:
-            return pending_text(record)
-        started = time.monotonic()
-        while not record.finished:
-            remaining = timeout - (time.monotonic() - started)
-            if remaining <= 0:
-                return in_flight_text(record, timeout)
+        wait = _Wait(record, timeout, progress, every)
+        while (answer := wait.answer()) is None:
             try:
-                (record,) = self.client.wait([record.key], timeout=min(every, remaining))
+                (wait.record,) = self.client.wait([wait.record.key], timeout=wait.next_wait())
             except CallTimeout:
-                record = self.client.get_call(record.key)
-                if not record.finished:
-                    report_progress(record, time.monotonic() - started, timeout, progress)
-        return record_text(record)
+                wait.waited(self.client.get_call(wait.record.key))
+        return answer
 
     async def atext(
         self,
@@ -280,21 +272,57 @@ class Decisions:
         progress: ProgressCallback | None = None,
         every: float | None = None,
     ) -> str:
-        every = every or PROGRESS_EVERY
-        if record.status is CallStatus.AWAITING_APPROVAL:
-            return pending_text(record)
-        started = time.monotonic()
-        while not record.finished:
-            remaining = timeout - (time.monotonic() - started)
-            if remaining <= 0:
-                return in_flight_text(record, timeout)
+        """`text` for async frameworks."""
+        wait = _Wait(record, timeout, progress, every)
+        while (answer := wait.answer()) is None:
             try:
-                (record,) = await self.aclient.wait([record.key], timeout=min(every, remaining))
+                (wait.record,) = await self.aclient.wait(
+                    [wait.record.key], timeout=wait.next_wait()
+                )
             except CallTimeout:
-                record = await self.aclient.get_call(record.key)
-                if not record.finished:
-                    report_progress(record, time.monotonic() - started, timeout, progress)
-        return record_text(record)
+                wait.waited(await self.aclient.get_call(wait.record.key))
+        return answer
+
+
+class _Wait:
+    """One wait for a call's end, whichever client waits: what the model reads once it may
+    stop waiting, how long the next wait lasts, and the progress reports between waits."""
+
+    def __init__(
+        self,
+        record: ToolCallRecord,
+        timeout: float,
+        progress: ProgressCallback | None,
+        every: float | None,
+    ) -> None:
+        self.record = record
+        self.timeout = timeout
+        self.progress = progress
+        self.every = every or PROGRESS_EVERY
+        self.started = time.monotonic()
+
+    def answer(self) -> str | None:
+        """The model's text once waiting is over (ended, waiting for a person, or out of
+        time); None while the call runs and time is left."""
+        if self.record.status is CallStatus.AWAITING_APPROVAL:
+            return pending_text(self.record)
+        if self.record.finished:
+            return record_text(self.record)
+        if self._remaining() <= 0:
+            return in_flight_text(self.record, self.timeout)
+        return None
+
+    def next_wait(self) -> float:
+        return min(self.every, self._remaining())
+
+    def waited(self, record: ToolCallRecord) -> None:
+        """A wait ran out before the call ended: report where it is."""
+        self.record = record
+        if not record.finished:
+            report_progress(record, time.monotonic() - self.started, self.timeout, self.progress)
+
+    def _remaining(self) -> float:
+        return self.timeout - (time.monotonic() - self.started)
 
 
 _SessionIdSource = TypeVar("_SessionIdSource")

@@ -5,7 +5,7 @@
 `dispatch.unclaimed_write_outcome` turns such an end, and a lost or timed-out one, into the
 did-not-run outcome the store writes only while SQL holds no claim; the texts never say the
 tool started. Quick checks of the scripts and the texts; the real outage is in
-tests/crash/test_database_outage_truth.py.
+tests/crash/database/test_database_outage_truth.py.
 """
 
 from __future__ import annotations

@@ -8,9 +8,6 @@ takes what `celery -A` takes, before or after the subcommand; read-only commands
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,45 +16,15 @@ import pytest
 from celery import Celery
 
 from devtools.pg_schema import postgres_schema
-from devtools.processes import ROOT, Worker, free_port
+from devtools.processes import Worker, free_port
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.engine.owners import parse_owner
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
 from tests.support import cliapp
+from tests.support.cli_run import APP, dead_redis, one_error_line, run
 from tests.support.crash import count_calls
-
-SCRIPT = Path(sys.executable).parent / "dex-celery"
-APP = "devtools.toolapp"
-
-
-def run(
-    *args: str, env: dict[str, str], cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("DEX_")}
-    environ["PYTHONPATH"] = str(ROOT)
-    environ.update(env)
-    return subprocess.run(
-        [str(SCRIPT), *args],
-        env=environ,
-        cwd=cwd or ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
-
-
-def dead_redis() -> str:
-    return f"redis://127.0.0.1:{free_port()}/0"
 
 
 @pytest.fixture

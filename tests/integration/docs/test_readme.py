@@ -24,19 +24,14 @@ import pytest
 
 from devtools.processes import ROOT, RedisServer, wait_for
 from tests.support.pg_database import fresh_database
+from tests.support.readme import recipe
 
 pytestmark = pytest.mark.postgres
 
-BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 #: The only values the test replaces: where Redis and the database are.
 OWN = ("DEX_REDIS_URL", "DEX_DATABASE_URL")
 
 
-def recipe() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("\n## Writing a tool")
-    end = text.index("\n## ", start + 1)
-    return BLOCK.findall(text[start:end])
 
 
 def test_the_readme_recipe_runs(redis_server: RedisServer, tmp_path: Path) -> None:

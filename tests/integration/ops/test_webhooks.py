@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,34 +33,11 @@ from dex_celery.ops.webhooks import (
     delivery_status,
     render_status,
 )
+from tests.support.webhook_receiver import Receiver
 
 SECRET = "hook-secret"
 
 
-class Receiver:
-    """A local HTTP receiver that records every POST (headers and body) and answers 204."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        received = self.requests
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received.append(({k: v for k, v in self.headers.items()}, body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/dex?token=abc"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

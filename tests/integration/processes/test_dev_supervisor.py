@@ -20,13 +20,8 @@ from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.processes.localstack import ping_app
 from dex_celery.processes.supervise import Backoff
-from tests.integration.cli.test_dev_demo import (  # noqa: F401 (`dev` is a fixture)
-    SCRIPT,
-    alive,
-    dev,
-    group_alive,
-    started_processes,
-)
+from tests.support.dev_stack import SCRIPT, alive, group_alive, started_processes
+from tests.support.dev_stack import dev as dev  # the fixture
 
 READY = "Press Ctrl-C to stop."
 RESTARTED = re.compile(r"^restarted (\S+): pid (\d+) \(restart (\d+)\)$", re.MULTILINE)
@@ -42,7 +37,7 @@ def _worker_pids(app: Celery) -> dict[str, int]:
 
 
 def test_dev_restarts_a_killed_worker_and_beat(
-    dev: tuple[subprocess.Popen[bytes], Path, dict[str, str]],  # noqa: F811
+    dev: tuple[subprocess.Popen[bytes], Path, dict[str, str]],
 ) -> None:
     process, out, env = dev
 

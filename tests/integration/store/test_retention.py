@@ -36,8 +36,8 @@ from dex_celery.store.schema import (
     unknown_outcomes,
 )
 from dex_celery.store.views import OperatorViews
-from tests.integration.store.test_store import Clock
-from tests.integration.store.test_store import url as url
+from tests.support.store_rig import Clock
+from tests.support.store_rig import url as url
 
 NOW = 1_000_000.0
 CUTOFF = NOW - 10_000.0

@@ -7,69 +7,32 @@ on both dialects. The PostgreSQL half is skipped, saying why, only if the server
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import func, select
 
-from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, MessageRole, Settings
-from dex_celery.engine.dispatch import admit
+from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, MessageRole
 from dex_celery.errors import UnknownSession
 from dex_celery.model.conversation import CopiedMessage
 from dex_celery.model.ids import CallKey
-from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, sessions, tool_calls
-from dex_celery.store.values import Admission, NewCall, Outcome, OutcomeRow
+from dex_celery.store.values import Outcome, OutcomeRow
+from tests.support.store_rig import Clock, new_call
+from tests.support.store_rig import url as url
 
 T = TypeVar("T")
-SETTINGS = Settings()
 
 
-class Clock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
-def _postgres_url() -> str:
-    return os.environ.get(
-        "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    )
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    base = _postgres_url()
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text("select 1"))
-    except OperationalError as e:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL at {base} is unreachable: {e.orig}")
-    schema = f"dex_test_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture
@@ -85,23 +48,6 @@ def store(url: str, clock: Clock) -> Iterator[Store]:
     store.engine.dispose()
 
 
-def new_call(
-    key: str,
-    *,
-    effect: EffectClass | None = EffectClass.READ,
-    requires_approval: bool | None = None,
-    approval_timeout: float | None = None,
-    arguments: str = '{"q":1}',
-    tool: str = "echo",
-) -> NewCall:
-    policy = ToolPolicy(
-        effect=effect, requires_approval=requires_approval, approval_timeout=approval_timeout
-    )
-
-    def resolve(default: EffectClass | None, now: float) -> Admission:
-        return admit(resolve_policy(policy, None, default, SETTINGS), now)
-
-    return NewCall(CallKey.parse(key), tool, arguments, resolve)
 
 
 def rows(store: Store) -> dict[str, int]:

@@ -13,11 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from devtools.processes import wait_for
-from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
+from dex_celery import CallStatus, Dex, EffectClass, ToolContext, ToolPolicy
 from dex_celery.web.app import WebApp
-from dex_celery.web.auth import Credentials
-
-CREDENTIALS = Credentials.from_settings(Settings(web_users="alice:pw-a,bob:pw-b"))
+from tests.support.web_session import CREDENTIALS, signed_in
 
 
 @pytest.fixture
@@ -30,11 +28,6 @@ def app(dex: Dex) -> WebApp:
     return WebApp(dex, CREDENTIALS)
 
 
-def signed_in(app: WebApp, name: str, password: str) -> TestClient:
-    client = TestClient(app.build(), base_url="http://localhost", follow_redirects=False)
-    response = client.post("/login", data={"name": name, "password": password, "next": "/"})
-    assert response.status_code == 303, response.text
-    return client
 
 
 def csrf(client: TestClient, path: str = "/approvals") -> str:

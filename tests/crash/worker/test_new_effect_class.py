@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import CeleryWorker
+from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.effects import EffectClass
 from tests.support.crash import lines, wait_finished, wait_started
@@ -27,8 +29,6 @@ from tests.support.effect_class_app import (
     register_classes,
     unregister_classes,
 )
-from tests.support.processes import CeleryWorker
-from tests.support.toolapp import LOG_ENV
 
 pytestmark = pytest.mark.crash
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -49,8 +48,10 @@ from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, Mcp
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcpapp import READY_ENV, URL_ENV, make_app
+from tests.support.mcp_server import _listening
+from tests.support.mcpapp import URL_ENV, make_app
 from tests.support.span_file import SPANS_ENV, read_spans
+from tests.support.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 
@@ -77,23 +78,10 @@ def mcp_dex(mcp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
 
 @pytest.fixture
 def start_mcp_worker(mcp_env: dict[str, str]) -> Iterator[Callable[..., CeleryWorker]]:
-    workers: list[CeleryWorker] = []
-
     def start(extra_env: dict[str, str] | None = None, concurrency: int = 2) -> CeleryWorker:
-        folder = Path(mcp_env[LOG_ENV]) / "worker"
-        worker = CeleryWorker(
-            "tests.support.mcpapp",
-            {**mcp_env, **(extra_env or {})},
-            folder,
-            concurrency=concurrency,
-            ready_env=READY_ENV,
-        ).start()
-        workers.append(worker)
-        return worker
+        return mcp_worker({**mcp_env, **(extra_env or {})}, concurrency=concurrency)
 
-    yield start
-    for worker in workers:
-        worker.stop()
+    yield from each_stopped(start)
 
 
 @pytest.fixture
@@ -111,11 +99,6 @@ def http_server(mcp_env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen
     yield f"http://127.0.0.1:{port}/mcp", process
     process.kill()
     process.wait(timeout=10)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _effect(dex: Dex, name: str, default: EffectClass | None = None) -> tuple[str, str]:
@@ -473,13 +456,9 @@ def test_the_call_s_trace_reaches_the_mcp_server_in_the_request_s_meta(
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracing.configure(provider)
     spans_file = tmp_path / "worker-spans.jsonl"
-    worker = CeleryWorker(
-        "tests.support.traced_mcpapp",
-        {**mcp_env, SPANS_ENV: str(spans_file)},
-        Path(mcp_env[LOG_ENV]) / "worker",
-        concurrency=1,
-        ready_env=READY_ENV,
-    ).start()
+    worker = mcp_worker(
+        {**mcp_env, SPANS_ENV: str(spans_file)}, module="tests.support.traced_mcpapp", concurrency=1
+    )
     try:
         record = mcp_dex.client().request_call("s1", "t1", "traced", "lookup", {"order_id": "A"})
         assert wait_finished(mcp_dex, record.key).status is CallStatus.SUCCEEDED

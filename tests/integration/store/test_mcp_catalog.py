@@ -38,6 +38,7 @@ from tests.support.crash import wait_finished
 from tests.support.gitapp import REPO_ENV as GIT_REPO_ENV
 from tests.support.gitapp import make_app as make_git_app
 from tests.support.mcpapp import DEAD_ENV, DEAD_URL_ENV, READY_ENV, make_app
+from tests.support.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 
@@ -90,22 +91,10 @@ def cli(mcp_dex: Dex) -> Callable[..., Result]:
 
 @pytest.fixture
 def start_worker(mcp_env: dict[str, str]) -> Iterator[Callable[..., CeleryWorker]]:
-    workers: list[CeleryWorker] = []
-
     def start() -> CeleryWorker:
-        worker = CeleryWorker(
-            "tests.support.mcpapp",
-            mcp_env,
-            Path(mcp_env[LOG_ENV]) / "worker",
-            concurrency=2,
-            ready_env=READY_ENV,
-        ).start()
-        workers.append(worker)
-        return worker
+        return mcp_worker(mcp_env)
 
-    yield start
-    for worker in workers:
-        worker.stop()
+    yield from each_stopped(start)
 
 
 def _starts(mcp_env: dict[str, str]) -> list[str]:

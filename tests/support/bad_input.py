@@ -35,5 +35,3 @@ def assert_nothing_written(dex: Dex, client: redis.Redis) -> None:
     assert client.llen(BROKER_QUEUE) == 0
     assert client.xlen(dex.keys.events) == 0
     assert client.dbsize() == 0, sorted(cast(list[str], client.keys("*")))
-
-

@@ -36,5 +36,3 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pip = _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], base)
     assert pip.returncode == 0, pip.stderr[-3000:]
     return venv
-
-

@@ -41,5 +41,3 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 def dead_redis() -> str:
     return f"redis://127.0.0.1:{free_port()}/0"
-
-

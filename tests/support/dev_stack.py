@@ -84,5 +84,3 @@ def dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[st
         for pid in started_processes(out.read_text()).values():
             if alive(pid):
                 os.killpg(pid, signal.SIGKILL)
-
-

@@ -108,5 +108,3 @@ def _wait_until_flower_receives_events(dex: Dex, flower: Flower) -> None:
         return False
 
     wait_for(a_probe_shows, timeout=60, what="Flower to receive task events", interval=0)
-
-

@@ -28,5 +28,3 @@ def in_child(check: object) -> int:
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
-
-

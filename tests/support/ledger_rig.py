@@ -192,5 +192,3 @@ def claimed(
 def finished(step: Step, status: str, reason: str, attempt: int = 1) -> None:
     assert step.kind is StepKind.FINISHED, step
     assert (step.status, step.reason, step.attempt) == (status, reason, attempt), step
-
-

@@ -73,5 +73,3 @@ def _read(file: IO[bytes]) -> str:
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-

@@ -43,5 +43,3 @@ class Scripted:
 
 def call(name: str, args: dict[str, Any], call_id: str) -> ToolCallPart:
     return ToolCallPart(tool_name=name, args=args, tool_call_id=call_id)
-
-

@@ -14,5 +14,3 @@ def recipe() -> list[tuple[str, str]]:
     start = text.index("\n## Writing a tool")
     end = text.index("\n## ", start + 1)
     return BLOCK.findall(text[start:end])
-
-

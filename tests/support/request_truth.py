@@ -58,5 +58,3 @@ def fill_until_out_of_memory(server: RedisServer) -> list[str]:
     with pytest.raises(redis.ResponseError, match="maxmemory"):
         client.set("probe", b"x")
     return keys
-
-

@@ -76,5 +76,3 @@ def new_call(
         return admit(resolve_policy(policy, None, default, SETTINGS), now)
 
     return NewCall(CallKey.parse(key), tool, arguments, resolve)
-
-

@@ -16,5 +16,3 @@ def signed_in(app: WebApp, name: str, password: str) -> TestClient:
     response = client.post("/login", data={"name": name, "password": password, "next": "/"})
     assert response.status_code == 303, response.text
     return client
-
-

@@ -37,12 +37,6 @@ pytestmark = pytest.mark.crash
 WRITE = "slow_non_idempotent_write"
 
 
-
-
-
-
-
-
 def assert_truthful(error: DexError, keys: tuple[str, ...]) -> None:
     """The error of a request whose calls are recorded: its type, its keys and its words."""
     assert isinstance(error, CallRecordedNotStarted), f"{type(error).__name__}: {error}"

@@ -40,18 +40,11 @@ from tests.support.bad_input import BROKER_QUEUE, assert_nothing_written, sql_ro
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
 
-
 @pytest.fixture
 def broker(env: dict[str, str]) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(env["DEX_REDIS_URL"], decode_responses=True)
     yield client
     client.close()
-
-
-
-
-
-
 
 
 # --- unknown tool ------------------------------------------------------------------------------

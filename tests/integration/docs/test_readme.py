@@ -32,8 +32,6 @@ pytestmark = pytest.mark.postgres
 OWN = ("DEX_REDIS_URL", "DEX_DATABASE_URL")
 
 
-
-
 def test_the_readme_recipe_runs(redis_server: RedisServer, tmp_path: Path) -> None:
     blocks = recipe()
     project = tmp_path / "project"

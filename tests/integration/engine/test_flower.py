@@ -33,12 +33,6 @@ pytest.importorskip("flower", reason="flower is not installed (pip install 'dex-
 SECRET = "sk-live-0b5e7d1f-do-not-show"
 
 
-
-
-
-
-
-
 def test_flower_shows_the_key_and_redacts_secret_arguments(
     dex: Dex, start_worker: Callable[..., Worker], flower: Flower
 ) -> None:

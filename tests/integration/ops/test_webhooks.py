@@ -38,8 +38,6 @@ from tests.support.webhook_receiver import Receiver
 SECRET = "hook-secret"
 
 
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver()

@@ -29,12 +29,6 @@ from tests.support.store_rig import url as url
 T = TypeVar("T")
 
 
-
-
-
-
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -46,8 +40,6 @@ def store(url: str, clock: Clock) -> Iterator[Store]:
     store.create_schema()
     yield store
     store.engine.dispose()
-
-
 
 
 def rows(store: Store) -> dict[str, int]:

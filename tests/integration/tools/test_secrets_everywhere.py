@@ -82,6 +82,32 @@ def assert_absent(where: str, text: str, secrets: tuple[str, ...] = (TOKEN, OTHE
         assert secret not in text, f"a secret value in {where}"
 
 
+def search_the_cli(commands: list[list[str]], absent: Callable[[str, str], None]) -> None:
+    """Each `dex-celery` command's output, on the test tools' app, holds no secret."""
+    runner = CliRunner()
+    for args in commands:
+        result = runner.invoke(main, ["--app", "devtools.toolapp:dex", *args])
+        assert result.exit_code == 0, result.output
+        absent(f"dex-celery {' '.join(args)}", result.output)
+
+
+def search_flower(flower: Flower, keys: list[str], absent: Callable[[str, str], None]) -> None:
+    """Celery's task events (task-sent, -received, -failed, -succeeded) as Flower keeps them,
+    once it shows every call's first attempt ended, hold no secret."""
+
+    def shows_all() -> bool:
+        tasks = flower.tasks()
+        return all(tasks.get(f"{k}#1", {}).get("state") in ("SUCCESS", "FAILURE") for k in keys)
+
+    wait_for(shows_all, timeout=30, what="Flower to show both tasks")
+    _, listing = flower.get("/api/tasks")
+    absent("Flower's task list", listing)
+    for key in keys:
+        _, info = flower.get(f"/api/task/info/{urllib.request.quote(f'{key}#1', safe='')}")
+        assert key in info
+        absent("Flower's task info", info)
+
+
 def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     dex: Dex,
     env: dict[str, str],
@@ -128,32 +154,17 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     assert_absent("the snapshot", repr(snapshot))
 
     monkeypatch.setattr(toolapp, "dex", dex)
-    runner = CliRunner()
-    for args in (
-        ["calls", "show", leaky.key],
-        ["calls", "show", leaky.key, "--json"],
-        ["calls", "show", read.key, "--json"],
-        ["calls", "list", "--json"],
-        ["calls", "list"],
-    ):
-        result = runner.invoke(main, ["--app", "devtools.toolapp:dex", *args])
-        assert result.exit_code == 0, result.output
-        assert_absent(f"dex-celery {' '.join(args)}", result.output)
-
-    def flower_has_both() -> bool:
-        tasks = flower.tasks()
-        return all(
-            tasks.get(f"{k}#1", {}).get("state") in ("SUCCESS", "FAILURE")
-            for k in (leaky.key, read.key)
-        )
-
-    wait_for(flower_has_both, timeout=30, what="Flower to show both tasks")
-    _, listing = flower.get("/api/tasks")
-    assert_absent("Flower's task list", listing)
-    for key in (leaky.key, read.key):
-        _, info = flower.get(f"/api/task/info/{urllib.request.quote(f'{key}#1', safe='')}")
-        assert key in info
-        assert_absent("Flower's task info", info)
+    search_the_cli(
+        [
+            ["calls", "show", leaky.key],
+            ["calls", "show", leaky.key, "--json"],
+            ["calls", "show", read.key, "--json"],
+            ["calls", "list", "--json"],
+            ["calls", "list"],
+        ],
+        assert_absent,
+    )
+    search_flower(flower, [leaky.key, read.key], assert_absent)
 
 
 def test_a_secret_inside_a_dict_or_list_appears_nowhere(
@@ -215,18 +226,17 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     absent("the snapshot", repr(client.get_agent_snapshot("s1")))
 
     monkeypatch.setattr(toolapp, "dex", dex)
-    runner = CliRunner()
-    for args in (
-        ["calls", "show", leaky.key],
-        ["calls", "show", leaky.key, "--json"],
-        ["calls", "show", read.key],
-        ["calls", "show", read.key, "--json"],
-        ["calls", "list", "--json"],
-        ["calls", "list"],
-    ):
-        output = runner.invoke(main, ["--app", "devtools.toolapp:dex", *args])
-        assert output.exit_code == 0, output.output
-        absent(f"dex-celery {' '.join(args)}", output.output)
+    search_the_cli(
+        [
+            ["calls", "show", leaky.key],
+            ["calls", "show", leaky.key, "--json"],
+            ["calls", "show", read.key],
+            ["calls", "show", read.key, "--json"],
+            ["calls", "list", "--json"],
+            ["calls", "list"],
+        ],
+        absent,
+    )
 
     web = signed_in(WebApp(dex, WEB_USERS), "alice", "pw-a")
     for path in ("/calls", "/calls?session=s1", f"/calls/{leaky.key}", f"/calls/{read.key}"):
@@ -234,18 +244,4 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
         assert page.status_code == 200, path
         absent(f"the web page {path}", page.text)
 
-    def flower_has_both() -> bool:
-        tasks = flower.tasks()
-        return all(
-            tasks.get(f"{k}#1", {}).get("state") in ("SUCCESS", "FAILURE")
-            for k in (leaky.key, read.key)
-        )
-
-    # Celery's task events (task-sent, -received, -failed, -succeeded) as Flower keeps them.
-    wait_for(flower_has_both, timeout=30, what="Flower to show both tasks")
-    _, listing = flower.get("/api/tasks")
-    absent("Flower's task list", listing)
-    for key in (leaky.key, read.key):
-        _, info = flower.get(f"/api/task/info/{urllib.request.quote(f'{key}#1', safe='')}")
-        assert key in info
-        absent("Flower's task info", info)
+    search_flower(flower, [leaky.key, read.key], absent)

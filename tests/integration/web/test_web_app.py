@@ -28,8 +28,6 @@ def app(dex: Dex) -> WebApp:
     return WebApp(dex, CREDENTIALS)
 
 
-
-
 def csrf(client: TestClient, path: str = "/approvals") -> str:
     return client.get(path).text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
 

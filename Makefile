@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The demo imports only the core package (its order desk example ships inside it):
-# tests/integration/test_install.py checks no dev-only package gets in.
+# tests/integration/deploy/test_install.py checks no dev-only package gets in.
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
@@ -40,7 +40,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25
 
-# The API reference from the docstrings (tests/integration/test_docs.py builds it strictly too).
+# The API reference from the docstrings (tests/integration/docs/test_docs.py builds it strictly too).
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 

@@ -221,7 +221,7 @@ def make_app(
     _async_tools(dex)
     _edge_tools(dex)
 
-    # Clock skew (S10.1, tests/crash/test_clock_skew.py): tools whose outcome would change if
+    # Clock skew (S10.1, tests/crash/clock/test_clock_skew.py): tools whose outcome would change if
     # any decision used a host's clock instead of Redis's.
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def host_clock(ctx: ToolContext) -> Any:

@@ -14,7 +14,7 @@ A reset never lets the parent's objects be garbage-collected: it hands them to
 number, and by then that number may be someone else's: Celery's embedded beat (`worker -B`)
 closes every inherited descriptor when it starts, and the next file or socket the child opens
 takes the lowest free number. A beat whose SQLite file was closed that way under its own
-connection failed every sweep with "disk I/O error" (tests/integration/test_beat_embedded.py).
+connection failed every sweep with "disk I/O error" (tests/integration/engine/test_beat_embedded.py).
 """
 
 from __future__ import annotations

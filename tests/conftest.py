@@ -25,6 +25,7 @@ from tests.support.rabbitmq import (
     shared_server_missing,
     test_vhost,
 )
+from tests.support.workers import each_stopped
 
 # Tight settings so crash tests finish in seconds; the defaults are measured in bench/.
 TEST_TIMINGS = {
@@ -109,20 +110,14 @@ def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
 
 @pytest.fixture
 def start_worker(env: dict[str, str]) -> Iterator[Callable[..., Worker]]:
-    workers: list[Worker] = []
-
     def start(
         *, concurrency: int = 2, extra_env: dict[str, str] | None = None, pool: str = "prefork"
     ) -> Worker:
-        worker = Worker(
+        return Worker(
             {**env, **(extra_env or {})}, Path(env[LOG_ENV]), concurrency, pool=pool
         ).start()
-        workers.append(worker)
-        return worker
 
-    yield start
-    for worker in workers:
-        worker.stop()
+    yield from each_stopped(start)
 
 
 @pytest.fixture

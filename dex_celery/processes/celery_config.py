@@ -87,7 +87,7 @@ def rabbitmq_options() -> dict[str, Any]:
     - A channel error is recovered like a lost connection (`broker_channel_error_retry`): when
       a late-acknowledged attempt outlives RabbitMQ's `consumer_timeout`, RabbitMQ closes the
       consumer's channel with `PRECONDITION_FAILED`, which Celery otherwise treats as
-      "Unrecoverable error" and shuts the worker down (tests/crash/test_rabbitmq_broker.py).
+      "Unrecoverable error" and shuts the worker down (tests/crash/broker/test_rabbitmq_broker.py).
       Reconnected, the worker gets the message again and the ledger refuses that copy's claim
       while the attempt runs on.
     - Publisher confirms (`confirm_publish`): `send_task` returns only once RabbitMQ has taken

@@ -1,4 +1,4 @@
-"""One requester process of the deploy tests' steady load (tests/crash/test_rolling_restarts.py).
+"""One requester process of the deploy tests' steady load (tests/crash/worker/test_rolling_restarts.py).
 
 `python -m tests.support.load_requester SESSION COUNT SEED KEYS_FILE` requests COUNT calls of the
 test tools in session SESSION, at a steady pace, mixing the four effect classes and tool

@@ -15,7 +15,7 @@ beat and requesters still run against the database, so:
   (release N), read the new one and backfill (release N), drop the old one (release N+1).
 - `downgrade()` may drop what its own `upgrade()` added.
 
-tests/unit/test_migration_policy.py enforces these rules on the source of every migration after
-`0007`; tests/integration/test_online_migration.py runs the previous release's worker and
+tests/unit/store/test_migration_policy.py enforces these rules on the source of every migration after
+`0007`; tests/integration/store/test_online_migration.py runs the previous release's worker and
 requester, for real, against the schema migrated to the newest revision.
 """

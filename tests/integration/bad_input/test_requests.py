@@ -17,7 +17,6 @@ from typing import Any, cast
 
 import pytest
 import redis
-from sqlalchemy import func, select
 
 from devtools.toolapp import make_app
 from dex_celery import (
@@ -36,12 +35,9 @@ from dex_celery import (
     UnknownTool,
 )
 from dex_celery.model.ids import MAX_ID_LENGTH
-from dex_celery.store.schema import messages, sessions, tool_calls
+from tests.support.bad_input import BROKER_QUEUE, assert_nothing_written, sql_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
-
-#: The default queue Celery publishes attempts to (a Redis list on the broker).
-BROKER_QUEUE = "celery"
 
 
 @pytest.fixture
@@ -49,27 +45,6 @@ def broker(env: dict[str, str]) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(env["DEX_REDIS_URL"], decode_responses=True)
     yield client
     client.close()
-
-
-def sql_rows(dex: Dex) -> dict[str, int]:
-    with dex.store.engine.connect() as conn:
-        return {
-            table.name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-            for table in (sessions, messages, tool_calls)
-        }
-
-
-def redis_keys(dex: Dex, client: redis.Redis) -> list[str]:
-    return sorted(cast(list[str], list(client.scan_iter(match=f"{dex.keys.prefix}:*"))))
-
-
-def assert_nothing_written(dex: Dex, client: redis.Redis) -> None:
-    """S9.3: no half-written record anywhere."""
-    assert sql_rows(dex) == {"dex_sessions": 0, "dex_messages": 0, "dex_tool_calls": 0}
-    assert redis_keys(dex, client) == []
-    assert client.llen(BROKER_QUEUE) == 0
-    assert client.xlen(dex.keys.events) == 0
-    assert client.dbsize() == 0, sorted(cast(list[str], client.keys("*")))
 
 
 # --- unknown tool ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The heartbeat thread's schedule: every running lease is renewed within a third of itself.
 
 A stub ledger records when each key was renewed; the real worker path is covered by
-`tests/integration/test_short_heartbeat.py`.
+`tests/integration/engine/test_short_heartbeat.py`.
 """
 
 from __future__ import annotations

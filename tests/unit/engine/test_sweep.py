@@ -1,6 +1,6 @@
 """The sweeper's loop (`dex_celery/engine/sweep.py`): a failed sweep never ends it, a stop ends
 it at once. What each sweep moves is covered with real workers in tests/crash and
-tests/integration/test_sweep_orphans.py."""
+tests/integration/engine/test_sweep_orphans.py."""
 
 from __future__ import annotations
 

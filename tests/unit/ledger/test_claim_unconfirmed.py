@@ -5,7 +5,7 @@
 `dispatch.unclaimed_write_outcome` turns such an end, and a lost or timed-out one, into the
 did-not-run outcome the store writes only while SQL holds no claim; the texts never say the
 tool started. Quick checks of the scripts and the texts; the real outage is in
-tests/crash/test_database_outage_truth.py.
+tests/crash/database/test_database_outage_truth.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dex_celery.engine.decided import outcome_of
 from dex_celery.engine.dispatch import unclaimed_write_outcome
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.model.outcomes import EndReason, error_text
-from tests.unit.ledger.test_scripts import Rig, claimed, finished
+from tests.support.ledger_rig import Rig, claimed, finished
 
 
 def test_lose_unconfirmed_needs_the_fence_and_ends_the_write_claim_unconfirmed(rig: Rig) -> None:

@@ -1,7 +1,7 @@
 """The effect table (`dex_celery/model/effects.py`): one row per class, the one place a class's
 meaning lives; a class registered in it alone is honoured by policy resolution, MCP hints and
 the ledger's flags. (Its ledger scripts: tests/unit/ledger/test_effect_flags.py; a real worker:
-tests/crash/test_new_effect_class.py.)"""
+tests/crash/worker/test_new_effect_class.py.)"""
 
 from __future__ import annotations
 

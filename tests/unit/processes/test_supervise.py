@@ -1,6 +1,6 @@
 """`dex-celery dev`'s supervisor on a fake stack and a manual clock: what is restarted, when,
 and what each exit and restart says (dex_celery/processes/supervise.py; the real processes are in
-tests/integration/test_dev_supervisor.py)."""
+tests/integration/processes/test_dev_supervisor.py)."""
 
 from __future__ import annotations
 

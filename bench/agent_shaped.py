@@ -394,7 +394,7 @@ def inflight_mode(args: argparse.Namespace) -> None:
     )
     for side, (idle, busy, commands) in results.items():
         top = sorted(commands.items(), key=lambda kv: -kv[1])[:5]
-        per_s = ", ".join(f"{k} {v / args.window:.0f}/s" for k, v in top)
+        per_s = ", ".join(f"{k} {v / args.window:.1f}/s" for k, v in top)
         print(
             f"{side:>5}: redis CPU {busy * 1000:.1f} ms/s in flight, {idle * 1000:.1f} ms/s idle; "
             f"commands {per_s}"

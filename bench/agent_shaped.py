@@ -250,13 +250,18 @@ def mix_mode(args: argparse.Namespace) -> None:
     )
     folder = workdir("agent")
     server = RedisServer(folder / "redis").start()
+    flush = redis.Redis.from_url(server.url)
     plain_rates, dex_rates, all_waits = [], [], []
     try:
         for r in range(args.rounds):
             seed = args.seed * 1000 + r
             warm = draws(args.warmup, seed + 500, mix3, args.approve_fraction)
             calls = draws(args.calls, seed, mix3, args.approve_fraction)
+            # Each side starts from an empty Redis: nothing the other side left (a message
+            # restored after a failed ack, say) reaches its worker.
+            flush.flushall()
             plain = run_plain(folder, server.url, [warm, calls], args)
+            flush.flushall()
             dex, waits = run_dex(folder, server.url, [warm, calls], args)
             plain_rates.append(plain)
             dex_rates.append(dex)

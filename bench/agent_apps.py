@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from bench.common import announce_ready
+from bench.common import announce_ready, broker_pool_from_env
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
 
 STARTED_KEY = "bench:agent:started"
@@ -63,4 +63,5 @@ def _wait(ctx: ToolContext, seconds: float, n: int = 0) -> Any:
 
 app, dex = build(Settings.from_env())
 
+broker_pool_from_env(app)
 announce_ready()

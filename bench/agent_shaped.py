@@ -41,6 +41,7 @@ import redis
 from sqlalchemy import func, select
 
 from bench.common import (
+    MAX_CONNECTIONS_ENV,
     BenchWorker,
     RedisServer,
     commandstats,
@@ -98,6 +99,12 @@ def dex_env(url: str, database: str) -> dict[str, str]:
     }
 
 
+def pool_env(concurrency: int) -> dict[str, str]:
+    """Both sides' workers: a Kombu pool big enough for every thread or greenlet to ack at once
+    (bench/common.py, `broker_pool_from_env`)."""
+    return {MAX_CONNECTIONS_ENV: str(max(10, 2 * concurrency))}
+
+
 def dex_app(url: str, database: str) -> Any:
     """The driver's client-side copy of `bench/agent_apps.py`, schema created."""
     from bench.agent_apps import build
@@ -118,7 +125,7 @@ def run_plain(folder: Path, url: str, rounds: list[list[Draw]], args: argparse.N
 
     client_app = Celery("bench_agent_plain_client", broker=url)
     client_app.conf.update(task_serializer="json", accept_content=["json"])
-    env = {"BENCH_SIDE": "plain", "BENCH_BROKER_URL": url}
+    env = {"BENCH_SIDE": "plain", "BENCH_BROKER_URL": url, **pool_env(args.concurrency)}
     worker = BenchWorker(
         "bench.io_apps", env, folder, concurrency=args.concurrency, pool=args.pool
     ).start()
@@ -177,7 +184,7 @@ def run_dex(
     dx = dex_app(url, database)
     worker = BenchWorker(
         "bench.agent_apps",
-        dex_env(url, database),
+        {**dex_env(url, database), **pool_env(args.concurrency)},
         folder,
         concurrency=args.concurrency,
         pool=args.pool,

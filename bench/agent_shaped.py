@@ -139,8 +139,12 @@ def run_plain(folder: Path, url: str, rounds: list[list[Draw]], args: argparse.N
             with client_app.producer_or_acquire() as producer:
                 for d in calls:
                     client_app.send_task("io.sleep", args=(d.seconds,), producer=producer)
+
+            def done(n: int = n) -> bool:
+                return int(r.get(PLAIN_COUNTER) or 0) >= n
+
             wait_for(
-                lambda n=n: int(r.get(PLAIN_COUNTER) or 0) >= n,
+                done,
                 timeout=600,
                 what=f"{n} plain completions",
                 interval=0.005,
@@ -190,7 +194,7 @@ def run_dex(
         pool=args.pool,
     ).start()
     client = dx.client()
-    rate, waits = 0.0, []
+    rate, waits = 0.0, list[float]()
     try:
         for calls in rounds:
             session = f"s{uuid.uuid4().hex[:12]}"

@@ -23,6 +23,9 @@ from devtools.processes import CeleryWorker, RedisServer, free_port, wait_for
 ROOT = Path(__file__).resolve().parents[1]
 #: Folder where a worker started by a benchmark drops `ready-<pid>` (see `announce_ready`).
 READY_ENV = "BENCH_READY_DIR"
+#: Kombu's Redis connection pool size of a worker (`max_connections`, default 10), set by drivers
+#: of `gevent` workers (see `broker_pool_from_env`).
+MAX_CONNECTIONS_ENV = "BENCH_BROKER_MAX_CONNECTIONS"
 
 __all__ = [
     "ROOT",
@@ -50,6 +53,21 @@ def announce_ready() -> None:
         folder = os.environ.get(READY_ENV)
         if folder:
             (Path(folder) / f"ready-{os.getpid()}").write_text(str(time.time()))
+
+
+def broker_pool_from_env(app: Any) -> None:
+    """Call in a worker app module: size Kombu's Redis pool from `BENCH_BROKER_MAX_CONNECTIONS`.
+
+    On `-P gevent -c 200` the greenlets ack at once, and Kombu's default pool of 10 connections
+    then fails acks with `MaxConnectionsError` (an early-acked message then never runs). Both
+    sides of a run get the same value, as a deployment on gevent would configure it.
+    """
+    size = os.environ.get(MAX_CONNECTIONS_ENV)
+    if size:
+        app.conf.broker_transport_options = {
+            **(app.conf.broker_transport_options or {}),
+            "max_connections": int(size),
+        }
 
 
 #: The CPU the benchmark driver runs on when `pin_driver` was called (None: not pinned).

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from bench.common import announce_ready
+from bench.common import announce_ready, broker_pool_from_env
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
 
 SIDE = os.environ.get("BENCH_SIDE", "dex")
@@ -79,4 +79,5 @@ if SIDE == "plain":
 else:
     app, dex = build(Settings.from_env())
 
+broker_pool_from_env(app)
 announce_ready()

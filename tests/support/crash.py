@@ -103,6 +103,18 @@ def release_tools(env: dict[str, str]) -> None:
     (Path(env[LOG_ENV]) / "release").write_text("go")
 
 
+def finished_events(dex: Dex, key: str, timeout: float = 30) -> int:
+    """How many `tool_call_finished` events the call has, once it has one. The event follows
+    the record's SQL commit (docs/semantics.md S7.3): a record already read from SQL may not
+    have it yet, so asserting at once would race the recorder."""
+    wait_for(
+        lambda: events(dex, type_="tool_call_finished", key=key),
+        timeout=timeout,
+        what=f"the tool_call_finished event of {key}",
+    )
+    return len(events(dex, type_="tool_call_finished", key=key))
+
+
 def events(dex: Dex, *, type_: str | None = None, key: str | None = None) -> list[dict[str, str]]:
     """Every event in the AgentEvents stream, optionally of one type and one call."""
     out = []

@@ -21,7 +21,7 @@ from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.engine.sweep import run_forever
 from tests.support.crash import (
     BROKER_QUEUE,
-    events,
+    finished_events,
     lines,
     release_tools,
     tool_messages,
@@ -117,7 +117,7 @@ def test_redis_restarted_empty_ends_writes_unknown_and_reruns_reads(
     assert not [r for r in client.get_agent_snapshot("s1").tool_calls if not r.finished]
     for record in records.values():
         # The stream before the restart was lost with Redis; after it, one finished event each.
-        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+        assert finished_events(dex, record.key) == 1
 
 
 def test_rerun_after_data_loss_that_never_reaches_a_worker_is_not_called_did_not_run(

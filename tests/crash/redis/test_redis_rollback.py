@@ -22,6 +22,7 @@ from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
     events,
+    finished_events,
     lines,
     refused,
     release_tools,
@@ -64,7 +65,7 @@ def _check_invariants(dex: Dex, records: dict[str, ToolCallRecord]) -> dict[str,
             timeout=15,
             what=f"the finished event of {record.key}",
         )
-        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1, record
+        assert finished_events(dex, record.key) == 1, record
     return done
 
 

@@ -252,9 +252,7 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
     agent = Agent(name="desk", model=model, tools=session.function_tools([TOOL]))
     key = "sdk-refund/turn-1/call_refund"
 
-    _killed_mid_call(
-        worker, key, lambda: asyncio.run(Runner.run(agent, ASK, session=session))
-    )
+    _killed_mid_call(worker, key, lambda: asyncio.run(Runner.run(agent, ASK, session=session)))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
     saved_before_report = asyncio.run(stored.get_items())
     _reconcile(dex, key)

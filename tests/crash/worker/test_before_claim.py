@@ -18,7 +18,7 @@ from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, pre
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from tests.support.crash import (
-    events,
+    finished_events,
     lines,
     refused,
     tool_messages,
@@ -59,7 +59,7 @@ def test_worker_killed_between_delivery_and_claim(
     assert lines(write.key, "start") == []
     (message,) = tool_messages(dex, write.key)
     assert DID_NOT_RUN in message
-    assert len(events(dex, type_="tool_call_finished", key=write.key)) == 1
+    assert finished_events(dex, write.key) == 1
 
     # The read: attempt 1 expired too and attempt 2 waits in the queue; a new worker (with a
     # broker that gives back the dead worker's unacknowledged attempt-1 message) runs it.
@@ -80,4 +80,4 @@ def test_worker_killed_between_delivery_and_claim(
         what="the redelivered attempt-1 message to be refused",
     )
     assert [a for a, _, _ in lines(read.key, "start")] == [2]
-    assert len(events(dex, type_="tool_call_finished", key=read.key)) == 1
+    assert finished_events(dex, read.key) == 1

@@ -25,7 +25,7 @@ from dex_celery import CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
-    events,
+    finished_events,
     lines,
     release_tools,
     runs_in,
@@ -105,7 +105,7 @@ def test_short_calls_never_wait_behind_long_writes_nor_for_a_warm_shutdown(
     assert busy.process.wait(timeout=30) == 0
     for record in longs + shorts:
         assert client.get_call(record.key).status is CallStatus.SUCCEEDED
-        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+        assert finished_events(dex, record.key) == 1
         assert len(tool_messages(dex, record.key)) == 1
 
 

@@ -23,7 +23,14 @@ from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.model.ids import CallKey
-from tests.support.crash import events, lines, release_tools, wait_finished, wait_started
+from tests.support.crash import (
+    events,
+    finished_events,
+    lines,
+    release_tools,
+    wait_finished,
+    wait_started,
+)
 from tests.support.rabbitmq import ON_BOTH_BROKERS
 
 pytestmark = pytest.mark.crash
@@ -90,7 +97,7 @@ def test_pool_child_killed_mid_call_is_marked_lost_at_once(
             timeout=10,
             what=f"the finished event of {key}",
         )
-        assert len(events(dex, type_="tool_call_finished", key=key)) == 1
+        assert finished_events(dex, key) == 1
 
 
 def test_pool_child_killed_before_its_claim_did_not_run(
@@ -114,4 +121,4 @@ def test_pool_child_killed_before_its_claim_did_not_run(
     assert (done.error or "").startswith(DID_NOT_RUN), done.error
     assert (done.finished_at or 0) - killed_at < FAST_PATH_BUDGET
     assert lines(record.key, "start") == []
-    assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+    assert finished_events(dex, record.key) == 1

@@ -21,7 +21,7 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import VISIBILITY_TIMEOUT_ENV
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallRequest, CallStatus, Dex
 from tests.support.crash import (
-    events,
+    finished_events,
     lines,
     release_tools,
     tool_messages,
@@ -71,7 +71,7 @@ def test_async_tools_on_every_pool(
     # Fence, then cancel: the coroutine saw CancelledError and never reached its end.
     wait_for(lambda: lines(keys["overtime"], "cancelled") != [], timeout=15, what="the cancel")
     assert lines(keys["overtime"], "end") == []
-    assert len(events(dex, type_="tool_call_finished", key=keys["overtime"])) == 1
+    assert finished_events(dex, keys["overtime"]) == 1
 
     # 4 s in one await, heartbeat timeout 1.5 s: one attempt, never presumed lost.
     long_await = wait_finished(dex, keys["long_await"], timeout=30)
@@ -159,4 +159,4 @@ def test_threads_pool_with_50_calls_in_flight_killed(
             assert (done.attempts, starts) == (2, [1, 2])
             assert [a for a, _, _ in lines(record.key, "end")] == [2]
         assert len(tool_messages(dex, record.key)) == 1
-        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+        assert finished_events(dex, record.key) == 1

@@ -23,7 +23,7 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_RECORDER_ENV, executions
 from dex_celery import CallStatus, Dex
 from dex_celery.engine.sweep import run_forever
-from tests.support.crash import events, release_tools, tool_messages, wait_finished
+from tests.support.crash import finished_events, release_tools, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 
@@ -80,7 +80,7 @@ def test_outcomes_pending_in_a_killed_recorder_are_recorded_once(
         assert call.status is CallStatus.SUCCEEDED
         assert call.result == '"done"'
         assert len(tool_messages(dex, record.key)) == 1
-        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+        assert finished_events(dex, record.key) == 1
         assert [line.split()[0] for line in executions(record.key)] == ["start", "end"]
     assert len(tool_messages(dex, after.key)) == 1
     assert [line.split()[0] for line in executions(after.key)] == ["start", "end"]

@@ -24,7 +24,7 @@ from devtools.processes import ROOT, Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, EffectClass
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
-    events,
+    finished_events,
     lines,
     release_tools,
     runs_in,
@@ -107,7 +107,7 @@ def test_three_rolling_warm_restarts_under_load_surface_nothing(
         if record.effect in WRITES:
             assert len(starts) == 1, (record.key, starts)
         assert len(lines(record.key, "end")) >= 1
-        assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+        assert finished_events(dex, record.key) == 1
         (message,) = tool_messages(dex, record.key)
         assert record.result is not None and record.result.strip('"') in message
 

@@ -16,7 +16,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_WRITER_ENV, executions
 from dex_celery import CallStatus, Dex
-from tests.support.crash import events, release_tools, tool_messages, wait_finished
+from tests.support.crash import finished_events, release_tools, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 
@@ -52,5 +52,5 @@ def test_outcome_decided_but_not_written_is_recorded_by_the_sweeper(
     assert done.status is CallStatus.SUCCEEDED
     assert done.result == '"done"'
     assert len(tool_messages(dex, record.key)) == 1
-    assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+    assert finished_events(dex, record.key) == 1
     assert [line.split()[0] for line in executions(record.key)] == ["start", "end"]

@@ -20,7 +20,7 @@ from devtools.processes import CeleryWorker, wait_for
 from devtools.toolapp import LOG_ENV, NEW_TOOL
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.ops.present import call_details
-from tests.support.crash import events, lines, tool_messages, wait_finished
+from tests.support.crash import finished_events, lines, tool_messages, wait_finished
 from tests.support.rabbitmq import ON_BOTH_BROKERS
 
 WAITING = "no running worker has this tool yet"
@@ -103,4 +103,4 @@ def test_a_tool_the_running_workers_lack_waits_for_one_that_has_it(
     ((attempt, pid, _),) = lines(waiting.key, "start")
     assert attempt == 1 and pid in new.children()
     assert len(lines(waiting.key, "end")) == 1
-    assert len(events(dex, type_="tool_call_finished", key=waiting.key)) == 1
+    assert finished_events(dex, waiting.key) == 1

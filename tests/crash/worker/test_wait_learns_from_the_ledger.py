@@ -29,7 +29,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_RECORDER_ENV, charges, executions
 from dex_celery import CallStatus, CallTimeout, Dex
-from tests.support.crash import events, tool_messages
+from tests.support.crash import events, finished_events, tool_messages
 
 pytestmark = pytest.mark.crash
 
@@ -75,7 +75,7 @@ def test_wait_returns_outcomes_a_stalled_recorder_holds_and_records_them_once(
         assert record.finished_at == pytest.approx(decided_at[key], abs=1e-3)
         assert len(tool_messages(dex, key)) == 1
         assert len(events(dex, type_="tool_call_ended", key=key)) == 1
-        assert len(events(dex, type_="tool_call_finished", key=key)) == 1
+        assert finished_events(dex, key) == 1
         assert [line.split()[0] for line in executions(key)] == ["start", "end"]
 
     # The stalled recorder dies with the outcomes it held; the sweeper finds nothing left.
@@ -89,7 +89,7 @@ def test_wait_returns_outcomes_a_stalled_recorder_holds_and_records_them_once(
     for key in keys:
         assert dex.store.get_call(key) == done[keys.index(key)]
         assert len(tool_messages(dex, key)) == 1
-        assert len(events(dex, type_="tool_call_finished", key=key)) == 1
+        assert finished_events(dex, key) == 1
 
 
 def test_a_repeat_of_a_write_decided_in_the_ledger_is_judged_by_its_outcome(

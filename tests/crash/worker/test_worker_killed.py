@@ -21,7 +21,7 @@ from dex_celery.model.ids import CallKey
 from tests.support.crash import (
     KOMBU_UNACKED,
     broker_holds,
-    events,
+    finished_events,
     lines,
     refused,
     release_tools,
@@ -76,7 +76,7 @@ def test_non_idempotent_write_killed_mid_call_is_outcome_unknown_and_never_runs_
     assert lines(record.key, "end") == []
     (message,) = tool_messages(dex, record.key)
     assert OUTCOME_UNKNOWN_TOOL_RESULT in message
-    assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+    assert finished_events(dex, record.key) == 1
 
     # The message is acknowledged late (every tool task is: docs/ledger.md, "Celery options"),
     # so the broker gives it back (RabbitMQ at once, when the dead worker's connection closed;
@@ -106,7 +106,7 @@ def test_non_idempotent_write_killed_mid_call_is_outcome_unknown_and_never_runs_
     assert [a for a, _, _ in lines(record.key, "start")] == [1]
     assert client.get_call(record.key) == done
     assert len(tool_messages(dex, record.key)) == 1
-    assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+    assert finished_events(dex, record.key) == 1
 
 
 def test_only_the_main_process_killed_gives_an_honest_record(
@@ -145,7 +145,7 @@ def test_only_the_main_process_killed_gives_an_honest_record(
         assert done.result == '"done"'
     else:
         assert done.status is CallStatus.OUTCOME_UNKNOWN, done
-    assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+    assert finished_events(dex, record.key) == 1
     # The observed behaviour, kept as an assertion so that a change in Celery is noticed.
     assert not child_survived
     assert done.status is CallStatus.OUTCOME_UNKNOWN
@@ -200,7 +200,7 @@ def test_retryable_call_killed_mid_call_is_retried_with_the_same_key(
     assert [a for a, _, _ in lines(record.key, "start")] == [1, 2]
     assert client.get_call(record.key) == done
     assert len(tool_messages(dex, record.key)) == 1
-    assert len(events(dex, type_="tool_call_finished", key=record.key)) == 1
+    assert finished_events(dex, record.key) == 1
 
 
 def test_broker_redelivery_of_a_held_write_after_it_expired_cannot_claim(
@@ -236,4 +236,4 @@ def test_broker_redelivery_of_a_held_write_after_it_expired_cannot_claim(
     )
     assert lines(queued.key, "start") == []
     assert client.get_call(queued.key) == done
-    assert len(events(dex, type_="tool_call_finished", key=queued.key)) == 1
+    assert finished_events(dex, queued.key) == 1

@@ -35,9 +35,11 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/dex-celery demo
 
-test: $(STAMP)
+lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+test: lint
 	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25
 
 # The API reference from the docstrings (tests/integration/docs/test_docs.py builds it strictly too).

@@ -8,9 +8,10 @@ thread, since SQLAlchemy and redis-py calls here are short and blocking.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 from dex_celery.backend_errors import (
     backend_errors,
@@ -276,6 +277,23 @@ class DexClient:
         )
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_thread(
+    method: Callable[Concatenate[DexClient, _P], _R],
+) -> Callable[Concatenate[AsyncDexClient, _P], Coroutine[Any, Any, _R]]:
+    """`AsyncDexClient`'s coroutine of a `DexClient` call: the same signature and docstring,
+    run in a worker thread, so the two clients cannot drift apart."""
+
+    @functools.wraps(method)
+    async def in_thread(client: AsyncDexClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(method, client.sync, *args, **kwargs)
+
+    return in_thread
+
+
 class AsyncDexClient:
     """Coroutine versions of `DexClient`'s calls (S8.3)."""
 
@@ -295,17 +313,7 @@ class AsyncDexClient:
     async def send_user_message(self, session_id: str, text: str) -> bool:
         return await asyncio.to_thread(self.sync.send_user_message, session_id, text)
 
-    async def request_call(
-        self,
-        session_id: str,
-        turn_id: str,
-        tool_call_id: str,
-        tool_name: str,
-        arguments: Mapping[str, Any] | str,
-    ) -> ToolCallRecord:
-        return await asyncio.to_thread(
-            self.sync.request_call, session_id, turn_id, tool_call_id, tool_name, arguments
-        )
+    request_call = _in_thread(DexClient.request_call)
 
     async def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         return await asyncio.to_thread(self.sync.request_calls, requests)

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: How often (seconds) a call the model is waiting for reports that it still waits.
 PROGRESS_EVERY = 5.0
+#: How long (seconds) a framework's tool waits for its call before the model reads that it runs.
+WAIT_TIMEOUT = 300.0
 
 #: The note dex records with an approval given through a framework.
 APPROVED_NOTE = "approved in the {framework} run"
@@ -169,6 +171,36 @@ class CallProgress:
 ProgressCallback = Callable[[CallProgress], None]
 
 
+class AdapterOptions(TypedDict, total=False):
+    """The keyword options every adapter's tool factory takes (docs/frameworks.md), written once
+    so the adapters cannot drift apart.
+
+    - `approver`: who decided, in dex's record, when the framework's answer does not say (the
+      adapter's `DEFAULT_APPROVER` when absent);
+    - `wait_timeout`: how long a tool waits for its call before the model reads that it still
+      runs (`WAIT_TIMEOUT`);
+    - `progress`: where the `CallProgress` reports of a long wait go (besides the log).
+    """
+
+    approver: str
+    wait_timeout: float
+    progress: ProgressCallback | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitPlan:
+    """How a framework's tool waits for its call: for how long, where progress goes, and how
+    often (`None`: `PROGRESS_EVERY`, read when the wait starts)."""
+
+    timeout: float = WAIT_TIMEOUT
+    progress: ProgressCallback | None = None
+    every: float | None = None
+
+    @classmethod
+    def of(cls, options: AdapterOptions) -> WaitPlan:
+        return cls(options.get("wait_timeout", WAIT_TIMEOUT), options.get("progress"))
+
+
 def report_progress(
     record: ToolCallRecord, waited: float, timeout: float, progress: ProgressCallback | None
 ) -> None:
@@ -248,16 +280,10 @@ class Decisions:
 
     # --- the model's text -----------------------------------------------------------------
 
-    def text(
-        self,
-        record: ToolCallRecord,
-        timeout: float,
-        progress: ProgressCallback | None = None,
-        every: float | None = None,
-    ) -> str:
+    def text(self, record: ToolCallRecord, plan: WaitPlan) -> str:
         """Wait for a dispatched call to end and return what the model reads of it, reporting
-        progress every `every` seconds (`PROGRESS_EVERY`) while it waits."""
-        wait = _Wait(record, timeout, progress, every)
+        progress while it waits."""
+        wait = _Wait(record, plan)
         while (answer := wait.answer()) is None:
             try:
                 (wait.record,) = self.client.wait([wait.record.key], timeout=wait.next_wait())
@@ -265,15 +291,9 @@ class Decisions:
                 wait.waited(self.client.get_call(wait.record.key))
         return answer
 
-    async def atext(
-        self,
-        record: ToolCallRecord,
-        timeout: float,
-        progress: ProgressCallback | None = None,
-        every: float | None = None,
-    ) -> str:
+    async def atext(self, record: ToolCallRecord, plan: WaitPlan) -> str:
         """`text` for async frameworks."""
-        wait = _Wait(record, timeout, progress, every)
+        wait = _Wait(record, plan)
         while (answer := wait.answer()) is None:
             try:
                 (wait.record,) = await self.aclient.wait(
@@ -288,17 +308,11 @@ class _Wait:
     """One wait for a call's end, whichever client waits: what the model reads once it may
     stop waiting, how long the next wait lasts, and the progress reports between waits."""
 
-    def __init__(
-        self,
-        record: ToolCallRecord,
-        timeout: float,
-        progress: ProgressCallback | None,
-        every: float | None,
-    ) -> None:
+    def __init__(self, record: ToolCallRecord, plan: WaitPlan) -> None:
         self.record = record
-        self.timeout = timeout
-        self.progress = progress
-        self.every = every or PROGRESS_EVERY
+        self.timeout = plan.timeout
+        self.progress = plan.progress
+        self.every = plan.every or PROGRESS_EVERY
         self.started = time.monotonic()
 
     def answer(self) -> str | None:
@@ -335,19 +349,15 @@ class FrameworkBridge(Generic[_SessionIdSource]):
 
     #: The framework's name, in the note recorded with an approval given through it.
     framework: ClassVar[str]
+    #: Who decided, in dex's record, when neither the framework's answer nor `approver` says.
+    default_approver: ClassVar[str]
 
     def __init__(
-        self,
-        source: RuntimeSource,
-        session_id: _SessionIdSource | None,
-        approver: str,
-        wait_timeout: float,
-        progress: ProgressCallback | None = None,
+        self, source: RuntimeSource, session_id: _SessionIdSource | None, options: AdapterOptions
     ) -> None:
         self.source = source
         self.decisions = Decisions(source, self.framework)
         self.conversation = Conversation(source)
         self.session_id = session_id
-        self.approver = approver
-        self.wait_timeout = wait_timeout
-        self.progress = progress
+        self.approver = options.get("approver", self.default_approver)
+        self.wait = WaitPlan.of(options)

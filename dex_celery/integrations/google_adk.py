@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.events.event import Event
@@ -59,8 +59,9 @@ from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
+    AdapterOptions,
     Decisions,
-    ProgressCallback,
+    WaitPlan,
     pending_text,
     runtime_source,
     same_arguments,
@@ -89,9 +90,7 @@ def dex_adk_tools(
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
-    approver: str = DEFAULT_APPROVER,
-    wait_timeout: float = 300.0,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[AdapterOptions],
 ) -> list[BaseTool]:
     """ADK tools of the named dex tools (all registered tools by default).
 
@@ -99,10 +98,10 @@ def dex_adk_tools(
     `progress` and to the log."""
     source = runtime_source(dex)
     decisions = Decisions(source, "Google ADK")
-    options = _Options(session_id, approver, wait_timeout, progress)
+    asked = _Options(session_id, options.get("approver", DEFAULT_APPROVER), WaitPlan.of(options))
     conversation = Conversation(source)
     return [
-        DexAdkTool(tool, decisions, conversation, options) for tool in select_tools(source, names)
+        DexAdkTool(tool, decisions, conversation, asked) for tool in select_tools(source, names)
     ]
 
 
@@ -112,8 +111,7 @@ class _Options:
 
     session_id: SessionIdSource | None
     approver: str
-    wait_timeout: float
-    progress: ProgressCallback | None
+    wait: WaitPlan
 
 
 class DexAdkTool(BaseTool):
@@ -170,7 +168,7 @@ class DexAdkTool(BaseTool):
                 )
                 return pending_text(record)
             record = await self._decide(record, args, confirmation.confirmed, confirmation.payload)
-        return await self.decisions.atext(record, self.options.wait_timeout, self.options.progress)
+        return await self.decisions.atext(record, self.options.wait)
 
     async def _decide(
         self, record: ToolCallRecord, asked: dict[str, Any], confirmed: bool, payload: Any

@@ -52,7 +52,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage
@@ -71,9 +71,9 @@ from dex_celery.errors import (
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
+    AdapterOptions,
     CallProgress,
     FrameworkBridge,
-    ProgressCallback,
     runtime_source,
     select_tools,
     shown_request,
@@ -135,9 +135,7 @@ def dex_tools(
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
-    approver: str = DEFAULT_APPROVER,
-    wait_timeout: float = 300.0,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[AdapterOptions],
 ) -> list[BaseTool]:
     """LangChain tools of the named dex tools (all registered tools by default).
 
@@ -145,12 +143,15 @@ def dex_tools(
     `progress`, else as a custom stream event `{"dex_progress": {...}}` of the graph
     (`stream_mode="custom"`)."""
     source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, approver, wait_timeout, progress or _stream_progress)
+    bridge = _Bridge(
+        source, session_id, {**options, "progress": options.get("progress") or _stream_progress}
+    )
     return [bridge.tool(tool) for tool in select_tools(source, names)]
 
 
 class _Bridge(FrameworkBridge[SessionIdSource]):
     framework = "LangGraph"
+    default_approver = DEFAULT_APPROVER
 
     def tool(self, tool: Tool) -> BaseTool:
         # `runtime: ToolRuntime` is how a ToolNode (and create_agent) hands a tool the graph's
@@ -220,7 +221,7 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
                 record = self.decisions.approve(record, who)
             else:
                 record = self.decisions.reject(record, who, reason)
-        return self.decisions.text(record, self.wait_timeout, self.progress)
+        return self.decisions.text(record, self.wait)
 
     async def arun(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
         session, turn, call_id = self.ids(runtime)
@@ -236,7 +237,7 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
                 record = await self.decisions.aapprove(record, who)
             else:
                 record = await self.decisions.areject(record, who, reason)
-        return await self.decisions.atext(record, self.wait_timeout, self.progress)
+        return await self.decisions.atext(record, self.wait)
 
 
 # --- one conversation (S12.1) -------------------------------------------------------------------

@@ -45,7 +45,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from agents import FunctionTool, RunContextWrapper, SQLiteSession
 from agents.items import TResponseInputItem
@@ -65,9 +65,9 @@ from dex_celery.errors import (
 )
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
+    AdapterOptions,
     Decisions,
     FrameworkBridge,
-    ProgressCallback,
     record_text,
     runtime_source,
     select_tools,
@@ -94,9 +94,7 @@ def dex_function_tools(
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
-    approver: str = DEFAULT_APPROVER,
-    wait_timeout: float = 300.0,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[AdapterOptions],
 ) -> list[FunctionTool]:
     """The SDK function tools of the named dex tools (all registered tools by default).
 
@@ -106,12 +104,13 @@ def dex_function_tools(
     """
     source = runtime_source(dex)
     tools = select_tools(source, names)
-    bridge = _Bridge(source, session_id, approver, wait_timeout, progress)
+    bridge = _Bridge(source, session_id, options)
     return [bridge.function_tool(tool) for tool in tools]
 
 
 class _Bridge(FrameworkBridge[SessionIdSource]):
     framework = "OpenAI Agents SDK"
+    default_approver = DEFAULT_APPROVER
 
     def function_tool(self, tool: Tool) -> FunctionTool:
         async def invoke(ctx: AgentsToolContext[Any], arguments: str) -> str:
@@ -209,7 +208,7 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
             except ApprovalError:
                 # Decided meanwhile elsewhere, or its deadline passed: the record says how.
                 record = await self.decisions.aclient.get_call(record.key)
-        return await self.decisions.atext(record, self.wait_timeout, self.progress)
+        return await self.decisions.atext(record, self.wait)
 
 
 def dex_rejections(
@@ -227,7 +226,7 @@ def dex_rejections(
     `dex_function_tools`.
     """
     source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, approver, 0.0)
+    bridge = _Bridge(source, session_id, {"approver": approver, "wait_timeout": 0.0})
     decisions = Decisions(source, "OpenAI Agents SDK")
 
     async def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:

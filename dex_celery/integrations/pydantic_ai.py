@@ -76,6 +76,7 @@ from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     Decisions,
     ProgressCallback,
+    WaitPlan,
     record_text,
     runtime_source,
     same_arguments,
@@ -170,7 +171,7 @@ class DexTools(AbstractCapability[Any]):
                     metadata={"dex_key": record.key, "approval_deadline": record.approval_deadline}
                 )
             record = await self._decisions.aapprove(record, self._decided_by(ctx))
-        return await self._decisions.atext(record, self.wait_timeout, self.progress)
+        return await self._decisions.atext(record, WaitPlan(self.wait_timeout, self.progress))
 
     async def _refuse_changed_arguments(
         self, tool: Tool, ctx: RunContext[Any], session: str, turn: str, asked: dict[str, Any]
@@ -181,7 +182,7 @@ class DexTools(AbstractCapability[Any]):
         record = await self._decisions.areject(
             record, self._decided_by(ctx), CHANGED_ARGUMENTS_REASON
         )
-        return await self._decisions.atext(record, self.wait_timeout)
+        return await self._decisions.atext(record, WaitPlan(self.wait_timeout))
 
     def _decided_by(self, ctx: RunContext[Any]) -> str:
         metadata = ctx.tool_call_metadata

@@ -244,39 +244,27 @@ class AgentEvents:
         the stream is shared by every session, so skipped events still advance the position.
         A bad `after` raises `InvalidEventPosition` here, not on the first `next()`.
         """
-        return self._iterate(check_position(after), _Query.of(filters))
+        return self._iterate(_Cursor(check_position(after), _Query.of(filters)))
 
-    def _iterate(self, position: str, query: _Query) -> Iterator[AgentEvent]:
-        if position == NOW:
-            position = self.latest_position()
-        deadline = query.deadline()
-        while (block := _block(query.follow, deadline)) is not _CAUGHT_UP:
-            events = self.read(position, count=query.batch, block=block)
-            if not events and not query.follow:
-                return
-            for event in events:
-                position = event.position
-                if query.wants(event):
-                    yield event
+    def _iterate(self, cursor: _Cursor) -> Iterator[AgentEvent]:
+        if cursor.position == NOW:
+            cursor.position = self.latest_position()
+        while (block := cursor.next_block()) is not _CAUGHT_UP:
+            yield from cursor.take(self.read(cursor.position, count=cursor.batch, block=block))
 
     def aiterate(
         self, after: str = START, **filters: Unpack[EventFilters]
     ) -> AsyncIterator[AgentEvent]:
         """`iterate` as an async iterator; each blocking read runs in a worker thread."""
-        return self._aiterate(check_position(after), _Query.of(filters))
+        return self._aiterate(_Cursor(check_position(after), _Query.of(filters)))
 
-    async def _aiterate(self, position: str, query: _Query) -> AsyncIterator[AgentEvent]:
-        if position == NOW:
-            position = await asyncio.to_thread(self.latest_position)
-        deadline = query.deadline()
-        while (block := _block(query.follow, deadline)) is not _CAUGHT_UP:
-            events = await asyncio.to_thread(self.read, position, count=query.batch, block=block)
-            if not events and not query.follow:
-                return
-            for event in events:
-                position = event.position
-                if query.wants(event):
-                    yield event
+    async def _aiterate(self, cursor: _Cursor) -> AsyncIterator[AgentEvent]:
+        if cursor.position == NOW:
+            cursor.position = await asyncio.to_thread(self.latest_position)
+        while (block := cursor.next_block()) is not _CAUGHT_UP:
+            read = asyncio.to_thread(self.read, cursor.position, count=cursor.batch, block=block)
+            for event in cursor.take(await read):
+                yield event
 
     def trimmed_after(self, position: str) -> bool:
         """True if events after `position` may have been trimmed away (the consumer fell behind
@@ -345,6 +333,31 @@ class _Query:
 
 #: `_block`'s answer when a follower's time is up.
 _CAUGHT_UP = -1.0
+
+
+class _Cursor:
+    """Where one iteration over the events stands, so the sync and the async iterator share
+    every rule but the read itself: filtering happens here and skipped events still advance
+    the position; without `follow` the iteration ends at the first empty read."""
+
+    def __init__(self, position: str, query: _Query) -> None:
+        self.position = position
+        self.query = query
+        self.batch = query.batch
+        self.deadline = query.deadline()
+        self.caught_up = False
+
+    def next_block(self) -> float | None:
+        """How long the next read may wait (see `_block`), `_CAUGHT_UP` once it is over."""
+        return _CAUGHT_UP if self.caught_up else _block(self.query.follow, self.deadline)
+
+    def take(self, events: list[AgentEvent]) -> list[AgentEvent]:
+        """The wanted events of one read, moving the position past all of them."""
+        if not events and not self.query.follow:
+            self.caught_up = True
+        for event in events:
+            self.position = event.position
+        return [event for event in events if self.query.wants(event)]
 
 
 def _block(follow: bool, deadline: float | None) -> float | None:

@@ -17,6 +17,7 @@ from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
+from tests.support.databases import SQLITE, database_url
 from tests.support.rabbitmq import (
     RABBITMQ,
     REDIS,
@@ -75,9 +76,20 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def database_kind(request: pytest.FixtureRequest) -> str:
+    """The SQL database of the test's deployment: SQLite unless a test is parametrized with
+    `tests.support.databases.ON_BOTH_DATABASES`."""
+    return str(getattr(request, "param", SQLITE))
+
+
+@pytest.fixture
 def env(
-    redis_server: RedisServer, tmp_path: Path, broker_kind: str, request: pytest.FixtureRequest
-) -> dict[str, str]:
+    redis_server: RedisServer,
+    tmp_path: Path,
+    broker_kind: str,
+    database_kind: str,
+    request: pytest.FixtureRequest,
+) -> Iterator[dict[str, str]]:
     """Environment shared by the test process and the workers it starts."""
     redis.Redis.from_url(redis_server.url).flushall()
     tool_log = tmp_path / "tool-log"
@@ -87,16 +99,17 @@ def env(
         url = amqp_url(request.getfixturevalue("rabbitmq_vhost"))
         delete_queues(url, ("celery", UNSERVED_QUEUE))  # what an earlier test left queued
         broker_env["DEX_BROKER_URL"] = url
-    return {
-        **broker_env,
-        "DEX_REDIS_URL": redis_server.url,
-        "DEX_DATABASE_URL": f"sqlite:///{tmp_path / 'dex.db'}",
-        "DEX_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
-        LOG_ENV: str(tool_log),
-        # Seals secret arguments at rest and in the broker (docs/secrets.md).
-        "DEX_SECRET_KEY": f"test-key-{uuid.uuid4().hex}",
-        **TEST_TIMINGS,
-    }
+    with database_url(database_kind, tmp_path) as database:
+        yield {
+            **broker_env,
+            "DEX_REDIS_URL": redis_server.url,
+            "DEX_DATABASE_URL": database,
+            "DEX_KEY_PREFIX": f"t{uuid.uuid4().hex[:8]}",
+            LOG_ENV: str(tool_log),
+            # Seals secret arguments at rest and in the broker (docs/secrets.md).
+            "DEX_SECRET_KEY": f"test-key-{uuid.uuid4().hex}",
+            **TEST_TIMINGS,
+        }
 
 
 @pytest.fixture

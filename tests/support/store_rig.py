@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 
 from dex_celery import Settings
 from dex_celery.engine.dispatch import admit
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.store.values import Admission, NewCall
+from tests.support.databases import POSTGRESQL, SQLITE, database_url
 
 SETTINGS = Settings()
 
@@ -28,35 +25,10 @@ class Clock:
         return self.now
 
 
-def _postgres_url() -> str:
-    return os.environ.get(
-        "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    )
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=[SQLITE, POSTGRESQL])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    base = _postgres_url()
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text("select 1"))
-    except OperationalError as e:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL at {base} is unreachable: {e.orig}")
-    schema = f"dex_test_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with database_url(request.param, tmp_path) as database:
+        yield database
 
 
 def new_call(

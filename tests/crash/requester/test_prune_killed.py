@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +26,18 @@ import pytest
 from sqlalchemy import select
 
 from devtools.history_seed import seed_history
-from devtools.pg_schema import postgres_schema
 from devtools.processes import ROOT, Worker
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
 from dex_celery.store.archive import read_archive
 from dex_celery.store.schema import messages, tool_calls
 from dex_celery.store.views import OperatorViews
+from tests.support.databases import ON_BOTH_DATABASES
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 
 APP = "devtools.toolapp:dex"
 OLD_CALLS = 3000
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield env
-        return
-    with postgres_schema() as url:
-        yield {**env, "DEX_DATABASE_URL": url}
 
 
 def snapshot(dex: Dex) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:

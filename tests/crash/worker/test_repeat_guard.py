@@ -17,26 +17,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from devtools.pg_schema import postgres_schema
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import charges, make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.ops.present import call_details, render_details
 from tests.support.crash import events, lines, wait_finished, wait_late_result, wait_started
+from tests.support.databases import ON_BOTH_DATABASES
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 
 TIMEOUT_PREFIX = "the tool ran past its start-to-close timeout"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield env
-        return
-    with postgres_schema() as url:
-        yield {**env, "DEX_DATABASE_URL": url}
 
 
 @pytest.fixture

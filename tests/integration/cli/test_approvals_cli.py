@@ -8,28 +8,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
-from devtools.pg_schema import postgres_schema
 from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex, EffectClass, ToolContext, ToolPolicy
 from dex_celery.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
 from tests.support import cliapp
+from tests.support.databases import ON_BOTH_DATABASES
 
-pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield env
-        return
-    with postgres_schema() as url:
-        yield {**env, "DEX_DATABASE_URL": url}
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
+    ON_BOTH_DATABASES,
+]
 
 
 @pytest.fixture

@@ -46,9 +46,7 @@ def test_the_report_reaches_the_langgraph_model_once(folder: Path, env: dict[str
     assert user_texts[0] == "Where is my refund?" and "Thanks." in user_texts
 
 
-def test_the_approval_shows_the_request_without_the_card(
-    folder: Path, env: dict[str, str]
-) -> None:
+def test_the_approval_shows_the_request_without_the_card(folder: Path, env: dict[str, str]) -> None:
     printed = _run(folder, env, sys.executable, "approval_in_context.py")
     assert printed.strip() == "conv-7/turn-1/call_1"
     shown = _run(

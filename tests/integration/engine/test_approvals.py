@@ -7,14 +7,13 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import pytest
 from celery import Celery
 
-from devtools.pg_schema import postgres_schema
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import executions, make_app
 from dex_celery import (
@@ -37,18 +36,12 @@ from dex_celery import (
 from dex_celery.engine.approvals import APPROVAL_EXPIRED_BY
 from dex_celery.engine.dispatch import Dispatcher
 from tests.support.crash import count_calls
+from tests.support.databases import ON_BOTH_DATABASES
 
-pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    """The conftest environment, with the database switched to a private PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield env
-        return
-    with postgres_schema() as url:
-        yield {**env, "DEX_DATABASE_URL": url}
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
+    ON_BOTH_DATABASES,
+]
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -456,7 +449,9 @@ def test_listing_pending_approvals_oldest_first_with_secrets_redacted(dex: Dex) 
     client = dex.client()
     a = client.request_call("s1", "t1", "c1", "charge_card", {"amount": 1, "token": "sk-1"})
     b = client.request_call("s2", "t1", "c1", "guarded_write", {"value": "x"})
-    c = client.request_call("s1", "t2", "c1", "charge_card", {"amount": 3, "meta": {"token": "sk-3"}})
+    c = client.request_call(
+        "s1", "t2", "c1", "charge_card", {"amount": 3, "meta": {"token": "sk-3"}}
+    )
     client.request_call("s1", "t3", "c1", "echo", {})  # never waits
 
     listed = client.pending_approvals()

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
-from devtools.pg_schema import postgres_schema
 from devtools.processes import wait_for
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
@@ -31,20 +29,15 @@ from dex_celery.store.schema import repeat_guards, tool_calls
 from dex_celery.store.values import Outcome
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
+from tests.support.databases import ON_BOTH_DATABASES
 
-pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
+    ON_BOTH_DATABASES,
+]
 
 RUNNING = "may still be running"
 UNRECONCILED = "may have taken effect; its outcome is not reconciled yet"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield env
-        return
-    with postgres_schema() as url:
-        yield {**env, "DEX_DATABASE_URL": url}
 
 
 def _write(ctx: ToolContext, **arguments: Any) -> Any:

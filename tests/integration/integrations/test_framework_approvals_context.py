@@ -72,7 +72,9 @@ def _langgraph(dex: Dex) -> str:
     model = ScriptedChatModel(turns=[call, AIMessage("Done.")])
     agent = create_agent(model, dex_tools(dex, ["refund"]), middleware=[DexConversation(dex)],
                          checkpointer=InMemorySaver())  # fmt: skip
-    state = agent.invoke({"messages": [HumanMessage(ASK)]}, {"configurable": {"thread_id": "lg-ctx"}})
+    state = agent.invoke(
+        {"messages": [HumanMessage(ASK)]}, {"configurable": {"thread_id": "lg-ctx"}}
+    )
     assert "__interrupt__" in state
     return "lg-ctx/turn-1/call_1"
 
@@ -140,7 +142,10 @@ def test_the_person_deciding_sees_the_request_that_led_to_the_call(
     credentials = Credentials.from_settings(Settings(web_users="alice:pw-a"))
     web = TestClient(WebApp(dex, credentials).build(), base_url="http://localhost",
                      follow_redirects=False)  # fmt: skip
-    assert web.post("/login", data={"name": "alice", "password": "pw-a", "next": "/"}).status_code == 303
+    assert (
+        web.post("/login", data={"name": "alice", "password": "pw-a", "next": "/"}).status_code
+        == 303
+    )
     page = web.get("/approvals").text
     assert "No user or assistant message before this call" not in page
     assert "refund order 1002 to my card ***" in page

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +22,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devtools.pg_schema import postgres_schema
 from devtools.processes import Worker
 from devtools.toolapp import LOG_ENV, charges
 from dex_celery import CallStatus, Dex
 from dex_celery.tools.arguments import check_arguments
 from tests.support.crash import wait_finished, wait_started
+from tests.support.databases import ON_BOTH_DATABASES
 
-pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, env: dict[str, str]) -> Iterator[dict[str, str]]:
-    if request.param == "sqlite":
-        yield env
-        return
-    with postgres_schema() as url:
-        yield {**env, "DEX_DATABASE_URL": url}
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
+    ON_BOTH_DATABASES,
+]
 
 
 #: Spellings of `{"order": "A-1", "amount": 10}` the worker's check hands the tool unchanged.

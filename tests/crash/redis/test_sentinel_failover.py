@@ -62,6 +62,12 @@ def group(tmp_path: Path) -> Iterator[ReplicatedRedis]:
     replicated.stop()
 
 
+@pytest.fixture
+def failover(dex: Dex, env: dict[str, str], group: ReplicatedRedis, sweeper: object) -> Failover:
+    """One failover run of the test's deployment, with the sweeper running."""
+    return Failover(dex, env, group)
+
+
 def _env(env: dict[str, str], group: ReplicatedRedis, durable: bool) -> dict[str, str]:
     assert group.sentinel is not None
     return {
@@ -118,6 +124,17 @@ class Failover:
     def request(self, turn: str, call: str, tool: str, **arguments: object) -> str:
         self.keys.append(self.client.request_call("s1", turn, call, tool, arguments).key)
         return self.keys[-1]
+
+    def writes_queued_behind_busy_slots(self) -> list[str]:
+        """Both worker slots busy with reads, two writes queued behind them, then the replicas
+        fall behind: where variants 2 and 3 start."""
+        for i in range(2):
+            wait_started(self.request("t1", f"busy{i}", "slow_read", seconds=3))
+        queued = [
+            self.request("t2", f"w{i}", "slow_non_idempotent_write", seconds=60) for i in (0, 1)
+        ]
+        self.replicas_fall_behind()
+        return queued
 
     def replicas_fall_behind(self) -> None:
         ReplicatedRedis.wait_replicated(self.primary, len(self.group.followers))
@@ -204,15 +221,10 @@ class TestWithDurableClaims:
         return _env(env, group, durable=True)
 
     def test_claims_made_while_replicas_lag_never_run_a_tool(
-        self,
-        dex: Dex,
-        env: dict[str, str],
-        group: ReplicatedRedis,
-        start_worker: Callable[..., Worker],
-        sweeper: object,
+        self, failover: Failover, start_worker: Callable[..., Worker]
     ) -> None:
         """Variant 1: the failover loses no claim of a tool that ran."""
-        run = Failover(dex, env, group)
+        run = failover
         supervisor = Supervisor(start_worker, {BLOCK_BEFORE_CLAIM_ENV: "1"})
         # Both writes delivered and held before their claims, with every replica in sync.
         # Held for a minute if they ran: without the option they would be running when the
@@ -229,8 +241,8 @@ class TestWithDurableClaims:
         # Every tool task is acknowledged late (docs/ledger.md, "Celery options"): the writes'
         # messages stay unacknowledged until they end; their claims, not the broker, fence them.
         run.replicas_fall_behind()
-        (Path(env[LOG_ENV]) / "release-prerun").write_text("go")
-        refused = [wait_finished(dex, key, timeout=30) for key in writes]
+        (Path(run.env[LOG_ENV]) / "release-prerun").write_text("go")
+        refused = [wait_finished(run.dex, key, timeout=30) for key in writes]
         # In flight when the primary dies: requested while the replicas lag.
         run.request("t2", "echo", "echo")
         run.request("t2", "write", "slow_non_idempotent_write", seconds=0)
@@ -254,27 +266,17 @@ class TestWithDurableClaimsBrokerRollback:
         return {**_env(env, group, durable=True), "DEX_SCHEDULE_TO_START": "60"}
 
     def test_messages_handed_out_while_replicas_lag_never_run_a_write_again(
-        self,
-        dex: Dex,
-        env: dict[str, str],
-        group: ReplicatedRedis,
-        start_worker: Callable[..., Worker],
-        sweeper: object,
+        self, failover: Failover, start_worker: Callable[..., Worker]
     ) -> None:
         """Variant 2: the promoted broker gives back messages the dead primary had handed out."""
-        run = Failover(dex, env, group)
+        run = failover
         supervisor = Supervisor(start_worker)
-        for i in range(2):
-            wait_started(run.request("t1", f"busy{i}", "slow_read", seconds=3))
-        queued = [
-            run.request("t2", f"w{i}", "slow_non_idempotent_write", seconds=60) for i in (0, 1)
-        ]
-        run.replicas_fall_behind()
+        queued = run.writes_queued_behind_busy_slots()
         for key in queued:
             # Refused (no replica holds the claim), or, on a machine too loaded to claim in time,
             # expired in the queue: either ends without running the tool (checked below). The
             # wait covers the 60 s queue deadline of this variant.
-            wait_finished(dex, key, timeout=90)
+            wait_finished(run.dex, key, timeout=90)
         run.kill_primary()
         after = run.serve_after()
         records = run.finish(supervisor)
@@ -287,22 +289,12 @@ class TestWithoutDurableClaims:
         return _env(env, group, durable=False)
 
     def test_claims_lost_with_the_primary_leave_honest_records(
-        self,
-        dex: Dex,
-        env: dict[str, str],
-        group: ReplicatedRedis,
-        start_worker: Callable[..., Worker],
-        sweeper: object,
+        self, failover: Failover, start_worker: Callable[..., Worker]
     ) -> None:
         """Variant 3: writes claimed and running on the primary alone when it dies."""
-        run = Failover(dex, env, group)
+        run = failover
         supervisor = Supervisor(start_worker)
-        for i in range(2):
-            wait_started(run.request("t1", f"busy{i}", "slow_read", seconds=3))
-        queued = [
-            run.request("t2", f"w{i}", "slow_non_idempotent_write", seconds=60) for i in (0, 1)
-        ]
-        run.replicas_fall_behind()
+        queued = run.writes_queued_behind_busy_slots()
         for key in queued:
             wait_started(key, timeout=30)  # claimed on the primary only
         run.kill_primary()

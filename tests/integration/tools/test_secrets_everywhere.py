@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 import devtools.toolapp as toolapp
 from devtools.processes import Worker, wait_for
-from dex_celery import CallStatus, Dex
+from dex_celery import CallStatus, Dex, ToolCallRecord
 from dex_celery.cli.main import main
 from dex_celery.store.schema import metadata
 from tests.support.crash import wait_finished
@@ -108,6 +108,30 @@ def search_flower(flower: Flower, keys: list[str], absent: Callable[[str, str], 
         absent("Flower's task info", info)
 
 
+def _request_then_run(
+    dex: Dex,
+    broker: redis.Redis,
+    calls: list[tuple[str, dict[str, Any]]],
+    start_worker: Callable[[], Worker],
+    flower: Flower,
+    absent: Callable[[str, str], None],
+) -> tuple[ToolCallRecord, ToolCallRecord, Worker]:
+    """Request a leaking write and a read before any worker runs, search what rests in Redis
+    and SQL while their messages sit in the broker's queue, then start a worker (with Flower
+    receiving its events): the two requested records and the worker."""
+    client = dex.client()
+    leaky, read = (
+        client.request_call("s1", "t1", name, tool, arguments)
+        for name, (tool, arguments) in zip(("leaky", "read"), calls, strict=True)
+    )
+    assert broker.llen("celery") == 2
+    absent("Redis with the messages queued", everything_in_redis(broker))
+    absent("SQL before the run", everything_in_sql(dex))
+    worker = start_worker()
+    _wait_until_flower_receives_events(dex, flower)
+    return leaky, read, worker
+
+
 def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     dex: Dex,
     env: dict[str, str],
@@ -117,17 +141,17 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
 ) -> None:
     client = dex.client()
     broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    # Requested before any worker runs: the messages sit in the broker's queue.
-    leaky = client.request_call("s1", "t1", "leaky", "leaky", {"order": 7, "api_token": TOKEN})
-    read = client.request_call(
-        "s1", "t1", "read", "with_secret", {"query": "orders", "api_token": OTHER}
+    leaky, read, worker = _request_then_run(
+        dex,
+        broker,
+        [
+            ("leaky", {"order": 7, "api_token": TOKEN}),
+            ("with_secret", {"query": "orders", "api_token": OTHER}),
+        ],
+        start_worker,
+        flower,
+        assert_absent,
     )
-    assert broker.llen("celery") == 2
-    assert_absent("Redis with the messages queued", everything_in_redis(broker))
-    assert_absent("SQL before the run", everything_in_sql(dex))
-
-    worker = start_worker()
-    _wait_until_flower_receives_events(dex, flower)
     failed = wait_finished(dex, leaky.key, timeout=30)
     succeeded = wait_finished(dex, read.key, timeout=30)
 
@@ -185,18 +209,17 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
 
     client = dex.client()
     broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    leaky = client.request_call(
-        "s1", "t1", "leaky", "leaky_nested", {"order": 7, "credentials": CREDENTIALS}
+    leaky, read, worker = _request_then_run(
+        dex,
+        broker,
+        [
+            ("leaky_nested", {"order": 7, "credentials": CREDENTIALS}),
+            ("nested_secret", {"query": "orders", "credentials": CREDENTIALS}),
+        ],
+        start_worker,
+        flower,
+        absent,
     )
-    read = client.request_call(
-        "s1", "t1", "read", "nested_secret", {"query": "orders", "credentials": CREDENTIALS}
-    )
-    assert broker.llen("celery") == 2
-    absent("Redis with the messages queued", everything_in_redis(broker))
-    absent("SQL before the run", everything_in_sql(dex))
-
-    worker = start_worker()
-    _wait_until_flower_receives_events(dex, flower)
     failed = wait_finished(dex, leaky.key, timeout=30)
     succeeded = wait_finished(dex, read.key, timeout=30)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import redis
@@ -19,6 +20,20 @@ from dex_celery.engine.sweep import run_forever
 
 
 @contextmanager
+def small_redis(directory: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own with 8 MB of memory and no eviction, so filling it makes
+    it refuse writes (`fill_until_out_of_memory`); killed on exit."""
+    server = RedisServer(
+        directory / "oom-redis",
+        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
+    ).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@contextmanager
 def sweeping(dex: Dex) -> Iterator[None]:
     stop = threading.Event()
     thread = threading.Thread(target=run_forever, args=(dex,), kwargs={"stop": stop}, daemon=True)
@@ -27,7 +42,7 @@ def sweeping(dex: Dex) -> Iterator[None]:
         yield
     finally:
         stop.set()
-        thread.join(timeout=15)
+        thread.join(timeout=30)
 
 
 def dex_on(env: dict[str, str], server: RedisServer) -> tuple[Dex, dict[str, str]]:

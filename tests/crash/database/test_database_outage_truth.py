@@ -14,9 +14,8 @@ tool's own side-effect log as the witness that no tool code ran.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 
 import pytest
 
@@ -38,12 +37,12 @@ from dex_celery import (
     RequestInFlight,
     Settings,
 )
-from dex_celery.engine.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from dex_celery.store.repository import Store
 from tests.support.crash import tool_messages
 from tests.support.db_proxy import CuttableProxy
 from tests.support.pg_database import fresh_database
+from tests.support.request_truth import sweeping
 
 pytestmark = pytest.mark.crash
 
@@ -61,18 +60,6 @@ def pg_behind_proxy() -> Iterator[tuple[str, CuttableProxy]]:
             yield url, proxy
         finally:
             proxy.stop()
-
-
-@contextmanager
-def sweeping(dex: Dex) -> Iterator[None]:
-    stop = threading.Event()
-    thread = threading.Thread(target=run_forever, args=(dex,), kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=30)
 
 
 def deployment(

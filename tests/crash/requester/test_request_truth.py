@@ -30,7 +30,7 @@ from dex_celery import (
 )
 from dex_celery.engine.dispatch import Dispatcher
 from tests.support.crash import count_calls, lines, wait_finished
-from tests.support.request_truth import dex_on, fill_until_out_of_memory, sweeping
+from tests.support.request_truth import dex_on, fill_until_out_of_memory, small_redis, sweeping
 
 pytestmark = pytest.mark.crash
 
@@ -64,11 +64,7 @@ def assert_ran_once_each(dex: Dex, keys: list[str]) -> None:
 def test_ledger_out_of_memory_the_request_says_recorded_and_the_same_ids_run_once(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
-    server = RedisServer(
-        tmp_path / "oom-redis",
-        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
-    ).start()
-    try:
+    with small_redis(tmp_path) as server:
         own, own_env = dex_on(env, server)
         client = own.client()
         fillers = fill_until_out_of_memory(server)
@@ -87,18 +83,12 @@ def test_ledger_out_of_memory_the_request_says_recorded_and_the_same_ids_run_onc
             again = client.request_call("s1", "t1", "c1", WRITE, {"seconds": 0})
             assert again.key == key
             assert_ran_once_each(own, [key])
-    finally:
-        server.kill()
 
 
 def test_ledger_out_of_memory_in_a_batch_every_call_is_named_and_runs_once(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
-    server = RedisServer(
-        tmp_path / "oom-redis",
-        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
-    ).start()
-    try:
+    with small_redis(tmp_path) as server:
         own, own_env = dex_on(env, server)
         client = own.client()
         # One call recorded and started before memory runs out, then a batch of three that
@@ -122,8 +112,6 @@ def test_ledger_out_of_memory_in_a_batch_every_call_is_named_and_runs_once(
             assert [r.key for r in again] == list(keys)
             assert again[0].key == first.key
             assert_ran_once_each(own, list(keys))
-    finally:
-        server.kill()
 
 
 def test_redis_killed_right_after_a_request_the_next_one_says_recorded_and_runs_once(
@@ -195,11 +183,7 @@ def test_an_approval_while_redis_is_out_of_memory_returns_the_approved_call_whic
     """The approval is committed before the call is announced and opened in Redis: a refusal
     there must not read as a failed approval (the approver would approve again, or believe the
     call will not run). The sweeper starts the approved call once Redis has room."""
-    server = RedisServer(
-        tmp_path / "oom-redis",
-        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
-    ).start()
-    try:
+    with small_redis(tmp_path) as server:
         own, own_env = dex_on(env, server)
         client = own.client()
         key = client.request_call("s1", "t1", "c1", "guarded_write", {"value": "ok"}).key
@@ -213,5 +197,3 @@ def test_an_approval_while_redis_is_out_of_memory_returns_the_approved_call_whic
         start_worker(extra_env=own_env)
         with sweeping(own):
             assert_ran_once_each(own, [key])
-    finally:
-        server.kill()

@@ -18,13 +18,13 @@ import anyio
 import redis
 from mcp import Client
 
-from devtools.processes import RedisServer, Worker
+from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_server import STATUS_META_KEY
 from tests.support.crash import count_calls, lines, wait_finished
 from tests.support.mcp_server import _server, _text
-from tests.support.request_truth import dex_on, fill_until_out_of_memory, sweeping
+from tests.support.request_truth import dex_on, fill_until_out_of_memory, small_redis, sweeping
 
 WRITE = "slow_non_idempotent_write"
 
@@ -32,11 +32,7 @@ WRITE = "slow_non_idempotent_write"
 def test_mcp_client_without_ids_is_told_the_truth_when_redis_is_full_and_asking_again_runs_it_once(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
-    server = RedisServer(
-        tmp_path / "oom-redis",
-        extra_args=("--maxmemory", "8mb", "--maxmemory-policy", "noeviction"),
-    ).start()
-    try:
+    with small_redis(tmp_path) as server:
         own, own_env = dex_on(env, server)
         start_worker(extra_env=own_env)
         fillers: list[str] = []
@@ -77,5 +73,3 @@ def test_mcp_client_without_ids_is_told_the_truth_when_redis_is_full_and_asking_
         assert done.status is CallStatus.SUCCEEDED, (done.status, done.error)
         assert [a for a, _pid, _k in lines(key, "start")] == [1]
         assert count_calls(own) == 2  # the warm-up read and the one write
-    finally:
-        server.kill()

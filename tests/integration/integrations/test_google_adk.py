@@ -15,6 +15,10 @@ from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
 from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.framework_checks import (
+    assert_one_approved_one_rejected,
+    assert_read_and_write_succeeded,
+)
 from tests.support.google_adk import Desk, confirmations, final_text
 
 
@@ -35,12 +39,8 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     assert final_text(desk.ask("Look up order A and keep it.")) == "Both done."
 
     read_key, write_key = "adk-read/turn-1/call_read", "adk-read/turn-1/call_write"
-    read, write = dex.client().get_call(read_key), dex.client().get_call(write_key)
-    assert read.status is CallStatus.SUCCEEDED and write.status is CallStatus.SUCCEEDED
     outputs = model.tool_results()
-    assert tool_messages(dex, read_key) == [outputs["call_read"]]
-    assert tool_messages(dex, write_key) == [outputs["call_write"]] == ['"kept"']
-    assert len(lines(write_key, "start")) == 1
+    assert_read_and_write_succeeded(dex, outputs, read_key, write_key)
 
 
 def test_confirmed_and_declined_writes_are_recorded_with_who_decided(
@@ -70,17 +70,10 @@ def test_confirmed_and_declined_writes_are_recorded_with_who_decided(
     final = desk.answer(asked["call_no"][0], False, reason="not this one")
 
     assert final_text(final) == "One sent, one refused."
-    ok, no = dex.client().get_call(ok_key), dex.client().get_call(no_key)
-    assert ok.status is CallStatus.SUCCEEDED
-    assert ok.approval is not None and ok.approval.decided_by == "alice"
-    assert no.status is CallStatus.REJECTED
-    assert no.approval is not None and no.approval.decided_by == "desk-bot"
-    assert "not this one" in (no.error or "")
     outputs = model.tool_results()
-    assert tool_messages(dex, ok_key) == [outputs["call_ok"]] == ['"yes"']
-    assert tool_messages(dex, no_key) == [outputs["call_no"]]
-    assert outputs["call_no"].startswith("The call was rejected and did not run")
-    assert len(lines(ok_key, "start")) == 1 and lines(no_key, "start") == []
+    assert_one_approved_one_rejected(
+        dex, outputs, ok_key, no_key, approved_by="alice", rejected_by="desk-bot"
+    )
 
 
 def test_killed_worker_gives_the_model_the_outcome_unknown_text(

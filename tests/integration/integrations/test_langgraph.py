@@ -27,6 +27,10 @@ from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.langgraph import Decision, dex_tools
 from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.framework_checks import (
+    assert_one_approved_one_rejected,
+    assert_read_and_write_succeeded,
+)
 
 
 def _config(thread: str) -> dict[str, Any]:
@@ -59,11 +63,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     assert state["messages"][-1].content == "Both done."
     outputs = model.tool_results()
     read_key, write_key = "lg-read/turn-1/call_read", "lg-read/turn-1/call_write"
-    assert dex.client().get_call(read_key).status is CallStatus.SUCCEEDED
-    assert dex.client().get_call(write_key).status is CallStatus.SUCCEEDED
-    assert tool_messages(dex, read_key) == [outputs["call_read"]]
-    assert tool_messages(dex, write_key) == [outputs["call_write"]] == ['"kept"']
-    assert len(lines(write_key, "start")) == 1
+    assert_read_and_write_succeeded(dex, outputs, read_key, write_key)
 
 
 def test_approved_and_rejected_writes_go_through_interrupt_and_are_recorded(
@@ -95,17 +95,10 @@ def test_approved_and_rejected_writes_go_through_interrupt_and_are_recorded(
     )
 
     assert state["messages"][-1].content == "One sent, one refused."
-    ok, no = dex.client().get_call(ok_key), dex.client().get_call(no_key)
-    assert ok.status is CallStatus.SUCCEEDED
-    assert ok.approval is not None and ok.approval.decided_by == "alice"
-    assert no.status is CallStatus.REJECTED
-    assert no.approval is not None and no.approval.decided_by == "bob"
-    assert "not this one" in (no.error or "")
     outputs = model.tool_results()
-    assert tool_messages(dex, ok_key) == [outputs["call_ok"]] == ['"yes"']
-    assert tool_messages(dex, no_key) == [outputs["call_no"]]
-    assert outputs["call_no"].startswith("The call was rejected and did not run")
-    assert len(lines(ok_key, "start")) == 1 and lines(no_key, "start") == []
+    assert_one_approved_one_rejected(
+        dex, outputs, ok_key, no_key, approved_by="alice", rejected_by="bob"
+    )
 
 
 def test_an_edited_approval_is_refused_and_recorded_rejected(

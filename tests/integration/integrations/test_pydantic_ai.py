@@ -22,6 +22,10 @@ from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.pydantic_ai import DexTools
 from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.framework_checks import (
+    assert_one_approved_one_rejected,
+    assert_read_and_write_succeeded,
+)
 from tests.support.pydantic_scripted import Scripted, call
 
 
@@ -52,11 +56,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     assert result.output == "Both done."
     outputs = script.tool_results()
     read_key, write_key = "conv-read/turn-1/call_read", "conv-read/turn-1/call_write"
-    read, write = dex.client().get_call(read_key), dex.client().get_call(write_key)
-    assert read.status is CallStatus.SUCCEEDED and write.status is CallStatus.SUCCEEDED
-    assert tool_messages(dex, read_key) == [outputs["call_read"]]
-    assert tool_messages(dex, write_key) == [outputs["call_write"]] == ['"kept"']
-    assert len(lines(write_key, "start")) == 1
+    assert_read_and_write_succeeded(dex, outputs, read_key, write_key)
 
 
 def test_approved_and_denied_writes_are_recorded_with_who_decided(
@@ -90,17 +90,10 @@ def test_approved_and_denied_writes_are_recorded_with_who_decided(
     second = agent.run_sync(message_history=first.all_messages(), deferred_tool_results=results)
 
     assert second.output == "One sent, one refused."
-    ok, no = dex.client().get_call(ok_key), dex.client().get_call(no_key)
-    assert ok.status is CallStatus.SUCCEEDED
-    assert ok.approval is not None and ok.approval.decided_by == "alice"
-    assert no.status is CallStatus.REJECTED
-    assert no.approval is not None and no.approval.decided_by == "desk-bot"
-    assert "not this one" in (no.error or "")
     outputs = script.tool_results()
-    assert tool_messages(dex, ok_key) == [outputs["call_ok"]] == ['"yes"']
-    assert tool_messages(dex, no_key) == [outputs["call_no"]]
-    assert outputs["call_no"].startswith("The call was rejected and did not run")
-    assert len(lines(ok_key, "start")) == 1 and lines(no_key, "start") == []
+    assert_one_approved_one_rejected(
+        dex, outputs, ok_key, no_key, approved_by="alice", rejected_by="desk-bot"
+    )
 
 
 def test_an_approval_that_changes_the_arguments_is_refused(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import redis
@@ -68,15 +69,21 @@ def failover(dex: Dex, env: dict[str, str], group: ReplicatedRedis, sweeper: obj
     return Failover(dex, env, group)
 
 
-def _env(env: dict[str, str], group: ReplicatedRedis, durable: bool) -> dict[str, str]:
+@pytest.fixture
+def env(
+    env: dict[str, str], group: ReplicatedRedis, request: pytest.FixtureRequest
+) -> dict[str, str]:
+    """The deployment through Sentinel; each variant's class says whether a claim waits for a
+    replica (`durable`) and what else it sets (`extra_env`)."""
     assert group.sentinel is not None
     return {
         **env,
         **TIMINGS,
         "DEX_REDIS_URL": group.sentinel.url,
         "DEX_REDIS_SENTINEL_MASTER": MASTER_NAME,
-        "DEX_CLAIM_REPLICAS": "1" if durable else "0",
+        "DEX_CLAIM_REPLICAS": "1" if request.cls.durable else "0",
         "DEX_CLAIM_REPLICAS_TIMEOUT": "0.5",
+        **getattr(request.cls, "extra_env", {}),
     }
 
 
@@ -216,9 +223,7 @@ def _assert_honest(records: dict[str, ToolCallRecord], after: list[str]) -> None
 
 
 class TestWithDurableClaims:
-    @pytest.fixture
-    def env(self, env: dict[str, str], group: ReplicatedRedis) -> dict[str, str]:
-        return _env(env, group, durable=True)
+    durable = True
 
     def test_claims_made_while_replicas_lag_never_run_a_tool(
         self, failover: Failover, start_worker: Callable[..., Worker]
@@ -260,10 +265,9 @@ class TestWithDurableClaims:
 
 
 class TestWithDurableClaimsBrokerRollback:
-    @pytest.fixture
-    def env(self, env: dict[str, str], group: ReplicatedRedis) -> dict[str, str]:
-        # A long queue deadline: the messages given back are still claimable after the failover.
-        return {**_env(env, group, durable=True), "DEX_SCHEDULE_TO_START": "60"}
+    durable = True
+    # A long queue deadline: the messages given back are still claimable after the failover.
+    extra_env: ClassVar[dict[str, str]] = {"DEX_SCHEDULE_TO_START": "60"}
 
     def test_messages_handed_out_while_replicas_lag_never_run_a_write_again(
         self, failover: Failover, start_worker: Callable[..., Worker]
@@ -284,9 +288,7 @@ class TestWithDurableClaimsBrokerRollback:
 
 
 class TestWithoutDurableClaims:
-    @pytest.fixture
-    def env(self, env: dict[str, str], group: ReplicatedRedis) -> dict[str, str]:
-        return _env(env, group, durable=False)
+    durable = False
 
     def test_claims_lost_with_the_primary_leave_honest_records(
         self, failover: Failover, start_worker: Callable[..., Worker]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
@@ -108,18 +109,29 @@ def search_flower(flower: Flower, keys: list[str], absent: Callable[[str, str], 
         absent("Flower's task info", info)
 
 
+@dataclass(frozen=True)
+class SecretRun:
+    """A leaking write and a read, requested before any worker ran and then run to their end."""
+
+    broker: redis.Redis
+    worker: Worker
+    failed: ToolCallRecord
+    succeeded: ToolCallRecord
+
+
 def _request_then_run(
     dex: Dex,
-    broker: redis.Redis,
+    env: dict[str, str],
     calls: list[tuple[str, dict[str, Any]]],
     start_worker: Callable[[], Worker],
     flower: Flower,
     absent: Callable[[str, str], None],
-) -> tuple[ToolCallRecord, ToolCallRecord, Worker]:
+) -> SecretRun:
     """Request a leaking write and a read before any worker runs, search what rests in Redis
     and SQL while their messages sit in the broker's queue, then start a worker (with Flower
-    receiving its events): the two requested records and the worker."""
+    receiving its events) and wait for both to end."""
     client = dex.client()
+    broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
     leaky, read = (
         client.request_call("s1", "t1", name, tool, arguments)
         for name, (tool, arguments) in zip(("leaky", "read"), calls, strict=True)
@@ -129,7 +141,8 @@ def _request_then_run(
     absent("SQL before the run", everything_in_sql(dex))
     worker = start_worker()
     _wait_until_flower_receives_events(dex, flower)
-    return leaky, read, worker
+    failed = wait_finished(dex, leaky.key, timeout=30)
+    return SecretRun(broker, worker, failed, wait_finished(dex, read.key, timeout=30))
 
 
 def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
@@ -139,11 +152,9 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     flower: Flower,
     monkeypatch: Any,
 ) -> None:
-    client = dex.client()
-    broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    leaky, read, worker = _request_then_run(
+    run = _request_then_run(
         dex,
-        broker,
+        env,
         [
             ("leaky", {"order": 7, "api_token": TOKEN}),
             ("with_secret", {"query": "orders", "api_token": OTHER}),
@@ -152,8 +163,8 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
         flower,
         assert_absent,
     )
-    failed = wait_finished(dex, leaky.key, timeout=30)
-    succeeded = wait_finished(dex, read.key, timeout=30)
+    client, broker, worker = dex.client(), run.broker, run.worker
+    failed, succeeded = run.failed, run.succeeded
 
     # The tool really got the values (the read reports the token's length; the write raised).
     assert failed.status is CallStatus.FAILED
@@ -171,7 +182,7 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     assert_absent("Redis", everything_in_redis(broker))
 
     events = [e for e in client.events("0")]
-    assert any(e.type == "tool_call_finished" and e.key == leaky.key for e in events)
+    assert any(e.type == "tool_call_finished" and e.key == failed.key for e in events)
     assert_absent("events", repr(events))
     snapshot = client.get_agent_snapshot("s1")
     assert len(snapshot.messages) == 2
@@ -180,15 +191,15 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     monkeypatch.setattr(toolapp, "dex", dex)
     search_the_cli(
         [
-            ["calls", "show", leaky.key],
-            ["calls", "show", leaky.key, "--json"],
-            ["calls", "show", read.key, "--json"],
+            ["calls", "show", failed.key],
+            ["calls", "show", failed.key, "--json"],
+            ["calls", "show", succeeded.key, "--json"],
             ["calls", "list", "--json"],
             ["calls", "list"],
         ],
         assert_absent,
     )
-    search_flower(flower, [leaky.key, read.key], assert_absent)
+    search_flower(flower, [failed.key, succeeded.key], assert_absent)
 
 
 def test_a_secret_inside_a_dict_or_list_appears_nowhere(
@@ -207,11 +218,9 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     def absent(where: str, text: str) -> None:
         assert_absent(where, text, NESTED)
 
-    client = dex.client()
-    broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
-    leaky, read, worker = _request_then_run(
+    run = _request_then_run(
         dex,
-        broker,
+        env,
         [
             ("leaky_nested", {"order": 7, "credentials": CREDENTIALS}),
             ("nested_secret", {"query": "orders", "credentials": CREDENTIALS}),
@@ -220,8 +229,8 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
         flower,
         absent,
     )
-    failed = wait_finished(dex, leaky.key, timeout=30)
-    succeeded = wait_finished(dex, read.key, timeout=30)
+    client, broker, worker = dex.client(), run.broker, run.worker
+    failed, succeeded = run.failed, run.succeeded
 
     # The tools got the real values, and what they said keeps its shape with *** in place.
     assert failed.status is CallStatus.FAILED
@@ -251,10 +260,10 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     monkeypatch.setattr(toolapp, "dex", dex)
     search_the_cli(
         [
-            ["calls", "show", leaky.key],
-            ["calls", "show", leaky.key, "--json"],
-            ["calls", "show", read.key],
-            ["calls", "show", read.key, "--json"],
+            ["calls", "show", failed.key],
+            ["calls", "show", failed.key, "--json"],
+            ["calls", "show", succeeded.key],
+            ["calls", "show", succeeded.key, "--json"],
             ["calls", "list", "--json"],
             ["calls", "list"],
         ],
@@ -262,9 +271,9 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     )
 
     web = signed_in(WebApp(dex, WEB_USERS), "alice", "pw-a")
-    for path in ("/calls", "/calls?session=s1", f"/calls/{leaky.key}", f"/calls/{read.key}"):
+    for path in ("/calls", "/calls?session=s1", f"/calls/{failed.key}", f"/calls/{succeeded.key}"):
         page = web.get(path)
         assert page.status_code == 200, path
         absent(f"the web page {path}", page.text)
 
-    search_flower(flower, [leaky.key, read.key], absent)
+    search_flower(flower, [failed.key, succeeded.key], absent)

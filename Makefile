@@ -11,6 +11,15 @@ STAMP := $(VENV)/.installed
 # tests/integration/deploy/test_install.py checks no dev-only package gets in.
 DEMO_VENV := .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
+# CrewAI pins mcp<2 and openai<3, which the dev extra's MCP and OpenAI Agents SDK packages
+# exclude: its adapter is tested in a virtualenv of its own, holding the core install, the
+# `crewai` extra and the test runner only (docs/frameworks.md, "CrewAI").
+CREWAI_VENV := .venv-crewai
+CREWAI_STAMP := $(CREWAI_VENV)/.installed
+# The tests that need CrewAI; the main run skips them (they import it), this venv runs them.
+CREWAI_TESTS := tests/integration/integrations/crewai
+# The modules that import CrewAI, type-checked there (pyproject's mypy excludes them).
+CREWAI_TYPED := dex_celery/integrations/crewai.py dex_celery/testing/models/crewai.py
 
 # `make test` runs the test files in this many processes (pytest-xdist; a file's tests stay in
 # one process, in order). The tests mostly wait on real workers, Redis and timers, not on the
@@ -25,7 +34,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(CREWAI_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/pip install --quiet --upgrade pip
+	$(CREWAI_VENV)/bin/pip install --quiet -e '.[crewai]' 'pytest>=8.0' 'pytest-timeout>=2.3' \
+		'mypy>=1.11'
+	touch $(CREWAI_STAMP)
+
+install: $(STAMP) $(CREWAI_STAMP)
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
@@ -35,16 +51,18 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/dex-celery demo
 
-lint: $(STAMP)
+lint: $(STAMP) $(CREWAI_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(CREWAI_VENV)/bin/mypy --strict --follow-imports=silent --cache-dir $(CREWAI_VENV)/.mypy_cache $(CREWAI_TYPED)
 
 test: lint
 	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25
+	DEX_REQUIRE_CREWAI=1 $(CREWAI_VENV)/bin/pytest -q -p no:cacheprovider $(CREWAI_TESTS)
 
 # The API reference from the docstrings (tests/integration/docs/test_docs.py builds it strictly too).
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache .site
+	rm -rf $(VENV) $(DEMO_VENV) $(CREWAI_VENV) .pytest_cache .mypy_cache .ruff_cache .site

@@ -31,7 +31,13 @@ from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import ApprovalError, CallTimeout, InvalidRequest, RequestInFlight
+from dex_celery.errors import (
+    ApprovalError,
+    CallTimeout,
+    InvalidDecision,
+    InvalidRequest,
+    RequestInFlight,
+)
 from dex_celery.integrations.conversation import Conversation
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
@@ -210,6 +216,42 @@ def report_progress(
     log.info("%s", update.text())
     if progress is not None:
         progress(update)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A person's answer to a waiting dex call, given through a framework: LangGraph's
+    `Command(resume=...)`, CrewAI's `decide` callback."""
+
+    approved: bool
+    decided_by: str | None
+    reason: str | None
+    edited: bool = False
+
+    @classmethod
+    def parse(cls, value: Any) -> Decision:
+        """`InvalidDecision` for a resume value that is not one of the documented shapes."""
+        if isinstance(value, bool):
+            return cls(value, None, None)
+        if isinstance(value, Mapping):
+            by = value.get("decided_by")
+            reason = value.get("reason", value.get("message"))
+            if by is not None and not isinstance(by, str):
+                raise InvalidDecision("decided_by must be a string")
+            reason = reason if isinstance(reason, str) else None
+            kind = value.get("type")
+            if kind == "edit" or "args" in value or "edited_action" in value:
+                return cls(False, by, reason, edited=True)
+            if isinstance(value.get("approved"), bool):
+                return cls(bool(value["approved"]), by, reason)
+            if kind in ("approve", "accept"):
+                return cls(True, by, reason)
+            if kind in ("reject", "response"):
+                return cls(False, by, reason)
+        raise InvalidDecision(
+            "a dex approval is resumed with True/False, {'approved': bool, 'decided_by': ...} or "
+            f"{{'type': 'approve' | 'reject', ...}}, not {value!r}"
+        )
 
 
 class Decisions:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Unpack
 
 from langchain.agents.middleware import AgentMiddleware
@@ -64,15 +63,13 @@ from langgraph.types import interrupt
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import (
-    ConfigurationError,
-    InvalidDecision,
-)
+from dex_celery.errors import ConfigurationError
 from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
     AdapterOptions,
     CallProgress,
+    Decision,
     FrameworkBridge,
     runtime_source,
     select_tools,
@@ -93,41 +90,6 @@ DEX_MESSAGE_ID_PREFIX = "dex-message-"
 PROGRESS_EVENT = "dex_progress"
 
 SessionIdSource = str | Callable[[ToolRuntime], str]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A person's answer to a dex approval interrupt, read from `Command(resume=...)`."""
-
-    approved: bool
-    decided_by: str | None
-    reason: str | None
-    edited: bool = False
-
-    @classmethod
-    def parse(cls, value: Any) -> Decision:
-        """`InvalidDecision` for a resume value that is not one of the documented shapes."""
-        if isinstance(value, bool):
-            return cls(value, None, None)
-        if isinstance(value, Mapping):
-            by = value.get("decided_by")
-            reason = value.get("reason", value.get("message"))
-            if by is not None and not isinstance(by, str):
-                raise InvalidDecision("decided_by must be a string")
-            reason = reason if isinstance(reason, str) else None
-            kind = value.get("type")
-            if kind == "edit" or "args" in value or "edited_action" in value:
-                return cls(False, by, reason, edited=True)
-            if isinstance(value.get("approved"), bool):
-                return cls(bool(value["approved"]), by, reason)
-            if kind in ("approve", "accept"):
-                return cls(True, by, reason)
-            if kind in ("reject", "response"):
-                return cls(False, by, reason)
-        raise InvalidDecision(
-            "a dex approval is resumed with True/False, {'approved': bool, 'decided_by': ...} or "
-            f"{{'type': 'approve' | 'reject', ...}}, not {value!r}"
-        )
 
 
 def dex_tools(

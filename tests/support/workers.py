@@ -1,6 +1,8 @@
 """Celery workers a test starts and its fixture stops, one way for every test: the fixture
 yields a `start` function, keeps each worker it started, and stops them all after the test,
-whatever the test did in between. Also the MCP test apps' worker (tests/support/mcpapp.py)."""
+whatever the test did in between. Also the MCP test apps' worker (tests/support/mcpapp.py),
+whose modules import `mcp` when it is started: the CrewAI tests run these fixtures in a
+virtualenv without the `mcp` extra (the Makefile's .venv-crewai)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from devtools.mcp_tools_server import LOG_ENV
 from devtools.processes import CeleryWorker
-from tests.support.mcpapp import READY_ENV
 
 P = ParamSpec("P")
 W = TypeVar("W", bound=CeleryWorker)
@@ -35,6 +35,9 @@ def mcp_worker(
     env: dict[str, str], *, module: str = "tests.support.mcpapp", concurrency: int = 2
 ) -> CeleryWorker:
     """A started worker of an MCP test app, logging into the test's own folder."""
+    from devtools.mcp_tools_server import LOG_ENV
+    from tests.support.mcpapp import READY_ENV
+
     return CeleryWorker(
         module, env, Path(env[LOG_ENV]) / "worker", concurrency=concurrency, ready_env=READY_ENV
     ).start()

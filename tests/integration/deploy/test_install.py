@@ -78,6 +78,12 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools",
         "from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call",
     ],
+    "crewai": [
+        "from crewai import Agent, Crew, Task",
+        "from crewai.state.checkpoint_config import CheckpointConfig",
+        "from dex_celery.integrations.crewai import dex_crewai_tools",
+        "from dex_celery.testing.models.crewai import ScriptedLLM, tool_call",
+    ],
     "testing": ["import pytest", "from dex_celery.testing import PausePoint, assertions, effects"],
     "hiredis": ["import hiredis"],
     "bench": ["import dbos"],

@@ -1,0 +1,202 @@
+"""A CrewAI crew whose tools run on real Celery workers through dex-celery, driven by the
+scripted `ScriptedLLM` (no network): the model reads exactly the records' texts, a person's
+decision is recorded with who decided, a killed worker gives the `outcome_unknown` text, and a
+crew run again with the same ids gets the same record."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.support.crewai_skip import require_crewai
+
+require_crewai()
+
+from devtools.processes import Worker, wait_for  # noqa: E402
+from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex  # noqa: E402
+from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON  # noqa: E402
+from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
+from tests.support.crash import lines, tool_messages, wait_started  # noqa: E402
+from tests.support.crewai_crew import checkpointed, crew, resumed, session  # noqa: E402
+
+
+def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    start_worker()
+    model = ScriptedLLM(
+        turns=[
+            [
+                tool_call("echo", {"query": "order A"}, "call_read"),
+                tool_call("slow_idempotent_write", {"seconds": 0, "value": "kept"}, "call_write"),
+            ],
+            "Both done.",
+        ]
+    )
+    team = crew(dex, model, ["echo", "slow_idempotent_write"], "Look up order A and keep it.")
+    assert team.kickoff().raw == "Both done."
+
+    conv = session(team)
+    read_key, write_key = f"{conv}/turn-1/call_read", f"{conv}/turn-1/call_write"
+    read, write = dex.client().get_call(read_key), dex.client().get_call(write_key)
+    assert read.status is CallStatus.SUCCEEDED and write.status is CallStatus.SUCCEEDED
+    outputs = model.tool_results()
+    assert tool_messages(dex, read_key) == [outputs["call_read"]]
+    assert tool_messages(dex, write_key) == [outputs["call_write"]] == ['"kept"']
+    assert len(lines(write_key, "start")) == 1
+
+
+def test_a_person_decides_through_decide_and_the_decision_is_recorded(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """`decide` answers at once, as CrewAI's `request_human_input` would: the approved call runs
+    with who approved it; the rejected one is recorded `rejected` and the model reads why; an
+    edited approval is refused."""
+    start_worker()
+    model = ScriptedLLM(
+        turns=[
+            [
+                tool_call("guarded_write", {"value": "yes"}, "call_ok"),
+                tool_call("guarded_write", {"value": "no"}, "call_no"),
+                tool_call("guarded_write", {"value": "asked"}, "call_edit"),
+            ],
+            "One sent, two refused.",
+        ]
+    )
+    shown: list[dict[str, Any]] = []
+
+    def decide(request: dict[str, Any]) -> Any:
+        shown.append(request)
+        value = request["arguments"]["value"]
+        if value == "yes":
+            return {"approved": True, "decided_by": "alice"}
+        if value == "no":
+            return {"approved": False, "reason": "not this one"}
+        return {"approved": True, "decided_by": "carol", "args": {"value": "edited"}}
+
+    team = crew(dex, model, ["guarded_write"], "Send all.", approver="desk-bot", decide=decide)
+    assert team.kickoff().raw == "One sent, two refused."
+
+    conv = session(team)
+    ok_key, no_key, edit_key = (f"{conv}/turn-1/{c}" for c in ("call_ok", "call_no", "call_edit"))
+    assert sorted(r["dex_key"] for r in shown) == sorted([ok_key, no_key, edit_key])
+    ok, no, edit = (dex.client().get_call(k) for k in (ok_key, no_key, edit_key))
+    assert ok.status is CallStatus.SUCCEEDED
+    assert ok.approval is not None and ok.approval.decided_by == "alice"
+    assert no.status is CallStatus.REJECTED and "not this one" in (no.error or "")
+    assert no.approval is not None and no.approval.decided_by == "desk-bot"
+    assert edit.status is CallStatus.REJECTED and CHANGED_ARGUMENTS_REASON in (edit.error or "")
+    assert json.loads(edit.arguments) == {"value": "asked"}
+    outputs = model.tool_results()
+    assert tool_messages(dex, ok_key) == [outputs["call_ok"]] == ['"yes"']
+    assert tool_messages(dex, no_key) == [outputs["call_no"]]
+    assert outputs["call_no"].startswith("The call was rejected and did not run")
+    assert len(lines(ok_key, "start")) == 1
+    assert lines(no_key, "start") == [] and lines(edit_key, "start") == []
+
+
+def test_a_waiting_call_is_decided_in_dex_and_the_resumed_crew_reads_the_decision(
+    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event, tmp_path: Path
+) -> None:
+    """Without `decide`, the model reads that the call waits for a person and has not run. A
+    person approves one call and rejects another in dex; the crew restored from its checkpoint
+    runs the task again, the model makes the same calls, and reads the result and the
+    rejection; a third call whose deadline passed (the sweeper ends it `rejected`) reads the
+    expiry."""
+    start_worker()
+    names = ["guarded_write", "guarded_write_short"]
+    script = [
+        [
+            tool_call("guarded_write", {"value": "yes"}, "call_ok"),
+            tool_call("guarded_write", {"value": "no"}, "call_no"),
+            tool_call("guarded_write_short", {"value": "late"}, "call_late"),
+        ],
+        "Done.",
+    ]
+    model = ScriptedLLM(turns=script)
+    team = checkpointed(crew(dex, model, names, "Send them."), tmp_path / "checkpoints")
+    team.kickoff()
+    conv = session(team)
+    ok_key, no_key, late_key = (f"{conv}/turn-1/{c}" for c in ("call_ok", "call_no", "call_late"))
+    first = model.tool_results()
+    for key, call in ((ok_key, "call_ok"), (no_key, "call_no"), (late_key, "call_late")):
+        assert dex.client().get_call(key).status is CallStatus.AWAITING_APPROVAL
+        assert first[call].startswith(f"The call {key} is waiting for a person's approval")
+
+    dex.client().approve(ok_key, "alice")
+    dex.client().reject(no_key, "bob", "not this one")
+    wait_for(
+        lambda: dex.client().get_call(late_key).status is CallStatus.REJECTED,
+        timeout=30,
+        what="the sweeper to end the call whose approval deadline passed",
+    )
+
+    again = ScriptedLLM(turns=script)
+    assert resumed(dex, tmp_path / "checkpoints", again, names).kickoff().raw == "Done."
+    outputs = again.tool_results()
+    assert outputs["call_ok"] == '"yes"' == tool_messages(dex, ok_key)[0]
+    assert outputs["call_no"].startswith("The call was rejected and did not run")
+    assert "not this one" in outputs["call_no"]
+    late = dex.client().get_call(late_key)
+    assert late.status is CallStatus.REJECTED and "approval deadline passed" in (late.error or "")
+    assert outputs["call_late"] == tool_messages(dex, late_key)[0]
+    assert len(lines(ok_key, "start")) == 1
+    assert lines(no_key, "start") == [] and lines(late_key, "start") == []
+
+
+def test_killed_worker_gives_the_model_the_outcome_unknown_text(
+    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event
+) -> None:
+    worker = start_worker()
+    model = ScriptedLLM(
+        turns=[
+            [tool_call("slow_non_idempotent_write", {"seconds": 60}, "call_kill")],
+            "I will check it.",
+        ]
+    )
+    team = crew(dex, model, ["slow_non_idempotent_write"], "Send it.")
+    key = f"{session(team)}/turn-1/call_kill"
+    out: list[str] = []
+    run = threading.Thread(target=lambda: out.append(team.kickoff().raw))
+    run.start()
+    wait_started(key)
+    worker.kill_all()
+    run.join(timeout=120)
+    assert not run.is_alive(), "the crew's run did not end after the kill"
+
+    assert out == ["I will check it."]
+    assert dex.client().get_call(key).status is CallStatus.OUTCOME_UNKNOWN
+    seen = model.tool_results()["call_kill"]
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in seen
+    assert tool_messages(dex, key) == [seen]
+    assert len(model.seen) == 2  # the model read the text and did not call again
+    assert len(lines(key, "start")) == 1
+
+
+def test_a_crew_resumed_from_its_checkpoint_gets_the_same_record(
+    dex: Dex, start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """CrewAI restores a crew with its own ids; the task runs again, the model makes the same
+    call, and dex answers it from the record: the write ran once."""
+    start_worker()
+    script = [
+        [tool_call("slow_non_idempotent_write", {"seconds": 0, "value": "once"}, "call_w")],
+        "Done.",
+    ]
+    model = ScriptedLLM(turns=script)
+    names = ["slow_non_idempotent_write"]
+    team = checkpointed(crew(dex, model, names, "Send it."), tmp_path / "checkpoints")
+    team.kickoff()
+    key = f"{session(team)}/turn-1/call_w"
+    assert dex.client().get_call(key).status is CallStatus.SUCCEEDED
+
+    again = ScriptedLLM(turns=script)
+    restored = resumed(dex, tmp_path / "checkpoints", again, names)
+    assert session(restored) == session(team)
+    assert restored.kickoff().raw == "Done."
+    assert again.tool_results()["call_w"] == '"once"' == tool_messages(dex, key)[0]
+    assert len(lines(key, "start")) == 1  # the write ran once
+    assert [r.key for r in dex.client().get_agent_snapshot(session(team)).tool_calls] == [key]

@@ -1,0 +1,66 @@
+"""Running a CrewAI crew in the tests: one agent whose tools are dex tools, one task, the
+scripted `ScriptedLLM`, offline (CrewAI's telemetry and tracing off before it is imported)."""
+
+from __future__ import annotations
+
+import os
+
+for _name, _value in (
+    ("CREWAI_DISABLE_TELEMETRY", "true"),
+    ("CREWAI_DISABLE_TRACKING", "true"),
+    ("CREWAI_TRACING_ENABLED", "false"),
+    ("OTEL_SDK_DISABLED", "true"),
+):
+    os.environ.setdefault(_name, _value)
+
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.state.checkpoint_config import CheckpointConfig  # noqa: E402
+
+from dex_celery import Dex  # noqa: E402
+from dex_celery.integrations.crewai import dex_crewai_tools  # noqa: E402
+from dex_celery.testing.models.crewai import ScriptedLLM  # noqa: E402
+
+
+def crew(dex: Dex, model: ScriptedLLM, names: Sequence[str], ask: str, **options: Any) -> Crew:
+    """A crew of one agent with the named dex tools and one task asking `ask`."""
+    agent = Agent(
+        role="order desk",
+        goal="answer the customer",
+        backstory="You run the order desk's tools.",
+        llm=model,
+        tools=dex_crewai_tools(dex, names, **options),
+        max_iter=8,
+    )
+    task = Task(description=ask, expected_output="a short answer", agent=agent)
+    return Crew(agents=[agent], tasks=[task])
+
+
+def session(team: Crew) -> str:
+    """The dex session of the crew's only task (`<crew id>.<task id>`)."""
+    return f"{team.id}.{team.tasks[0].id}"
+
+
+def checkpointed(team: Crew, folder: Path) -> Crew:
+    """`team`, checkpointed by CrewAI when its task starts (JSON files under `folder`)."""
+    team.checkpoint = CheckpointConfig(location=str(folder), on_events=["task_started"])
+    return team
+
+
+def resumed(
+    dex: Dex, folder: Path, model: ScriptedLLM, names: Sequence[str], **options: Any
+) -> Crew:
+    """The crew restored from its last checkpoint under `folder`, as a new process would: CrewAI
+    keeps the crew's and the task's ids, not the model or the tools, which are attached again."""
+    (path,) = sorted(p for p in folder.rglob("*.json"))[-1:]
+    team = Crew.from_checkpoint(CheckpointConfig(restore_from=str(path)))
+    tools = dex_crewai_tools(dex, names, **options)
+    for agent in team.agents:
+        agent.llm = model
+        agent.tools = tools
+    for task in team.tasks:
+        task.tools = tools
+    return team

@@ -37,7 +37,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from crewai.hooks import register_before_llm_call_hook, register_before_tool_call_hook
 from crewai.hooks.llm_hooks import LLMCallHookContext
@@ -50,9 +50,9 @@ from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.integrations.conversation import call_secrets
 from dex_celery.integrations.framework_calls import (
     CHANGED_ARGUMENTS_REASON,
+    AdapterOptions,
     Decision,
     FrameworkBridge,
-    ProgressCallback,
     pending_text,
     runtime_source,
     select_tools,
@@ -89,17 +89,15 @@ def dex_crewai_tools(
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
-    approver: str = DEFAULT_APPROVER,
     decide: Decide | None = None,
-    wait_timeout: float = 300.0,
-    progress: ProgressCallback | None = None,
+    **options: Unpack[AdapterOptions],
 ) -> list[BaseTool]:
     """CrewAI tools of the named dex tools (all registered tools by default).
 
     A call still running after a few seconds reports its progress (`CallProgress`) to
     `progress` and to the log."""
     source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, approver, wait_timeout, progress)
+    bridge = _Bridge(source, session_id, options)
     bridge.decide = decide
     _install_hooks()
     return [DexCrewTool.of(tool, bridge) for tool in select_tools(source, names)]
@@ -263,6 +261,7 @@ def seen_messages(messages: Sequence[Any]) -> list[SeenMessage]:
 
 class _Bridge(FrameworkBridge[SessionIdSource]):
     framework = "CrewAI"
+    default_approver = DEFAULT_APPROVER
     decide: Decide | None = None
 
     def session(self, context: HookContext) -> str:
@@ -295,7 +294,7 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
             else:
                 reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
                 record = self.decisions.reject(record, who, reason)
-        return self.decisions.text(record, self.wait_timeout, self.progress)
+        return self.decisions.text(record, self.wait)
 
 
 class _Arguments(BaseModel):

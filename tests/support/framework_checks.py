@@ -1,13 +1,19 @@
 """What every framework's adapter test checks after its model's run, written once: the model
 read exactly the records' TOOL messages (S4.4) and each tool ran as its record says (the test
-tool's own log)."""
+tool's own log); and how a sync framework's run is started in a thread and its worker
+SIGKILLed mid-call."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
-from dex_celery import CallStatus, Dex
-from tests.support.crash import lines, tool_messages
+from devtools.processes import Worker
+from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
+from tests.support.crash import lines, tool_messages, wait_started
+
+T = TypeVar("T")
 
 REJECTED_TEXT = "The call was rejected and did not run"
 
@@ -46,3 +52,26 @@ def assert_one_approved_one_rejected(
     assert tool_messages(dex, no_key) == [outputs["call_no"]]
     assert outputs["call_no"].startswith(REJECTED_TEXT)
     assert len(lines(ok_key, "start")) == 1 and lines(no_key, "start") == []
+
+
+def killed_mid_call(worker: Worker, key: str, run: Callable[[], T]) -> T:
+    """Run a sync framework's run in a thread; SIGKILL the worker (main process and pool
+    children) once the tool logged its start; the run's result, once it ended."""
+    out: list[T] = []
+    thread = threading.Thread(target=lambda: out.append(run()))
+    thread.start()
+    wait_started(key)
+    worker.kill_all()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the agent's run did not end after the kill"
+    (result,) = out
+    return result
+
+
+def assert_killed_write_read_unknown(dex: Dex, seen: str, key: str) -> None:
+    """The killed write ended `outcome_unknown`, the model read exactly that record's TOOL
+    message (`seen`), and the tool started once."""
+    assert dex.client().get_call(key).status is CallStatus.OUTCOME_UNKNOWN
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in seen
+    assert tool_messages(dex, key) == [seen]
+    assert len(lines(key, "start")) == 1

@@ -11,13 +11,15 @@ import time
 from collections.abc import Callable
 
 from devtools.processes import Worker, wait_for
-from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
+from dex_celery import CallStatus, Dex
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
-from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.crash import lines, tool_messages
 from tests.support.framework_checks import (
+    assert_killed_write_read_unknown,
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,
+    killed_mid_call,
 )
 from tests.support.google_adk import Desk, confirmations, final_text
 
@@ -88,21 +90,11 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
     )
     desk = Desk(dex, model, ["slow_non_idempotent_write"], "adk-kill")
     key = "adk-kill/turn-1/call_kill"
-    out: list[str] = []
-    run = threading.Thread(target=lambda: out.append(final_text(desk.ask("Send it."))))
-    run.start()
-    wait_started(key)
-    worker.kill_all()
-    run.join(timeout=120)
-    assert not run.is_alive(), "the agent's run did not end after the kill"
+    answer = killed_mid_call(worker, key, lambda: final_text(desk.ask("Send it.")))
 
-    assert out == ["I will check it."]
-    assert dex.client().get_call(key).status is CallStatus.OUTCOME_UNKNOWN
-    seen = model.tool_results()["call_kill"]
-    assert OUTCOME_UNKNOWN_TOOL_RESULT in seen
-    assert tool_messages(dex, key) == [seen]
+    assert answer == "I will check it."
+    assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
     assert len(model.seen) == 2  # the model read the text and did not call again
-    assert len(lines(key, "start")) == 1
 
 
 def test_an_invocation_resumed_from_its_saved_events_gets_the_same_record(

@@ -16,11 +16,17 @@ from tests.support.crewai_skip import require_crewai
 require_crewai()
 
 from devtools.processes import Worker, wait_for  # noqa: E402
-from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex  # noqa: E402
+from dex_celery import CallStatus, Dex  # noqa: E402
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
-from tests.support.crash import lines, tool_messages, wait_started  # noqa: E402
+from tests.support.crash import lines, tool_messages  # noqa: E402
 from tests.support.crewai_crew import checkpointed, crew, resumed, session  # noqa: E402
+from tests.support.framework_checks import (  # noqa: E402
+    assert_killed_write_read_unknown,
+    assert_one_approved_one_rejected,
+    assert_read_and_write_succeeded,
+    killed_mid_call,
+)
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
@@ -41,12 +47,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
 
     conv = session(team)
     read_key, write_key = f"{conv}/turn-1/call_read", f"{conv}/turn-1/call_write"
-    read, write = dex.client().get_call(read_key), dex.client().get_call(write_key)
-    assert read.status is CallStatus.SUCCEEDED and write.status is CallStatus.SUCCEEDED
-    outputs = model.tool_results()
-    assert tool_messages(dex, read_key) == [outputs["call_read"]]
-    assert tool_messages(dex, write_key) == [outputs["call_write"]] == ['"kept"']
-    assert len(lines(write_key, "start")) == 1
+    assert_read_and_write_succeeded(dex, model.tool_results(), read_key, write_key)
 
 
 def test_a_person_decides_through_decide_and_the_decision_is_recorded(
@@ -83,19 +84,15 @@ def test_a_person_decides_through_decide_and_the_decision_is_recorded(
     conv = session(team)
     ok_key, no_key, edit_key = (f"{conv}/turn-1/{c}" for c in ("call_ok", "call_no", "call_edit"))
     assert sorted(r["dex_key"] for r in shown) == sorted([ok_key, no_key, edit_key])
-    ok, no, edit = (dex.client().get_call(k) for k in (ok_key, no_key, edit_key))
-    assert ok.status is CallStatus.SUCCEEDED
-    assert ok.approval is not None and ok.approval.decided_by == "alice"
-    assert no.status is CallStatus.REJECTED and "not this one" in (no.error or "")
-    assert no.approval is not None and no.approval.decided_by == "desk-bot"
+    outputs = model.tool_results()
+    assert_one_approved_one_rejected(
+        dex, outputs, ok_key, no_key, approved_by="alice", rejected_by="desk-bot"
+    )
+    edit = dex.client().get_call(edit_key)
     assert edit.status is CallStatus.REJECTED and CHANGED_ARGUMENTS_REASON in (edit.error or "")
     assert json.loads(edit.arguments) == {"value": "asked"}
-    outputs = model.tool_results()
-    assert tool_messages(dex, ok_key) == [outputs["call_ok"]] == ['"yes"']
-    assert tool_messages(dex, no_key) == [outputs["call_no"]]
-    assert outputs["call_no"].startswith("The call was rejected and did not run")
-    assert len(lines(ok_key, "start")) == 1
-    assert lines(no_key, "start") == [] and lines(edit_key, "start") == []
+    assert tool_messages(dex, edit_key) == [outputs["call_edit"]]
+    assert lines(edit_key, "start") == []
 
 
 def test_a_waiting_call_is_decided_in_dex_and_the_resumed_crew_reads_the_decision(
@@ -159,21 +156,9 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
     )
     team = crew(dex, model, ["slow_non_idempotent_write"], "Send it.")
     key = f"{session(team)}/turn-1/call_kill"
-    out: list[str] = []
-    run = threading.Thread(target=lambda: out.append(team.kickoff().raw))
-    run.start()
-    wait_started(key)
-    worker.kill_all()
-    run.join(timeout=120)
-    assert not run.is_alive(), "the crew's run did not end after the kill"
-
-    assert out == ["I will check it."]
-    assert dex.client().get_call(key).status is CallStatus.OUTCOME_UNKNOWN
-    seen = model.tool_results()["call_kill"]
-    assert OUTCOME_UNKNOWN_TOOL_RESULT in seen
-    assert tool_messages(dex, key) == [seen]
+    assert killed_mid_call(worker, key, lambda: team.kickoff().raw) == "I will check it."
+    assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
     assert len(model.seen) == 2  # the model read the text and did not call again
-    assert len(lines(key, "start")) == 1
 
 
 def test_a_crew_resumed_from_its_checkpoint_gets_the_same_record(

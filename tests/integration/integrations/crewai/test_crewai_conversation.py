@@ -18,11 +18,15 @@ from tests.support.crewai_skip import require_crewai
 require_crewai()
 
 from devtools.processes import Worker  # noqa: E402
-from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, reconcile_once  # noqa: E402
+from dex_celery import CallStatus, Dex, reconcile_once  # noqa: E402
 from dex_celery.model.records import MessageRole  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
-from tests.support.crash import lines, wait_started  # noqa: E402
+from tests.support.crash import lines  # noqa: E402
 from tests.support.crewai_crew import crew, session  # noqa: E402
+from tests.support.framework_checks import (  # noqa: E402
+    assert_killed_write_read_unknown,
+    killed_mid_call,
+)
 
 pytestmark = pytest.mark.crash
 
@@ -51,14 +55,8 @@ def test_crewai_model_reads_the_reconciliation_report_once(
     conv = session(team)
     key = f"{conv}/turn-1/call_refund"
 
-    out: list[str] = []
-    run = threading.Thread(target=lambda: out.append(team.kickoff().raw))
-    run.start()
-    wait_started(key)
-    worker.kill_all()
-    run.join(timeout=120)
-    assert not run.is_alive(), "the crew's run did not end after the kill"
-    assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
+    killed_mid_call(worker, key, lambda: team.kickoff().raw)
+    assert_killed_write_read_unknown(dex, model.tool_results()["call_refund"], key)
     assert len(model.seen) == 2  # read the text, did not call again
 
     # Into dex: the task's conversation, copied before the call was requested.

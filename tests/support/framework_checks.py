@@ -16,6 +16,12 @@ from tests.support.crash import lines, tool_messages, wait_started
 T = TypeVar("T")
 
 REJECTED_TEXT = "The call was rejected and did not run"
+#: The read and the idempotent write `assert_read_and_write_succeeded` checks, as
+#: `(tool, arguments, call id)` for each framework's scripted model's `tool_call`.
+READ_AND_WRITE = (
+    ("echo", {"query": "order A"}, "call_read"),
+    ("slow_idempotent_write", {"seconds": 0, "value": "kept"}, "call_write"),
+)
 
 
 def assert_read_and_write_succeeded(

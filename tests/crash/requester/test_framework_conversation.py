@@ -30,7 +30,8 @@ from dex_celery import (
     reconcile_once,
 )
 from tests.support import seed_example
-from tests.support.crash import lines, wait_started
+from tests.support.crash import lines
+from tests.support.framework_checks import killed_mid_call
 
 pytestmark = pytest.mark.crash
 
@@ -52,19 +53,6 @@ def _one_run(key: str) -> None:
 
 def _reports(texts: list[str]) -> list[str]:
     return [t for t in texts if t.startswith(REPORT)]
-
-
-def _killed_mid_call(worker: Worker, key: str, run: Callable[[], Any]) -> Any:
-    """Run the agent's first turn in a thread; SIGKILL the worker once the tool started."""
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(run()))
-    thread.start()
-    wait_started(key)
-    worker.kill_all()
-    thread.join(timeout=120)
-    assert not thread.is_alive(), "the agent's run did not end after the kill"
-    (result,) = out
-    return result
 
 
 def _reconcile(dex: Dex, key: str) -> None:
@@ -99,7 +87,7 @@ def test_pydantic_ai_model_reads_the_reconciliation_report_once(
     agent = Agent(model, capabilities=[DexTools(dex, [TOOL])])
     key = "conv-refund/turn-1/call_refund"
 
-    first = _killed_mid_call(
+    first = killed_mid_call(
         worker, key, lambda: agent.run_sync(ASK, conversation_id="conv-refund")
     )
     assert OUTCOME_UNKNOWN_TOOL_RESULT in str(model.tool_results()["call_refund"])
@@ -135,7 +123,7 @@ def test_the_seeds_function_reports_a_pydantic_ai_session(
     model = ScriptedModel([[tool_call(TOOL, ARGUMENTS, "call_seed")], "Checking.", "Done."])
     agent = Agent(model, capabilities=[DexTools(dex, [TOOL])])
     key = "conv-seed/turn-1/call_seed"
-    first = _killed_mid_call(worker, key, lambda: agent.run_sync(ASK, conversation_id="conv-seed"))
+    first = killed_mid_call(worker, key, lambda: agent.run_sync(ASK, conversation_id="conv-seed"))
 
     asked: list[tuple[str, str]] = []
 
@@ -194,7 +182,7 @@ def test_langgraph_model_reads_the_reconciliation_report_once(
     config: Any = {"configurable": {"thread_id": "thread-refund"}}
     key = "thread-refund/turn-1/call_refund"
 
-    _killed_mid_call(worker, key, lambda: agent.invoke({"messages": [HumanMessage(ASK)]}, config))
+    killed_mid_call(worker, key, lambda: agent.invoke({"messages": [HumanMessage(ASK)]}, config))
     tool_outputs = model.tool_results()
     assert OUTCOME_UNKNOWN_TOOL_RESULT in tool_outputs["call_refund"]
     before_report = saver.get_tuple(config)
@@ -252,7 +240,7 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
     agent = Agent(name="desk", model=model, tools=session.function_tools([TOOL]))
     key = "sdk-refund/turn-1/call_refund"
 
-    _killed_mid_call(worker, key, lambda: asyncio.run(Runner.run(agent, ASK, session=session)))
+    killed_mid_call(worker, key, lambda: asyncio.run(Runner.run(agent, ASK, session=session)))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
     saved_before_report = asyncio.run(stored.get_items())
     _reconcile(dex, key)
@@ -298,7 +286,7 @@ def test_google_adk_model_reads_the_reconciliation_report_once(
     desk = Desk(dex, model, [TOOL], "adk-refund")
     key = "adk-refund/turn-1/call_refund"
 
-    _killed_mid_call(worker, key, lambda: desk.ask(ASK))
+    killed_mid_call(worker, key, lambda: desk.ask(ASK))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
     saved_before_report = desk.events()
     _reconcile(dex, key)

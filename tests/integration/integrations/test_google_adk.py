@@ -16,6 +16,7 @@ from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
 from tests.support.crash import lines, tool_messages
 from tests.support.framework_checks import (
+    READ_AND_WRITE,
     assert_killed_write_read_unknown,
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,
@@ -30,10 +31,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     start_worker()
     model = ScriptedLlm(
         turns=[
-            [
-                tool_call("echo", {"query": "order A"}, "call_read"),
-                tool_call("slow_idempotent_write", {"seconds": 0, "value": "kept"}, "call_write"),
-            ],
+            [tool_call(*call) for call in READ_AND_WRITE],
             "Both done.",
         ]
     )

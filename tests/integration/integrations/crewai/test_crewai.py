@@ -19,14 +19,9 @@ from devtools.processes import Worker, wait_for  # noqa: E402
 from dex_celery import CallStatus, Dex  # noqa: E402
 from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
+from tests.support import framework_checks as checks  # noqa: E402
 from tests.support.crash import lines, tool_messages  # noqa: E402
 from tests.support.crewai_crew import checkpointed, crew, resumed, session  # noqa: E402
-from tests.support.framework_checks import (  # noqa: E402
-    assert_killed_write_read_unknown,
-    assert_one_approved_one_rejected,
-    assert_read_and_write_succeeded,
-    killed_mid_call,
-)
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
@@ -35,10 +30,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     start_worker()
     model = ScriptedLLM(
         turns=[
-            [
-                tool_call("echo", {"query": "order A"}, "call_read"),
-                tool_call("slow_idempotent_write", {"seconds": 0, "value": "kept"}, "call_write"),
-            ],
+            [tool_call(*call) for call in checks.READ_AND_WRITE],
             "Both done.",
         ]
     )
@@ -47,7 +39,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
 
     conv = session(team)
     read_key, write_key = f"{conv}/turn-1/call_read", f"{conv}/turn-1/call_write"
-    assert_read_and_write_succeeded(dex, model.tool_results(), read_key, write_key)
+    checks.assert_read_and_write_succeeded(dex, model.tool_results(), read_key, write_key)
 
 
 def test_a_person_decides_through_decide_and_the_decision_is_recorded(
@@ -85,7 +77,7 @@ def test_a_person_decides_through_decide_and_the_decision_is_recorded(
     ok_key, no_key, edit_key = (f"{conv}/turn-1/{c}" for c in ("call_ok", "call_no", "call_edit"))
     assert sorted(r["dex_key"] for r in shown) == sorted([ok_key, no_key, edit_key])
     outputs = model.tool_results()
-    assert_one_approved_one_rejected(
+    checks.assert_one_approved_one_rejected(
         dex, outputs, ok_key, no_key, approved_by="alice", rejected_by="desk-bot"
     )
     edit = dex.client().get_call(edit_key)
@@ -156,8 +148,8 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
     )
     team = crew(dex, model, ["slow_non_idempotent_write"], "Send it.")
     key = f"{session(team)}/turn-1/call_kill"
-    assert killed_mid_call(worker, key, lambda: team.kickoff().raw) == "I will check it."
-    assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
+    assert checks.killed_mid_call(worker, key, lambda: team.kickoff().raw) == "I will check it."
+    checks.assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
     assert len(model.seen) == 2  # the model read the text and did not call again
 
 

@@ -21,12 +21,9 @@ from devtools.processes import Worker  # noqa: E402
 from dex_celery import CallStatus, Dex, reconcile_once  # noqa: E402
 from dex_celery.model.records import MessageRole  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
+from tests.support import framework_checks as checks  # noqa: E402
 from tests.support.crash import lines  # noqa: E402
 from tests.support.crewai_crew import crew, session  # noqa: E402
-from tests.support.framework_checks import (  # noqa: E402
-    assert_killed_write_read_unknown,
-    killed_mid_call,
-)
 
 pytestmark = pytest.mark.crash
 
@@ -55,8 +52,8 @@ def test_crewai_model_reads_the_reconciliation_report_once(
     conv = session(team)
     key = f"{conv}/turn-1/call_refund"
 
-    killed_mid_call(worker, key, lambda: team.kickoff().raw)
-    assert_killed_write_read_unknown(dex, model.tool_results()["call_refund"], key)
+    checks.killed_mid_call(worker, key, lambda: team.kickoff().raw)
+    checks.assert_killed_write_read_unknown(dex, model.tool_results()["call_refund"], key)
     assert len(model.seen) == 2  # read the text, did not call again
 
     # Into dex: the task's conversation, copied before the call was requested.

@@ -10,5 +10,6 @@ reconciliation report). One module per framework, imported only where that frame
   LangGraph and `create_agent`);
 - `dex_celery.testing.models.openai_agents`: `ScriptedModel` (the OpenAI Agents SDK's own
   scripted model, with the same reading helpers);
-- `dex_celery.testing.models.google_adk`: `ScriptedLlm` (a Google ADK `BaseLlm`).
+- `dex_celery.testing.models.google_adk`: `ScriptedLlm` (a Google ADK `BaseLlm`);
+- `dex_celery.testing.models.crewai`: `ScriptedLLM` (a CrewAI `BaseLLM`).
 """

@@ -4,52 +4,33 @@ written in a fresh folder against a real redis-server and database (S12.1)."""
 from __future__ import annotations
 
 import ast
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from devtools.processes import ROOT
 from dex_celery import Dex
+from tests.support.docs_files import run_in, write_files
 
-BLOCK = re.compile(r"```python\n# file: (\S+)\n(.*?)```", re.S)
 REPORT = "Note from the payment system: the refund on order 1002 went through."
 
 
 @pytest.fixture
 def folder(tmp_path: Path, dex: Dex) -> Path:
-    for name, body in BLOCK.findall((ROOT / "docs" / "frameworks.md").read_text()):
-        (tmp_path / name).write_text(body)
-    return tmp_path
-
-
-def _run(folder: Path, env: dict[str, str], *command: str) -> str:
-    out = subprocess.run(
-        command,
-        cwd=folder,
-        env={**os.environ, **env, "PYTHONPATH": str(folder)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+    return write_files("docs/frameworks.md", tmp_path)
 
 
 def test_the_report_reaches_the_langgraph_model_once(folder: Path, env: dict[str, str]) -> None:
-    printed = _run(folder, env, sys.executable, "report_reaches_langgraph.py")
+    printed = run_in(folder, env, sys.executable, "report_reaches_langgraph.py")
     user_texts = ast.literal_eval(printed.strip().splitlines()[-1])
     assert user_texts.count(REPORT) == 1
     assert user_texts[0] == "Where is my refund?" and "Thanks." in user_texts
 
 
 def test_the_approval_shows_the_request_without_the_card(folder: Path, env: dict[str, str]) -> None:
-    printed = _run(folder, env, sys.executable, "approval_in_context.py")
+    printed = run_in(folder, env, sys.executable, "approval_in_context.py")
     assert printed.strip() == "conv-7/turn-1/call_1"
-    shown = _run(
+    shown = run_in(
         folder, env, str(Path(sys.executable).with_name("dex-celery")),
         "-A", "shop", "calls", "show", "conv-7/turn-1/call_1",
     )  # fmt: skip
@@ -62,11 +43,11 @@ def test_the_approval_shows_the_request_without_the_card(folder: Path, env: dict
 def test_the_adk_confirmation_names_the_waiting_call_without_the_card(
     folder: Path, env: dict[str, str], dex: Dex
 ) -> None:
-    printed = _run(folder, env, sys.executable, "adk_approval.py")
+    printed = run_in(folder, env, sys.executable, "adk_approval.py")
     payload = ast.literal_eval(printed.strip().splitlines()[-1])
     assert payload["dex_key"] == "adk-7/turn-1/call_1"
     assert payload["arguments"]["card"] == "***" and "4111" not in printed
-    shown = _run(
+    shown = run_in(
         folder, env, str(Path(sys.executable).with_name("dex-celery")),
         "-A", "shop", "calls", "show", "adk-7/turn-1/call_1",
     )  # fmt: skip

@@ -11,13 +11,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.crewai_skip import require_crewai
 
 require_crewai()
 
 from devtools.processes import Worker, wait_for  # noqa: E402
 from dex_celery import CallStatus, Dex  # noqa: E402
-from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON  # noqa: E402
+from dex_celery.integrations import framework_calls  # noqa: E402
+from dex_celery.integrations.framework_calls import (  # noqa: E402
+    CHANGED_ARGUMENTS_REASON,
+    CallProgress,
+)
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
 from tests.support import framework_checks as checks  # noqa: E402
 from tests.support.crash import lines, tool_messages  # noqa: E402
@@ -177,3 +183,22 @@ def test_a_crew_resumed_from_its_checkpoint_gets_the_same_record(
     assert again.tool_results()["call_w"] == '"once"' == tool_messages(dex, key)[0]
     assert len(lines(key, "start")) == 1  # the write ran once
     assert [r.key for r in dex.client().get_agent_snapshot(session(team)).tool_calls] == [key]
+
+
+def test_a_long_call_reports_progress_under_the_session_it_was_given(
+    dex: Dex, start_worker: Callable[..., Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`progress=` gets the waiting call's reports (S12.1: long calls are not silent), keyed
+    under `session_id=` rather than the crew's ids."""
+    monkeypatch.setattr(framework_calls, "PROGRESS_EVERY", 0.3)
+    start_worker()
+    seen: list[CallProgress] = []
+    read = ("slow_read", {"seconds": 2, "value": "found"}, "call_long")
+    model = ScriptedLLM(turns=[[tool_call(*read)], "Found it."])
+    team = crew(
+        dex, model, ["slow_read"], "Look it up.", session_id="crew-long", progress=seen.append
+    )
+    assert team.kickoff().raw == "Found it."
+    assert seen and {p.key for p in seen} == {"crew-long/turn-1/call_long"}
+    assert all(p.timeout == 300.0 and p.tool == "slow_read" for p in seen)
+    assert model.tool_results()["call_long"] == '"found"'

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
+from crewai.flow.flow_context import current_flow_id
 from crewai.hooks import register_before_llm_call_hook, register_before_tool_call_hook
 from crewai.hooks.llm_hooks import LLMCallHookContext
 from crewai.hooks.tool_hooks import ToolCallHookContext
@@ -97,8 +98,7 @@ def dex_crewai_tools(
     A call still running after a few seconds reports its progress (`CallProgress`) to
     `progress` and to the log."""
     source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, options)
-    bridge.decide = decide
+    bridge = _Bridge(source, session_id, options, decide)
     _install_hooks()
     return [DexCrewTool.of(tool, bridge) for tool in select_tools(source, names)]
 
@@ -124,7 +124,11 @@ _CURRENT: contextvars.ContextVar[CrewCall | None] = contextvars.ContextVar(
 
 class _Claims:
     """The call ids of the executor's current model response already taken by a tool, so
-    identical calls of one response (same tool, same arguments) each get their own id."""
+    identical calls of one response (same tool, same arguments) each get their own id. A call
+    asked for more often than its response holds ids takes the last one again: the same key,
+    so the same record, never a second call. Kept for the `KEPT` executors seen last."""
+
+    KEPT = 1024
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -135,7 +139,10 @@ class _Claims:
             held = self._taken.get(id(executor))
             if held is None or held[0] is not message:
                 held = (message, set())
+                self._taken.pop(id(executor), None)
                 self._taken[id(executor)] = held
+                while len(self._taken) > self.KEPT:
+                    del self._taken[next(iter(self._taken))]
             free = [c for c in candidates if c not in held[1]]
             chosen = free[0] if free else candidates[-1]
             held[1].add(chosen)
@@ -262,7 +269,16 @@ def seen_messages(messages: Sequence[Any]) -> list[SeenMessage]:
 class _Bridge(FrameworkBridge[SessionIdSource]):
     framework = "CrewAI"
     default_approver = DEFAULT_APPROVER
-    decide: Decide | None = None
+
+    def __init__(
+        self,
+        source: RuntimeSource,
+        session_id: SessionIdSource | None,
+        options: AdapterOptions,
+        decide: Decide | None,
+    ) -> None:
+        super().__init__(source, session_id, options)
+        self.decide = decide
 
     def session(self, context: HookContext) -> str:
         if isinstance(self.session_id, str):
@@ -272,8 +288,6 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         crew, task = context.crew, context.task
         if crew is not None and task is not None:
             return f"{crew.id}.{task.id}"
-        from crewai.flow.flow_context import current_flow_id
-
         flow = current_flow_id.get()
         if flow:
             return str(flow)

@@ -171,8 +171,35 @@ def _bridge_of(agent: Any) -> _Bridge | None:
     return None
 
 
-def _executor_messages(agent: Any) -> list[dict[str, Any]]:
-    executor = getattr(agent, "agent_executor", None)
+class _Executors:
+    """The executor each agent with dex tools last asked the model through, seen by the
+    `before_llm_call` hook: a crew's agent keeps its executor (`agent.agent_executor`), but
+    `Agent.kickoff` (an agent on its own, or in a flow) runs one the agent does not hold, and
+    the tool hook is not handed it."""
+
+    KEPT = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_agent: dict[int, Any] = {}
+
+    def saw(self, agent: Any, executor: Any) -> None:
+        with self._lock:
+            self._by_agent.pop(id(agent), None)
+            self._by_agent[id(agent)] = executor
+            while len(self._by_agent) > self.KEPT:
+                del self._by_agent[next(iter(self._by_agent))]
+
+    def of(self, agent: Any) -> Any:
+        with self._lock:
+            seen = self._by_agent.get(id(agent))
+        return seen if seen is not None else getattr(agent, "agent_executor", None)
+
+
+_EXECUTORS = _Executors()
+
+
+def _executor_messages(executor: Any) -> list[dict[str, Any]]:
     messages = getattr(executor, "messages", None)
     return messages if isinstance(messages, list) else []
 
@@ -214,12 +241,12 @@ def _before_tool_call(context: ToolCallHookContext) -> bool | None:
     bridge = _bridge_of(context.agent)
     if bridge is None:
         return None
-    messages = _executor_messages(context.agent)
+    executor = _EXECUTORS.of(context.agent)
+    messages = _executor_messages(executor)
     found = _find_call(messages, context.tool_name, context.tool_input)
     if found is None:
         return None
     responses, message, ids = found
-    executor = getattr(context.agent, "agent_executor", None)
     call_id = _CLAIMS.take(executor, message, ids)
     _CURRENT.set(
         CrewCall(
@@ -239,6 +266,8 @@ def _before_llm_call(context: LLMCallHookContext) -> bool | None:
     bridge = _bridge_of(context.agent)
     if bridge is None:
         return None
+    if context.executor is not None:
+        _EXECUTORS.saw(context.agent, context.executor)
     session = bridge.session(context)
     seen = seen_messages(context.messages)
     bridge.conversation.record(session, seen)

@@ -18,6 +18,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.flow.flow import Flow, start  # noqa: E402
+from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402
 from crewai.state.checkpoint_config import CheckpointConfig  # noqa: E402
 
 from dex_celery import Dex  # noqa: E402
@@ -64,3 +66,16 @@ def resumed(
     for task in team.tasks:
         task.tools = tools
     return team
+
+
+def desk_flow(agent: Agent, ask: str, db_path: Path) -> Flow[Any]:
+    """A flow, persisted to SQLite at `db_path`, whose one step runs `agent` on its own
+    (`Agent.kickoff`): its dex calls belong to the flow's id."""
+
+    @persist(SQLiteFlowPersistence(db_path=str(db_path)))
+    class Desk(Flow[dict[str, Any]]):
+        @start()
+        def answer(self) -> str:
+            return str(agent.kickoff(ask).raw)
+
+    return Desk()

@@ -17,9 +17,12 @@ from tests.support.crewai_skip import require_crewai
 
 require_crewai()
 
+from crewai import Agent  # noqa: E402
+
 from devtools.processes import Worker, wait_for  # noqa: E402
 from dex_celery import CallStatus, Dex  # noqa: E402
 from dex_celery.integrations import framework_calls  # noqa: E402
+from dex_celery.integrations.crewai import dex_crewai_tools  # noqa: E402
 from dex_celery.integrations.framework_calls import (  # noqa: E402
     CHANGED_ARGUMENTS_REASON,
     CallProgress,
@@ -27,7 +30,7 @@ from dex_celery.integrations.framework_calls import (  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
 from tests.support import framework_checks as checks  # noqa: E402
 from tests.support.crash import lines, tool_messages  # noqa: E402
-from tests.support.crewai_crew import checkpointed, crew, resumed, session  # noqa: E402
+from tests.support.crewai_crew import checkpointed, crew, desk_flow, resumed, session  # noqa: E402
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
@@ -202,3 +205,37 @@ def test_a_long_call_reports_progress_under_the_session_it_was_given(
     assert seen and {p.key for p in seen} == {"crew-long/turn-1/call_long"}
     assert all(p.timeout == 300.0 and p.tool == "slow_read" for p in seen)
     assert model.tool_results()["call_long"] == '"found"'
+
+
+def test_an_agent_in_a_flow_keys_its_calls_by_the_flow_id_and_a_rerun_gets_the_same_record(
+    dex: Dex, start_worker: Callable[..., Worker], tmp_path: Path
+) -> None:
+    """An agent run on its own in a flow step (`Agent.kickoff`): the session is the flow's id;
+    the flow kicked off again with that id (CrewAI's `inputs={"id": ...}`) makes the same call
+    and gets the same record, so the write ran once."""
+    start_worker()
+    script = [
+        [tool_call("slow_non_idempotent_write", {"seconds": 0, "value": "once"}, "call_w")],
+        "Done.",
+    ]
+    agent = Agent(
+        role="order desk",
+        goal="answer the customer",
+        backstory="You run the order desk's tools.",
+        llm=ScriptedLLM(turns=script),
+        tools=dex_crewai_tools(dex, ["slow_non_idempotent_write"]),
+    )
+    flow = desk_flow(agent, "Send it.", tmp_path / "flows.db")
+    assert flow.kickoff() == "Done."
+    flow_id = flow.state["id"]
+    key = f"{flow_id}/turn-1/call_w"
+    assert dex.client().get_call(key).status is CallStatus.SUCCEEDED
+
+    again = ScriptedLLM(turns=script)
+    agent.llm = again
+    rerun = desk_flow(agent, "Send it.", tmp_path / "flows.db")
+    assert rerun.kickoff(inputs={"id": flow_id}) == "Done."
+    assert rerun.state["id"] == flow_id
+    assert again.tool_results()["call_w"] == '"once"' == tool_messages(dex, key)[0]
+    assert len(lines(key, "start")) == 1
+    assert [r.key for r in dex.client().get_agent_snapshot(flow_id).tool_calls] == [key]

@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
@@ -177,6 +178,11 @@ class LedgerCall:
         )
 
 
+#: One broker command of a message (command, target key or channel, value) as Kombu's Redis
+#: transport would send it: `lpush` to a queue, `pexpire` of one, `publish` of an event.
+BrokerCommand = tuple[str, str, str | bytes]
+
+
 def _load(name: str) -> str:
     return resources.files("dex_celery.ledger").joinpath("scripts").joinpath(name).read_text()
 
@@ -283,6 +289,13 @@ class Ledger:
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
 
+    @property
+    def may_publish(self) -> bool:
+        """Whether `open` may run a broker's commands (`open_many`'s `sends`): only on one
+        Redis, not a cluster, since a script's keys must share one slot and a broker's queue
+        shares none with the ledger's keys."""
+        return self.keys.shards == 1 and not isinstance(self.client, RedisCluster)
+
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> dict[str, str]:
         try:
             reply = self._scripts[name](keys=list(keys), args=list(args))
@@ -382,16 +395,31 @@ class Ledger:
         epoch: str,
         announce: bool = True,
         may_have_run: bool = False,
+        sends: Sequence[Sequence[BrokerCommand]] | None = None,
     ) -> list[OpenResult]:
         """`open` for the calls of one turn in one round trip (each open is still atomic).
 
-        `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part."""
+        `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part.
+        `sends`, one sequence per call: the broker's commands of its first attempt's message,
+        run by the same script only if it opens the entry (the broker being this Redis:
+        `engine/publish_capture.py`), so opening and publishing are one atomic step."""
         shards = [self.keys.of(key) for key, _ in calls]
+        if sends is None:
+            sends = [()] * len(calls)
+        elif any(sends) and not self.may_publish:
+            raise LedgerError("a sharded or clustered ledger cannot publish in its open script")
         replies = self._run_many(
             "open",
             [
                 (
-                    (k.call(key), k.queue_index, k.epoch, k.clock, k.events),
+                    (
+                        k.call(key),
+                        k.queue_index,
+                        k.epoch,
+                        k.clock,
+                        k.events,
+                        *(target for _, target, _ in send),
+                    ),
                     (
                         key,
                         self._epoch_of(epoch, k),
@@ -406,9 +434,11 @@ class Ledger:
                         "1" if announce else "0",
                         "1" if may_have_run else "0",
                         *snapshot.effect.traits.ledger_flags,
+                        len(send),
+                        *(part for command, _, value in send for part in (command, value)),
                     ),
                 )
-                for (key, snapshot), k in zip(calls, shards, strict=True)
+                for (key, snapshot), k, send in zip(calls, shards, sends, strict=True)
             ],
         )
         return [OpenResult(reply["kind"]) for reply in replies]

@@ -136,16 +136,20 @@ class DexClient:
         wanted = list(dict.fromkeys(keys))
         for key in wanted:
             CallKey.parse(key)
-        # Taken before the first look, so no event of these calls can slip in between.
-        position = runtime.events.latest_position()
+        # Taken before the first look, so no event of these calls can slip in between; on one
+        # Redis in the same round trip as the first look.
+        position, entries = runtime.ledger.position_and_read(wanted)
         ended: dict[str, ToolCallRecord] = {}
         stored: dict[str, ToolCallRecord] = {}  # the last SQL record of each call still going
         check = set(wanted)  # whose ledger entry to read
         look: set[str] = set()  # whose SQL record to read
         due: dict[str, float] = {}  # when a decided outcome's `record_wait` is over (monotonic)
+        first = True
         while True:
             asked = [k for k in wanted if k in check and k not in ended]
-            entries = runtime.ledger.read_many(asked) if asked else {}
+            if not first:
+                entries = runtime.ledger.read_many(asked) if asked else {}
+            first = False
             # A call the ledger holds in flight has no record in SQL yet: SQL is read only for
             # the others (decided, awaiting approval, gone from the ledger).
             look.update(k for k in asked if (e := entries.get(k)) is None or e.status != "active")

@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster
 
 from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
-from dex_celery.ledger.events import AgentEvents
+from dex_celery.ledger.events import AgentEvents, newest_position
 from dex_celery.ledger.keys import KeySpace, ShardKeys
 from dex_celery.ledger.protocol import decode
 from dex_celery.model.effects import ledger_flags_json
@@ -635,6 +635,25 @@ class Ledger:
         return {
             key: LedgerCall.from_hash(key, h) if h else None
             for key, h in zip(keys, hashes, strict=True)
+        }
+
+    def position_and_read(self, keys: Sequence[str]) -> tuple[str, dict[str, LedgerCall | None]]:
+        """The events' newest position (`AgentEvents.latest_position`), then `read_many(keys)`:
+        one round trip on one Redis, whose pipeline runs them in that order, so no event of
+        these calls can come between the position and the reads (a caller's `wait`). On a
+        cluster or a sharded ledger, two steps in the same order."""
+        events = self.events
+        if len(events.streams) != 1 or isinstance(self.client, RedisCluster) or not keys:
+            return events.latest_position(), self.read_many(keys)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xrevrange(events.streams[0], "+", "-", count=1)
+        for key in keys:
+            pipe.hgetall(self.keys.call(key))
+        newest, *hashes = pipe.execute()
+        position = newest_position(newest)
+        return position, {
+            key: LedgerCall.from_hash(key, h) if h else None
+            for key, h in zip(keys, cast(list[dict[str, str]], hashes), strict=True)
         }
 
     def live(self, keys: Sequence[str]) -> dict[str, bool]:

@@ -637,24 +637,34 @@ class Ledger:
             for key, h in zip(keys, hashes, strict=True)
         }
 
-    def position_and_read(self, keys: Sequence[str]) -> tuple[str, dict[str, LedgerCall | None]]:
-        """The events' newest position (`AgentEvents.latest_position`), then `read_many(keys)`:
-        one round trip on one Redis, whose pipeline runs them in that order, so no event of
-        these calls can come between the position and the reads (a caller's `wait`). On a
-        cluster or a sharded ledger, two steps in the same order."""
+    def position_and_read(
+        self, keys: Sequence[str]
+    ) -> tuple[str, dict[str, LedgerCall | None], set[str]]:
+        """The events' newest position (`AgentEvents.latest_position`), then `read_many(keys)`,
+        then which of `keys` are in the unrecorded index (decided, not yet in SQL: their
+        `tool_call_finished` comes after the position). One round trip on one Redis, whose
+        pipeline runs them in that order, so no event of these calls can come between the
+        position and the reads (a caller's `wait`). On a cluster or a sharded ledger, the
+        position and the reads in two steps in the same order, and no call counted unrecorded
+        (the caller then reads SQL, as it would without knowing)."""
         events = self.events
         if len(events.streams) != 1 or isinstance(self.client, RedisCluster) or not keys:
-            return events.latest_position(), self.read_many(keys)
+            return events.latest_position(), self.read_many(keys), set()
         pipe = self.client.pipeline(transaction=False)
         pipe.xrevrange(events.streams[0], "+", "-", count=1)
         for key in keys:
             pipe.hgetall(self.keys.call(key))
-        newest, *hashes = pipe.execute()
-        position = newest_position(newest)
-        return position, {
+        for key in keys:
+            pipe.zscore(self.keys.of(key).unrecorded_index, key)
+        newest, *replies = pipe.execute()
+        hashes = cast(list[dict[str, str]], replies[: len(keys)])
+        scores = replies[len(keys) :]
+        entries = {
             key: LedgerCall.from_hash(key, h) if h else None
-            for key, h in zip(keys, cast(list[dict[str, str]], hashes), strict=True)
+            for key, h in zip(keys, hashes, strict=True)
         }
+        unrecorded = {key for key, score in zip(keys, scores, strict=True) if score is not None}
+        return newest_position(newest), entries, unrecorded
 
     def live(self, keys: Sequence[str]) -> dict[str, bool]:
         """Whether the ledger still acts on each call: an entry of its current life, or an

@@ -598,6 +598,26 @@ def test_time_out_of_an_enqueued_attempt_does_nothing(rig: Rig) -> None:
 # --- recorded --------------------------------------------------------------------------------
 
 
+def test_position_and_read_tells_which_decided_outcomes_are_not_yet_recorded(rig: Rig) -> None:
+    """A caller's `wait` learns, with the events' position, whose `tool_call_finished` is still
+    to come after it (docs/ledger.md, "Recording outcomes")."""
+    key = claimed(rig)
+    position, entries, unrecorded = rig.ledger.position_and_read([key, "s/t/none"])
+    assert entries["s/t/none"] is None
+    entry = entries[key]
+    assert entry is not None and entry.status == "active"
+    assert unrecorded == set()
+    rig.ledger.finish(key, 1, fence="f1", cause=Cause.OK, payload="1")
+    position, entries, unrecorded = rig.ledger.position_and_read([key])
+    if rig.ledger.may_publish:  # one Redis: known in the same round trip
+        assert unrecorded == {key}
+    assert rig.ledger.recorded(key, status="succeeded", error="")
+    later = rig.ledger.events.read(position)
+    assert [e.type for e in later] == ["tool_call_finished"]
+    _position, _entries, unrecorded = rig.ledger.position_and_read([key])
+    assert unrecorded == set()
+
+
 def test_recorded_announces_once_and_lets_the_entry_expire(rig: Rig) -> None:
     """S7.3: exactly one tool_call_finished event per call, however many writers race."""
     key = claimed(rig)

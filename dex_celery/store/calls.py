@@ -346,8 +346,14 @@ class CallRecords(StoreBase):
     # --- reads ---------------------------------------------------------------------------------
 
     def get_call(self, key: str) -> ToolCallRecord | None:
+        hot = request_statements(self.engine)
         with self.engine.connect() as conn:
-            row = conn.execute(select(tool_calls).where(tool_calls.c.key == key)).mappings().first()
+            if hot is not None:  # driver SQL compiled once (`store/hot_request.py`)
+                result = conn.exec_driver_sql(hot.get_call.sql, hot.get_call.params({"b_key": key}))
+                row = result.mappings().first()
+            else:
+                query = select(tool_calls).where(tool_calls.c.key == key)
+                row = conn.execute(query).mappings().first()
         return call_record(row) if row is not None else None
 
     def trace_context(self, key: str) -> str | None:

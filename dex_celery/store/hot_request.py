@@ -2,8 +2,9 @@
 the outcome's).
 
 A request's transaction reads the session's default effect class and inserts the call
-(`CallRecords.insert_calls`); built and compiled through SQLAlchemy Core on every request, the
-two statements cost the requester more Python CPU than the database spends on them
+(`CallRecords.insert_calls`), and a caller's `wait` reads the record back (`get_call`). Built and
+compiled through SQLAlchemy Core each time, these statements cost the requester more Python CPU
+than the database spends on them
 (docs/benchmarks.md, section 16). Here each is compiled once for the engine's dialect (and its
 PostgreSQL schema) and run with `Connection.exec_driver_sql`: the same SQL text in the same
 transaction. Only SQLite and PostgreSQL, whose `ON CONFLICT DO NOTHING ... RETURNING` the insert
@@ -51,6 +52,8 @@ class RequestStatements:
     session_default: DriverStatement
     #: One call, unless its key is recorded: `INSERT ... ON CONFLICT DO NOTHING RETURNING key`.
     insert_call: DriverStatement
+    #: One call's record by key (`CallRecords.get_call`: what `DexClient.wait` returns).
+    get_call: DriverStatement
 
 
 def _build(engine: Engine) -> RequestStatements | None:
@@ -71,9 +74,11 @@ def _build(engine: Engine) -> RequestStatements | None:
         .returning(calls.c.key)
     )
     session_default = select(sess.c.default_effect).where(sess.c.id == bindparam("b_id"))
+    get_call = select(calls).where(calls.c.key == bindparam("b_key"))
     return RequestStatements(
         session_default=DriverStatement.compile(session_default, engine.dialect),
         insert_call=DriverStatement.compile(insert_call, engine.dialect),
+        get_call=DriverStatement.compile(get_call, engine.dialect),
     )
 
 

@@ -8,6 +8,8 @@ dex-celery, four figures:
   recorder writes it to SQL (`engine/decided.py`);
 - `dex (record in SQL)`: the same call, until its `tool_call_finished` event (written by the
   `recorded` script after the SQL record landed; the record is then read back to confirm);
+- `requester cpu`: CPU seconds of this process inside `request_call` (the two `wait` samples)
+  and inside plain's `delay()` (its result backend's subscription included), mean and median;
 - `dex (ledger decided)`: in the same samples, until the `tool_call_ended` event (`finish.lua`:
   the ledger holds the outcome, before the recorder writes it): what a caller answered from the
   ledger alone could reach, the bound of taking SQL off the caller's wait.
@@ -68,15 +70,18 @@ def dex_sample(
                     return decided or elapsed, elapsed
 
 
-def dex_wait_sample(dx: Any, n: int, session: str, *, recorded: bool = True) -> float:
-    """Seconds from `request_call` until `DexClient.wait(..., recorded=recorded)` returns."""
+def dex_wait_sample(dx: Any, n: int, session: str, *, recorded: bool = True) -> tuple[float, float]:
+    """Seconds from `request_call` until `DexClient.wait(..., recorded=recorded)` returns, and
+    the CPU seconds this process spent in `request_call` (the requester's cost)."""
     client = dx.client()
     t0 = time.perf_counter()
+    c0 = time.process_time()
     record = client.request_call(session, f"{'w' if recorded else 'l'}{n}", "c", "noop", {})
+    cpu = time.process_time() - c0
     (done,) = client.wait([record.key], timeout=10, recorded=recorded)
     elapsed = time.perf_counter() - t0
     assert done.status.value == "succeeded", done
-    return elapsed
+    return elapsed, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,19 +119,26 @@ def main(argv: list[str] | None = None) -> int:
     record_times: list[float] = []
     decided_times: list[float] = []
     plain_times: list[float] = []
+    dex_cpu: list[float] = []  # CPU of `request_call` in this process
+    plain_cpu: list[float] = []  # CPU of `delay()` in this process
     try:
         for i in range(args.warmup + args.samples):
             time.sleep(args.pause)
-            d = dex_wait_sample(dx, i, session)
+            d, d_cpu = dex_wait_sample(dx, i, session)
             time.sleep(args.pause)
-            early = dex_wait_sample(dx, i, session, recorded=False)
+            early, early_cpu = dex_wait_sample(dx, i, session, recorded=False)
             time.sleep(args.pause)
             e, r = dex_sample(dx, client, dx.keys.events, i, session)
             time.sleep(args.pause)
             t0 = time.perf_counter()
-            plain_app.noop.delay().get(timeout=30)
+            c0 = time.process_time()
+            result = plain_app.noop.delay()
+            p_cpu = time.process_time() - c0
+            result.get(timeout=30)
             p = time.perf_counter() - t0
             if i >= args.warmup:
+                dex_cpu.extend((d_cpu, early_cpu))
+                plain_cpu.append(p_cpu)
                 dex_times.append(d)
                 early_times.append(early)
                 record_times.append(r)
@@ -158,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio {name}: p50 {percentile(values, 50) / percentile(plain_times, 50):.2f}  "
             f"p99 {percentile(values, 99) / percentile(plain_times, 99):.2f}"
         )
+    print(
+        f"requester cpu: dex request_call mean {sum(dex_cpu) / len(dex_cpu) * 1e6:.0f} us, "
+        f"p50 {percentile(dex_cpu, 50) * 1e6:.0f} us; plain delay() mean "
+        f"{sum(plain_cpu) / len(plain_cpu) * 1e6:.0f} us, p50 {percentile(plain_cpu, 50) * 1e6:.0f}"
+        f" us; dex - plain mean {(sum(dex_cpu) / len(dex_cpu) - sum(plain_cpu) / len(plain_cpu)) * 1e6:.0f} us"
+    )
+    print(f"load at the end {os.getloadavg()[0]:.2f}")
     return 0
 
 

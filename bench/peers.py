@@ -238,7 +238,7 @@ def measure_latency(
             peer.start()
         for i in range(warmup + samples):
             time.sleep(pause)
-            d = dex_wait_sample(dx, i, session)
+            d, _cpu = dex_wait_sample(dx, i, session)
             time.sleep(pause)
             t0 = time.perf_counter()
             plain_app.noop.delay().get(timeout=30)

@@ -137,19 +137,24 @@ class DexClient:
         wanted = list(dict.fromkeys(keys))
         for key in wanted:
             CallKey.parse(key)
-        # Taken before the first look, so no event of these calls can slip in between.
-        position = runtime.events.latest_position()
+        # Taken before the first look, so no event of these calls can slip in between; on one
+        # Redis in the same round trip as the first look.
+        position, entries, unrecorded = runtime.ledger.position_and_read(wanted)
         ended: dict[str, ToolCallRecord] = {}
         stored: dict[str, ToolCallRecord] = {}  # the last SQL record of each call still going
         check = set(wanted)  # whose ledger entry to read
         look: set[str] = set()  # whose SQL record to read
         due: dict[str, float] = {}  # when a decided outcome's `record_wait` is over (monotonic)
+        first = True
         while True:
             asked = [k for k in wanted if k in check and k not in ended]
-            entries = runtime.ledger.read_many(asked) if asked else {}
+            if not first:
+                entries = runtime.ledger.read_many(asked) if asked else {}
             # A call the ledger holds in flight has no record in SQL yet: SQL is read only for
             # the others (decided, awaiting approval, gone from the ledger).
             look.update(k for k in asked if (e := entries.get(k)) is None or e.status != "active")
+            later = self._recorded_later(first, recorded, look, entries, unrecorded)
+            look.difference_update(later)
             for key in wanted:
                 if key in look and key not in ended:
                     record = self.get_call(key)
@@ -157,6 +162,8 @@ class DexClient:
                     if record.finished:
                         ended[key] = record
             look = self._take_decided(asked, entries, stored, ended, due, recorded)
+            due.update(later)
+            first = False
             waiting = [k for k in wanted if k not in ended]
             if not waiting:
                 return [ended[k] for k in keys]
@@ -180,6 +187,31 @@ class DexClient:
             if not finished and not decided_now and wake >= min(remaining, 1.0):
                 # A quiet second: look at everything again (an event trimmed away or missed).
                 look, check = set(waiting), set(waiting)
+
+    def _recorded_later(
+        self,
+        first: bool,
+        recorded: bool,
+        look: set[str],
+        entries: Mapping[str, LedgerCall | None],
+        unrecorded: set[str],
+    ) -> dict[str, float]:
+        """At the first look of `wait(recorded=True)`: the calls the ledger decided and had not
+        recorded when the events' position was taken. SQL cannot hold their record yet and
+        their `tool_call_finished` is still to come, so their SQL read waits for it (or for
+        their `record_wait`, when this caller records them: returned, as `due` times)."""
+        if not first or not recorded or not unrecorded:
+            return {}
+        runtime = self.source.runtime
+        wait = runtime.settings.record_wait
+        later: dict[str, float] = {}
+        for key in look & unrecorded:
+            step = decided_step(entries.get(key))
+            if step is None:
+                continue
+            age = runtime.ledger.now() - step.finished_at if step.finished_at is not None else 0.0
+            later[key] = time.monotonic() + max(0.0, wait - age)
+        return later
 
     def _take_decided(
         self,

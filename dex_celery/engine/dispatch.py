@@ -7,6 +7,7 @@ transition acts on its step (publish the next attempt, record the outcome, keep 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
 from dex_celery.engine.decided import decided, outcome_of
+from dex_celery.engine.publish_capture import can_capture, capture
 from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
 from dex_celery.engine.tracing import span
@@ -27,7 +29,7 @@ from dex_celery.errors import (
     PublishError,
     UnknownCall,
 )
-from dex_celery.ledger.ledger import OpenResult, Step, StepKind
+from dex_celery.ledger.ledger import BrokerCommand, OpenResult, Step, StepKind
 from dex_celery.model.effects import EffectClass, fenced_classes, traits_of
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
@@ -131,6 +133,9 @@ class Dispatcher:
         self.epoch = epoch
         self.tools = tools
         self.settings = settings
+        #: Whether first attempts are published by the ledger's open (decided at the first
+        #: request: the broker's channel tells, `engine/publish_capture.py`).
+        self._capturing: bool | None = None
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -292,27 +297,55 @@ class Dispatcher:
         records = [r for r in records if r.key not in late]
         if not records:
             return
-        opened = self.ledger.open_many(
-            [(r.key, r.policy) for r in records], epoch=self.epoch.current()
-        )
+        messages = [
+            AttemptMessage(
+                record.tool_name,
+                record.key,
+                arguments[record.key],
+                record.policy,
+                sealed[record.key],
+                tracing.loads(record.trace_context),
+            )
+            for record in records
+        ]
+        calls = [(r.key, r.policy) for r in records]
         with self.celery.producer_or_acquire() as producer:  # one producer for the batch
-            for record, result in zip(records, opened, strict=True):
-                if result is not OpenResult.OPENED:
-                    continue
-                message = AttemptMessage(
-                    record.tool_name,
-                    record.key,
-                    arguments[record.key],
-                    record.policy,
-                    sealed[record.key],
-                    tracing.loads(record.trace_context),
-                )
-                self.publish(message, attempt=1, producer=producer)
+            sends = self._captured(messages, producer)
+            # With `sends`, each open publishes its own message when it opens the call: opening
+            # and publishing are one atomic step, one round trip for the batch.
+            opened = self.ledger.open_many(calls, epoch=self.epoch.current(), sends=sends)
+            if sends is None:
+                for message, result in zip(messages, opened, strict=True):
+                    if result is OpenResult.OPENED:
+                        self.publish(message, attempt=1, producer=producer)
         for record, result in zip(records, opened, strict=True):
             if result is OpenResult.EPOCH_CHANGED:
                 self.start(record)  # refreshes the epoch and reopens
             elif result is OpenResult.EXISTS:
                 log.info("call %s already has a ledger entry; not publishing", record.key)
+
+    def _captured(
+        self, messages: Sequence[AttemptMessage], producer: Any
+    ) -> list[list[BrokerCommand]] | None:
+        """The broker commands of each first attempt, for the ledger's open to run, where the
+        broker is the ledger's own Redis (`engine/publish_capture.py`); None where it is not, or
+        where any message cannot be taken that way (each is then published after its open)."""
+        if self._capturing is None:
+            self._capturing = can_capture(
+                producer,
+                self.celery.conf.broker_url,
+                self.settings.redis_url,
+                self.ledger.may_publish,
+            )
+        if not self._capturing:
+            return None
+        sends: list[list[BrokerCommand]] = []
+        for message in messages:
+            commands = capture(producer, functools.partial(self._send, message, 1))
+            if commands is None:
+                return None
+            sends.append(commands)
+        return sends
 
     def _announce_request(self, record: ToolCallRecord) -> None:
         if record.status is CallStatus.AWAITING_APPROVAL:

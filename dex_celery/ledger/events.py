@@ -128,6 +128,11 @@ def check_position(position: object) -> str:
     return position
 
 
+def newest_position(reply: Any) -> str:
+    """The id of an `XREVRANGE stream + - COUNT 1` reply, `0-0` for an empty stream."""
+    return _text(reply[0][0]) if reply else "0-0"
+
+
 class AgentEvents:
     """Read and append the AgentEvents stream of one deployment (one key prefix)."""
 
@@ -175,8 +180,7 @@ class AgentEvents:
         """The position of the newest event (`0-0` for an empty stream): 'from now on'."""
         ids = []
         for stream in self.streams:
-            newest: Any = self.client.xrevrange(stream, "+", "-", count=1)
-            ids.append(_text(newest[0][0]) if newest else "0-0")
+            ids.append(newest_position(self.client.xrevrange(stream, "+", "-", count=1)))
         return ",".join(ids)
 
     def _positions(self, after: str) -> list[str]:

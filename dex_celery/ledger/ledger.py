@@ -20,10 +20,11 @@ from importlib import resources
 from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
-from dex_celery.ledger.events import AgentEvents
+from dex_celery.ledger.events import AgentEvents, newest_position
 from dex_celery.ledger.keys import KeySpace, ShardKeys
 from dex_celery.ledger.protocol import decode
 from dex_celery.model.effects import ledger_flags_json
@@ -177,6 +178,11 @@ class LedgerCall:
         )
 
 
+#: One broker command of a message (command, target key or channel, value) as Kombu's Redis
+#: transport would send it: `lpush` to a queue, `pexpire` of one, `publish` of an event.
+BrokerCommand = tuple[str, str, str | bytes]
+
+
 def _load(name: str) -> str:
     return resources.files("dex_celery.ledger").joinpath("scripts").joinpath(name).read_text()
 
@@ -283,6 +289,13 @@ class Ledger:
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
 
+    @property
+    def may_publish(self) -> bool:
+        """Whether `open` may run a broker's commands (`open_many`'s `sends`): only on one
+        Redis, not a cluster, since a script's keys must share one slot and a broker's queue
+        shares none with the ledger's keys."""
+        return self.keys.shards == 1 and not isinstance(self.client, RedisCluster)
+
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> dict[str, str]:
         try:
             reply = self._scripts[name](keys=list(keys), args=list(args))
@@ -382,16 +395,31 @@ class Ledger:
         epoch: str,
         announce: bool = True,
         may_have_run: bool = False,
+        sends: Sequence[Sequence[BrokerCommand]] | None = None,
     ) -> list[OpenResult]:
         """`open` for the calls of one turn in one round trip (each open is still atomic).
 
-        `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part."""
+        `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part.
+        `sends`, one sequence per call: the broker's commands of its first attempt's message,
+        run by the same script only if it opens the entry (the broker being this Redis:
+        `engine/publish_capture.py`), so opening and publishing are one atomic step."""
         shards = [self.keys.of(key) for key, _ in calls]
+        if sends is None:
+            sends = [()] * len(calls)
+        elif any(sends) and not self.may_publish:
+            raise LedgerError("a sharded or clustered ledger cannot publish in its open script")
         replies = self._run_many(
             "open",
             [
                 (
-                    (k.call(key), k.queue_index, k.epoch, k.clock, k.events),
+                    (
+                        k.call(key),
+                        k.queue_index,
+                        k.epoch,
+                        k.clock,
+                        k.events,
+                        *(target for _, target, _ in send),
+                    ),
                     (
                         key,
                         self._epoch_of(epoch, k),
@@ -406,9 +434,11 @@ class Ledger:
                         "1" if announce else "0",
                         "1" if may_have_run else "0",
                         *snapshot.effect.traits.ledger_flags,
+                        len(send),
+                        *(part for command, _, value in send for part in (command, value)),
                     ),
                 )
-                for (key, snapshot), k in zip(calls, shards, strict=True)
+                for (key, snapshot), k, send in zip(calls, shards, sends, strict=True)
             ],
         )
         return [OpenResult(reply["kind"]) for reply in replies]
@@ -606,6 +636,35 @@ class Ledger:
             key: LedgerCall.from_hash(key, h) if h else None
             for key, h in zip(keys, hashes, strict=True)
         }
+
+    def position_and_read(
+        self, keys: Sequence[str]
+    ) -> tuple[str, dict[str, LedgerCall | None], set[str]]:
+        """The events' newest position (`AgentEvents.latest_position`), then `read_many(keys)`,
+        then which of `keys` are in the unrecorded index (decided, not yet in SQL: their
+        `tool_call_finished` comes after the position). One round trip on one Redis, whose
+        pipeline runs them in that order, so no event of these calls can come between the
+        position and the reads (a caller's `wait`). On a cluster or a sharded ledger, the
+        position and the reads in two steps in the same order, and no call counted unrecorded
+        (the caller then reads SQL, as it would without knowing)."""
+        events = self.events
+        if len(events.streams) != 1 or isinstance(self.client, RedisCluster) or not keys:
+            return events.latest_position(), self.read_many(keys), set()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xrevrange(events.streams[0], "+", "-", count=1)
+        for key in keys:
+            pipe.hgetall(self.keys.call(key))
+        for key in keys:
+            pipe.zscore(self.keys.of(key).unrecorded_index, key)
+        newest, *replies = pipe.execute()
+        hashes = cast(list[dict[str, str]], replies[: len(keys)])
+        scores = replies[len(keys) :]
+        entries = {
+            key: LedgerCall.from_hash(key, h) if h else None
+            for key, h in zip(keys, hashes, strict=True)
+        }
+        unrecorded = {key for key, score in zip(keys, scores, strict=True) if score is not None}
+        return newest_position(newest), entries, unrecorded
 
     def live(self, keys: Sequence[str]) -> dict[str, bool]:
         """Whether the ledger still acts on each call: an entry of its current life, or an

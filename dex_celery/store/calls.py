@@ -31,6 +31,7 @@ from dex_celery.store.commit import transaction
 from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
 from dex_celery.store.hot import hot_statements
+from dex_celery.store.hot_request import REQUEST_COLUMNS, request_statements
 from dex_celery.store.repeat_guards import RepeatCheck, held_back_by, pass_guard, take_guard
 from dex_celery.store.rows import (
     call_record,
@@ -63,6 +64,7 @@ class CallRecords(StoreBase):
         """
         now = self.clock()
         keys = [new.key.key for new in new_calls]
+        hot = request_statements(self.engine)
         # `transaction`: a connection lost during the COMMIT raises `CommitUnconfirmed`, since
         # the calls may then be recorded (and would run); the request says so (S11.2).
         with transaction(self.engine) as conn:
@@ -78,7 +80,7 @@ class CallRecords(StoreBase):
                 batched.add(new.key.key)
                 sid = new.key.session_id
                 if sid not in defaults:
-                    defaults[sid] = session_default(conn, sid, now)
+                    defaults[sid] = session_default(conn, sid, now, hot)
                 admission = new.resolve(defaults[sid], now)
                 snapshot = admission.policy
                 rows.append(
@@ -102,7 +104,12 @@ class CallRecords(StoreBase):
                         trace_context=new.trace_context,
                     )
                 )
-            created = insert_many_ignore(conn, tool_calls, rows)
+            if hot is not None and len(rows) == 1 and tuple(rows[0]) == REQUEST_COLUMNS:
+                # One call, the common request: its driver SQL (`store/hot_request.py`).
+                inserted = hot.insert_call.first(conn, rows[0])
+                created = {str(inserted[0])} if inserted is not None else set()
+            else:
+                created = insert_many_ignore(conn, tool_calls, rows)
             if repeats is not None:
                 self._guard_repeats(conn, [r for r in rows if r["key"] in created], repeats, now)
             # Recorded before, or by a concurrent request of the same calls that won (S2.3).
@@ -339,8 +346,14 @@ class CallRecords(StoreBase):
     # --- reads ---------------------------------------------------------------------------------
 
     def get_call(self, key: str) -> ToolCallRecord | None:
+        hot = request_statements(self.engine)
         with self.engine.connect() as conn:
-            row = conn.execute(select(tool_calls).where(tool_calls.c.key == key)).mappings().first()
+            if hot is not None:  # driver SQL compiled once (`store/hot_request.py`)
+                result = conn.exec_driver_sql(hot.get_call.sql, hot.get_call.params({"b_key": key}))
+                row = result.mappings().first()
+            else:
+                query = select(tool_calls).where(tool_calls.c.key == key)
+                row = conn.execute(query).mappings().first()
         return call_record(row) if row is not None else None
 
     def trace_context(self, key: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     Connection,
@@ -28,6 +29,9 @@ from dex_celery.store.rows import (
     session_record,
 )
 from dex_celery.store.schema import messages, sessions, tool_calls
+
+if TYPE_CHECKING:
+    from dex_celery.store.hot_request import RequestStatements
 
 
 class SessionsAndMessages(StoreBase):
@@ -164,12 +168,18 @@ class SessionsAndMessages(StoreBase):
             return [message_record(r) for r in rows]
 
 
-def session_default(conn: Connection, session_id: str, now: float) -> EffectClass | None:
+def session_default(
+    conn: Connection, session_id: str, now: float, hot: RequestStatements | None = None
+) -> EffectClass | None:
     """The session's default effect class, creating the session if it is new (in the
-    transaction of a request that names it)."""
-    default = conn.execute(
-        select(sessions.c.default_effect).where(sessions.c.id == session_id)
-    ).first()
+    transaction of a request that names it). `hot`: the request's driver SQL for the read of a
+    session that exists (`store/hot_request.py`), the common case."""
+    if hot is not None:
+        default = hot.session_default.first(conn, {"b_id": session_id})
+    else:
+        default = conn.execute(
+            select(sessions.c.default_effect).where(sessions.c.id == session_id)
+        ).first()
     if default is None:
         # Insert-or-ignore: two first requests of a new session may race here (S2.3).
         if insert_ignore(conn, sessions, id=session_id, default_effect=None, created_at=now):

@@ -1,4 +1,6 @@
--- open.lua: create a call's ledger entry with attempt 1 enqueued.
+-- open.lua: create a call's ledger entry with attempt 1 enqueued and, where the broker is this
+-- same Redis, publish the attempt's message in the same atomic step (docs/ledger.md, "Opening a
+-- call").
 -- Replies kind = opened | exists | epoch (the ledger is not the one the caller knows: Redis went
 -- back in time or was replaced; the caller refreshes its epoch and tries again).
 local call, queue, epoch_key, clock_key, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -13,6 +15,17 @@ local may_have_run = ARGV[12]
 -- (dex_celery/model/effects.py): '1'/'0' whether a failed attempt may be retried, and the status
 -- and reason a lost attempt ends with. Scripts read these, never the class name.
 local retry, lost, lost_reason = ARGV[13], ARGV[14], ARGV[15]
+-- The broker's commands of attempt 1's message (`ARGV[16]` of them, Kombu's own: the queue's
+-- LPUSH, and a PEXPIRE or an event's PUBLISH where Kombu adds one): command i is `ARGV[15 + 2i]`
+-- with target `KEYS[5 + i]` and value `ARGV[16 + 2i]`. Run only when the entry is opened, so a
+-- message exists exactly when its entry does, and never one for a call that was open already.
+local sends = tonumber(ARGV[16] or '0')
+for i = 1, sends do  -- checked before anything is written: a refused open writes nothing
+  local command = ARGV[15 + 2 * i]
+  if command ~= 'lpush' and command ~= 'publish' and command ~= 'pexpire' then
+    return redis.error_reply('open: no broker command ' .. tostring(command))
+  end
+end
 
 local epoch, frozen = ledger_globals(epoch_key, clock_key)
 if epoch ~= expected_epoch then
@@ -36,5 +49,8 @@ redis.call('ZADD', queue, deadline, key)
 if announce == '1' then
   redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',
     'type', 'tool_call_requested', 'key', key, 'effect', effect)
+end
+for i = 1, sends do
+  redis.call(ARGV[15 + 2 * i], KEYS[5 + i], ARGV[16 + 2 * i])
 end
 return {'kind', 'opened'}

@@ -29,6 +29,7 @@ from dex_celery import (
     RequestInFlight,
 )
 from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.ledger.ledger import Ledger
 from tests.support.crash import count_calls, lines, wait_finished
 from tests.support.request_truth import dex_on, fill_until_out_of_memory, small_redis, sweeping
 
@@ -140,29 +141,67 @@ def test_redis_killed_right_after_a_request_the_next_one_says_recorded_and_runs_
         server.kill()
 
 
+@pytest.mark.parametrize("path", ["open-publishes", "publish-after-open"])
 def test_redis_killed_between_the_publishes_of_a_batch_names_every_call_and_each_runs_once(
     dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    path: str,
 ) -> None:
+    """Redis dies after the first call of a batch is opened and published, before the others
+    are. `open-publishes`: the broker is the ledger's Redis, each open script publishes its own
+    message and Redis dies after the first script of the batch's pipeline ran
+    (docs/ledger.md, "Opening a call"). `publish-after-open`: a broker elsewhere (as far as the
+    dispatcher can tell), every call opened, Redis killed after the first publish."""
     server = RedisServer(tmp_path / "killed-redis").start()
     try:
         own, own_env = dex_on(env, server)
         client = own.client()
-        real_publish = Dispatcher.publish
         published: list[str] = []
+        if path == "open-publishes":
+            real_run_many = Ledger._run_many
 
-        def publish_then_kill(self: Dispatcher, message: Any, **kwargs: Any) -> None:
-            real_publish(self, message, **kwargs)
-            published.append(message.key)
-            if len(published) == 1:
-                server.kill()  # the first call is opened and published, the others opened
+            def first_script_then_kill(
+                self: Ledger, name: str, calls: list[tuple[Any, Any]]
+            ) -> list[dict[str, str]]:
+                if name != "open" or len(calls) < 2:
+                    return real_run_many(self, name, calls)
+                assert len(calls[0][0]) > 5, "the open carries its message"
+                replies = real_run_many(self, name, calls[:1])
+                published.append(str(calls[0][1][0]))
+                server.kill()  # between the scripts of the batch's pipeline
+                return replies + real_run_many(self, name, calls[1:])
+
+            def no_publish(self: Dispatcher, message: Any, **kwargs: Any) -> None:
+                raise AssertionError(f"{message.key} published after its open")
+
+            hooks = {
+                (Ledger, "_run_many"): first_script_then_kill,
+                (Dispatcher, "publish"): no_publish,
+            }
+        else:
+            real_publish = Dispatcher.publish
+
+            def publish_then_kill(self: Dispatcher, message: Any, **kwargs: Any) -> None:
+                real_publish(self, message, **kwargs)
+                published.append(message.key)
+                if len(published) == 1:
+                    server.kill()  # the first call is opened and published, the others opened
+
+            def elsewhere(self: Dispatcher, messages: Any, producer: Any) -> None:
+                return None
+
+            hooks = {
+                (Dispatcher, "publish"): publish_then_kill,
+                (Dispatcher, "_captured"): elsewhere,
+            }
 
         batch = [CallRequest("s2", "t1", f"c{i}", WRITE, {"seconds": 0}) for i in range(3)]
         with monkeypatch.context() as patched, pytest.raises(DexError) as raised:
-            patched.setattr(Dispatcher, "publish", publish_then_kill)
+            for (owner, name), hook in hooks.items():
+                patched.setattr(owner, name, hook)
             client.request_calls(batch)
         keys = tuple(f"s2/t1/c{i}" for i in range(3))
         assert_truthful(raised.value, keys)

@@ -32,8 +32,16 @@ def test_latency_smoke() -> None:
         "dex (record in SQL) : p50",
         "dex (ledger decided): p50",
         "plain               : p50",
+        "requester cpu: dex request_call mean",
     ):
         assert line in out, out
+
+
+def test_requester_cpu_smoke() -> None:
+    out = run("requester_cpu", "--rounds", "2", "--block", "5", "--phases")
+    for line in ("dex request_call: min", "plain delay()   : min", "dex - plain     :"):
+        assert line in out, out
+    assert "open script (EVALSHA)" in out and "SQL transaction (insert_calls)" in out, out
 
 
 def test_detection_smoke() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
+from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.ledger.ledger import (
     Cause,
@@ -88,6 +89,59 @@ def test_open_under_a_different_epoch_writes_nothing(rig: Rig, stored: str | Non
     assert rig.hash("s/t/c") == {}
     assert rig.indexes("s/t/c")["queue"] is None
     assert rig.events() == []
+
+
+def _single_redis(rig: Rig) -> None:
+    if not rig.ledger.may_publish:
+        pytest.skip("a clustered ledger publishes after its open (docs/ledger.md)")
+
+
+def test_open_publishes_the_message_it_was_given_when_it_opens(rig: Rig) -> None:
+    """The broker is this Redis: the open runs the message's commands in the same atomic step,
+    after the entry is written (docs/ledger.md, "Opening a call")."""
+    _single_redis(rig)
+    sends = [("lpush", "q-opened", "message-1"), ("publish", "/0.celeryev/task.sent", "sent")]
+    (result,) = rig.ledger.open_many(
+        [("s/t/c", snapshot(EffectClass.READ))], epoch=rig.epoch, sends=[sends]
+    )
+    assert result is OpenResult.OPENED
+    assert rig.hash("s/t/c")["state"] == "enqueued"
+    assert rig.client.lrange("q-opened", 0, -1) == ["message-1"]
+
+
+def test_open_that_finds_the_call_publishes_nothing(rig: Rig) -> None:
+    """S2.3, S3.2: a call open already (or a ledger of another life) gets no second message."""
+    _single_redis(rig)
+    key = opened(rig)
+    sends = [[("lpush", "q-exists", "again")]]
+    call = [(key, snapshot(EffectClass.READ))]
+    assert rig.ledger.open_many(call, epoch=rig.epoch, sends=sends) == [OpenResult.EXISTS]
+    assert rig.ledger.open_many(call, epoch="other", sends=sends) == [OpenResult.EPOCH_CHANGED]
+    assert rig.client.llen("q-exists") == 0
+
+
+def test_open_refuses_a_command_that_is_not_a_publish_and_writes_nothing(rig: Rig) -> None:
+    _single_redis(rig)
+    with pytest.raises(LedgerError):
+        rig.ledger.open_many(
+            [("s/t/c", snapshot(EffectClass.READ))],
+            epoch=rig.epoch,
+            sends=[[("lpush", "q-refused", "m"), ("del", "q-refused", "x")]],
+        )
+    assert rig.hash("s/t/c") == {}
+    assert rig.client.llen("q-refused") == 0
+    assert rig.events() == []
+
+
+def test_a_clustered_ledger_refuses_to_publish_in_its_open(rig: Rig) -> None:
+    if rig.ledger.may_publish:
+        pytest.skip("this ledger is one Redis")
+    with pytest.raises(LedgerError):
+        rig.ledger.open_many(
+            [("s/t/c", snapshot(EffectClass.READ))],
+            epoch=rig.epoch,
+            sends=[[("lpush", "celery", "m")]],
+        )
 
 
 # --- claim -----------------------------------------------------------------------------------
@@ -542,6 +596,26 @@ def test_time_out_of_an_enqueued_attempt_does_nothing(rig: Rig) -> None:
 
 
 # --- recorded --------------------------------------------------------------------------------
+
+
+def test_position_and_read_tells_which_decided_outcomes_are_not_yet_recorded(rig: Rig) -> None:
+    """A caller's `wait` learns, with the events' position, whose `tool_call_finished` is still
+    to come after it (docs/ledger.md, "Recording outcomes")."""
+    key = claimed(rig)
+    position, entries, unrecorded = rig.ledger.position_and_read([key, "s/t/none"])
+    assert entries["s/t/none"] is None
+    entry = entries[key]
+    assert entry is not None and entry.status == "active"
+    assert unrecorded == set()
+    rig.ledger.finish(key, 1, fence="f1", cause=Cause.OK, payload="1")
+    position, entries, unrecorded = rig.ledger.position_and_read([key])
+    if rig.ledger.may_publish:  # one Redis: known in the same round trip
+        assert unrecorded == {key}
+    assert rig.ledger.recorded(key, status="succeeded", error="")
+    later = rig.ledger.events.read(position)
+    assert [e.type for e in later] == ["tool_call_finished"]
+    _position, _entries, unrecorded = rig.ledger.position_and_read([key])
+    assert unrecorded == set()
 
 
 def test_recorded_announces_once_and_lets_the_entry_expire(rig: Rig) -> None:

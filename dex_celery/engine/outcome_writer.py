@@ -17,6 +17,7 @@ the pipe full, the recorder gone) is written by the pool process's own writer, a
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import pickle
@@ -90,15 +91,23 @@ class OutcomeWriter:
                 except queue.Empty:
                     break
             try:
-                self._write(batch)
-            except Exception:
-                # Left in the ledger's unrecorded index: the sweeper writes them after its grace.
-                log.exception("could not record %d outcomes; the sweeper will", len(batch))
-                counters.count_sql_write_errors(self.ledger, "recorder", len(batch))
+                self.write_batch(batch)
             finally:
                 with self._idle:
                     self._in_flight -= len(batch)
                     self._idle.notify_all()
+
+    def write_batch(self, rows: list[OutcomeRow]) -> None:
+        """Write `rows` now, in this thread, at most `MAX_BATCH` per transaction (the recorder
+        process, which has nothing else to do). What fails stays in the ledger's unrecorded
+        index: the sweeper writes it after its grace."""
+        for start in range(0, len(rows), MAX_BATCH):
+            batch = rows[start : start + MAX_BATCH]
+            try:
+                self._write(batch)
+            except Exception:
+                log.exception("could not record %d outcomes; the sweeper will", len(batch))
+                counters.count_sql_write_errors(self.ledger, "recorder", len(batch))
 
     def _write(self, batch: list[OutcomeRow]) -> None:
         pause_at(PausePoint.BEFORE_RECORD, batch[0].key.key)  # crash tests only
@@ -123,6 +132,35 @@ def _name_this_process(name: str) -> None:
 
 #: A frame's header: the length of the pickled row that follows.
 _HEADER = struct.Struct("!I")
+#: The pipe's capacity asked for (Linux `F_SETPIPE_SZ`): room for the frames of every pool
+#: process while the recorder writes a batch, so a pool process rarely finds it full.
+PIPE_SIZE = 1 << 20
+
+
+def _frames(buffered: bytes) -> tuple[list[OutcomeRow], bytes]:
+    """The whole frames at the start of `buffered`, unpickled, and what follows them."""
+    rows: list[OutcomeRow] = []
+    offset = 0
+    while len(buffered) - offset >= _HEADER.size:
+        (size,) = _HEADER.unpack_from(buffered, offset)
+        end = offset + _HEADER.size + size
+        if len(buffered) < end:
+            break
+        try:
+            rows.append(pickle.loads(buffered[offset + _HEADER.size : end]))
+        except Exception:  # the ledger still lists it unrecorded: the sweeper writes it
+            log.exception("could not take an outcome from a pool process")
+        offset = end
+    return rows, buffered[offset:]
+
+
+def _grow_pipe(fd: int) -> None:
+    """Linux: ask for a `PIPE_SIZE` pipe (the default is 64 KiB); elsewhere, or refused (over
+    `/proc/sys/fs/pipe-max-size` for an unprivileged user), the pipe keeps its size."""
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+
+
 #: What the recorder ignores: it stops when the pool's write ends close, after writing.
 _IGNORED = {signal.SIGTERM, signal.SIGINT}
 
@@ -150,6 +188,7 @@ class OutcomeChannel:
         self._writer = writer
         self._owner = os.getpid()
         self._read, self._write = os.pipe()
+        _grow_pipe(self._write)
         os.set_blocking(self._write, False)
         self._forking = True
         after_fork(self._in_child)
@@ -210,22 +249,30 @@ class OutcomeChannel:
             os._exit(code)
 
     def _loop(self, writer: OutcomeWriter) -> None:
+        """Wait for the pipe, take every frame it holds, write them as one batch, again.
+
+        One thread: no hand-off to a writer thread per frame. Under load the pool processes'
+        frames gather in the pipe while a batch is written, so the recorder wakes once per batch,
+        not once per call; idle, it writes each outcome as soon as it comes."""
+        os.set_blocking(self._read, False)
         buffered = b""
         while True:
-            chunk = os.read(self._read, 1 << 16)
-            if not chunk:  # every write end closed
-                return
-            buffered += chunk
-            while len(buffered) >= _HEADER.size:
-                (size,) = _HEADER.unpack_from(buffered)
-                end = _HEADER.size + size
-                if len(buffered) < end:
-                    break
+            select.select([self._read], [], [])
+            closed = False
+            while True:
                 try:
-                    writer.submit(pickle.loads(buffered[_HEADER.size : end]))
-                except Exception:  # the ledger still lists it unrecorded: the sweeper writes it
-                    log.exception("could not take an outcome from a pool process")
-                buffered = buffered[end:]
+                    chunk = os.read(self._read, 1 << 16)
+                except BlockingIOError:
+                    break
+                if not chunk:  # every write end closed
+                    closed = True
+                    break
+                buffered += chunk
+            rows, buffered = _frames(buffered)
+            if rows:
+                writer.write_batch(rows)
+            if closed:
+                return
 
     def close(self, timeout: float = 30.0) -> bool:
         """In the main process at shutdown, once the pool is gone: let the recorder write what

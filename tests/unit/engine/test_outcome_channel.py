@@ -41,6 +41,10 @@ class FileWriter:
         if self.stall:
             time.sleep(60)
 
+    def write_batch(self, rows: list[OutcomeRow]) -> None:
+        for row in rows:
+            self.submit(row)
+
     def flush(self, timeout: float = 10.0) -> bool:
         with self.path.open("a") as out:
             out.write("flushed\n")

@@ -307,11 +307,9 @@ def _cut_details(d: dict[str, Any]) -> bool:
         if isinstance(d[name], str):
             d[name], was = cut_text(d[name])
             cut = cut or was
-    for holder, name in (
-        [(a, "error") for a in d["attempt_log"]]
-        + [(m, field) for m in d["messages"] for field in ("text", "tool_output")]
-        + [(m, "text") for m in d["conversation"]]
-    ):
+    for holder, name in [(a, "error") for a in d["attempt_log"]] + [
+        (m, field) for m in d["messages"] for field in ("text", "tool_output")
+    ] + [(m, "text") for m in d["conversation"]]:
         if isinstance(holder.get(name), str):
             holder[name], was = cut_text(holder[name])
             cut = cut or was

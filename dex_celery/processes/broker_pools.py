@@ -55,3 +55,26 @@ def size_broker_pools(app: Celery, pool: object, concurrency: int | None) -> dic
         app.conf.broker_pool_limit = wanted
         changed["broker_pool_limit"] = wanted
     return changed
+
+
+def size_ledger_pool(client: object, pool: object, concurrency: int | None, url: str) -> int:
+    """Raise the ledger client's connection limit to `2 x concurrency` on an in-process pool.
+
+    Each running task holds one ledger connection for its `claim` or `finish` round trip
+    (`ledger/hot.py`); redis-py's pool refuses more than its `max_connections` (100 by default
+    in redis-py 8) with `MaxConnectionsError`, so 200 greenlets finishing at once spin in the
+    worker's retry of `finish` until connections come back. A limit given in the Redis URL
+    (`?max_connections=`) is the user's and is kept, and a limit is never lowered. Returns the
+    limit in force (0: the client has no such pool, e.g. a cluster client).
+    """
+    connections = getattr(client, "connection_pool", None)
+    limit = getattr(connections, "max_connections", None)
+    if not isinstance(limit, int):
+        return 0
+    if pool_name(pool) not in IN_PROCESS_POOLS or not concurrency or "max_connections=" in url:
+        return limit
+    wanted = 2 * int(concurrency)
+    if wanted > limit:
+        connections.max_connections = wanted  # type: ignore[union-attr]
+        return wanted
+    return limit

@@ -37,7 +37,12 @@ from dex_celery.engine.outcome_writer import OutcomeChannel
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.engine.worker_starts import record_start
 from dex_celery.ops.status import DeploymentWatch
-from dex_celery.processes.broker_pools import size_broker_pools
+from dex_celery.processes.broker_pools import (
+    IN_PROCESS_POOLS,
+    pool_name,
+    size_broker_pools,
+    size_ledger_pool,
+)
 from dex_celery.processes.checks import check_or_exit
 from dex_celery.processes.shutdown import WarmShutdown
 from dex_celery.store.values import OutcomeRow
@@ -73,13 +78,17 @@ class WorkerServices:
         if not self._ours(sender):
             return
         check_or_exit(self.source, "worker")
-        # Before the consumer connects: a gevent, eventlet or threads pool's broker pools sized
-        # for its concurrency (Kombu's 10 connections fail a `gevent -c 200` worker's acks).
-        sized = size_broker_pools(
-            self.celery, getattr(sender, "pool_cls", None), getattr(sender, "concurrency", None)
-        )
-        if sized:
-            log.info("broker pools sized for the worker's concurrency: %s", sized)
+        # Before the consumer connects: a gevent, eventlet or threads pool's broker pools and
+        # ledger client sized for its concurrency (Kombu's 10 connections fail a `gevent -c 200`
+        # worker's acks, redis-py's 100 its `finish` calls).
+        pool, concurrency = getattr(sender, "pool_cls", None), getattr(sender, "concurrency", None)
+        sized: dict[str, int] = size_broker_pools(self.celery, pool, concurrency)
+        if pool_name(pool) in IN_PROCESS_POOLS:
+            runtime = self.source.runtime
+            sized["ledger max_connections"] = size_ledger_pool(
+                runtime.ledger.client, pool, concurrency, runtime.settings.redis_url
+            )
+            log.info("connection pools for the worker's concurrency: %s", sized)
         # Before the pool forks: every MCP server's tool list is read anew and its tools get
         # their tasks here (a server that cannot be reached keeps its kept list, or none).
         self.refresh_tools()

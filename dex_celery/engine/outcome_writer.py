@@ -187,6 +187,9 @@ class OutcomeChannel:
     def __init__(self, writer: Callable[[], OutcomeWriter]) -> None:
         self._writer = writer
         self._owner = os.getpid()
+        #: Whether this process is the one that built the channel (the worker's main process):
+        #: cleared in every forked child, so `send` asks no `getpid` per call.
+        self._in_owner = True
         self._read, self._write = os.pipe()
         _grow_pipe(self._write)
         os.set_blocking(self._write, False)
@@ -207,6 +210,7 @@ class OutcomeChannel:
         self._read = -1
 
     def _in_child(self) -> None:
+        self._in_owner = False
         if self._forking:  # the recorder itself: it keeps the read end
             return
         if self._read >= 0:
@@ -217,7 +221,7 @@ class OutcomeChannel:
         """In a pool process: hand `row` to the recorder. False when it must be written here
         instead (the main process itself, a row too long for one frame, a full pipe, a
         recorder that is gone)."""
-        if os.getpid() == self._owner or self._write < 0:
+        if self._in_owner or self._write < 0:
             return False
         data = pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
         frame = _HEADER.pack(len(data)) + data

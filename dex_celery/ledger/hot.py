@@ -139,20 +139,12 @@ class HotScripts:
     def _send(self, packed: _Packed, command: bytes) -> Any:
         try:
             conn = self._free.pop()
+            held = True
         except IndexError:
             conn = self.client.connection_pool.get_connection()
+            held = False
         try:
-            reply = conn.retry.call_with_retry(
-                lambda: _round_trip(conn, command), lambda _error: conn.disconnect()
-            )
-        except redis.exceptions.NoScriptError:
-            # Redis lost its script cache (a restart): load the script, send the call again.
-            self.client.script_load(packed.script.script)
-            try:
-                reply = _round_trip(conn, command)
-            except redis.ResponseError as e:
-                self._free.append(conn)
-                raise LedgerError(f"ledger script {packed.name} failed: {e}") from e
+            reply = self._attempt(packed, conn, command, held)
         except redis.ResponseError as e:
             self._free.append(conn)  # Redis answered: the connection is fine
             raise LedgerError(f"ledger script {packed.name} failed: {e}") from e
@@ -162,6 +154,32 @@ class HotScripts:
             raise
         self._free.append(conn)
         return reply
+
+    def _attempt(self, packed: _Packed, conn: Any, command: bytes, held: bool) -> Any:
+        try:
+            return self._with_retry(conn, command)
+        except redis.exceptions.NoScriptError:
+            # Redis lost its script cache (a restart): load the script, send the call again.
+            self.client.script_load(packed.script.script)
+            return self._with_retry(conn, command)
+        except (redis.ConnectionError, OSError):
+            if not held:
+                raise
+            # A held connection the server closed while it was idle (a restart, `timeout`, a
+            # failover): redis-py's pool would have seen it at checkout (its `poll`) and
+            # reconnected before sending; here it shows on this call, so the call is sent once
+            # more on a new connection. Safe either way: a claim repeated with the same fence
+            # holds as the first, and a repeated finish is a noop (`claim.lua`, `finish.lua`).
+            conn.disconnect()
+            return self._attempt(packed, conn, command, held=False)
+
+    @staticmethod
+    def _with_retry(conn: Any, command: bytes) -> Any:
+        """One round trip, repeated by the connection's own `Retry` after a broken connection
+        (redis-py's behaviour for every command; both scripts answer a repeat alike)."""
+        return conn.retry.call_with_retry(
+            lambda: _round_trip(conn, command), lambda _error: conn.disconnect()
+        )
 
 
 def _round_trip(conn: Any, command: bytes) -> Any:

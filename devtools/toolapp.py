@@ -241,6 +241,13 @@ def make_app(
             raise RetryableToolError(f"transient failure on attempt {ctx.attempt}")
         return {"attempt": ctx.attempt}
 
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, repeat_guard=False))
+    def until(ctx: ToolContext, at: float) -> Any:
+        """Returns at wall-clock time `at` (the host's clock): calls given the same `at` end
+        together, e.g. hundreds of greenlets acknowledging at once."""
+        time.sleep(max(0.0, at - time.time()))
+        return "done"
+
     @dex.tool(policy=ToolPolicy(effect=EffectClass.READ, heartbeat_timeout=2.0))
     def slow_short_heartbeat(ctx: ToolContext, seconds: float = 4.0) -> Any:
         """Runs past its own heartbeat timeout, never beating itself: the worker's pump keeps

@@ -8,12 +8,13 @@ raises `Reject(requeue=True)` and its message goes back to the queue for another
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from dex_celery.engine.task_events import (
 )
 from dex_celery.engine.tracing import Span, span
 from dex_celery.errors import CommitUnconfirmed, DexError, LedgerError
+from dex_celery.forks import after_fork
 from dex_celery.ledger.durability import claim_shortfall
 from dex_celery.ledger.ledger import Cause, Claim, ClaimKind, Ledger, LoseMode, Step, StepKind
 from dex_celery.model.effects import traits_of
@@ -223,13 +225,45 @@ class HeartbeatPump:
             self._mark_renewed([k for k, _ in batch if k not in refused], last_beat)
 
 
+#: This process's owner string per Celery node name (`owner_id`), built once: it asks the
+#: kernel for the pid and its start time. Emptied in a forked child (another pid).
+_owners: dict[str, str] = {}
+after_fork(_owners.clear)
+
+
 def owner_id() -> str:
     """The owner of an attempt this process runs (`owners.owner_string`): the Celery node name
     (the worker's name in Flower and `celery inspect`), the pid of the pool process, and where
     that pid counts, e.g. `celery@web-1:4242:9f86d081884c.35120`."""
     request = getattr(current_task, "request", None) if current_task else None
     node = getattr(request, "hostname", None) or socket.gethostname()
-    return owner_string(node)
+    owner = _owners.get(node)
+    if owner is None:
+        owner = _owners[node] = owner_string(node)
+    return owner
+
+
+class _Fences:
+    """Fences of this process's attempts: a random part drawn once per process and a counter,
+    unique like a fresh `uuid4` each (a claim compares fences for equality only) without asking
+    the kernel for randomness per attempt. A forked child draws its own random part."""
+
+    def __init__(self) -> None:
+        self._base = ""
+        self._count = itertools.count()
+        after_fork(self._reset)
+
+    def _reset(self) -> None:
+        self._base = ""
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        if not self._base:
+            self._base = os.urandom(10).hex()
+        return f"{self._base}{next(self._count):012x}"
+
+
+_fences = _Fences()
 
 
 #: Most times a claim waits out a retry's backoff before it gives up waiting and claims anyway
@@ -317,7 +351,7 @@ class Worker:
             parent = tracing.from_request(getattr(current_task, "request", None))
         with span(tracing.ATTEMPT, parent, key=key, attempt=attempt, tool=tool.name) as traced:
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
-            fence = uuid.uuid4().hex
+            fence = _fences.next()
             pause_at(PausePoint.BEFORE_CLAIM, key)  # crash tests only (engine/pause_points.py)
             claim, refused = self._claim(key, attempt, fence, traced)
             if refused:

@@ -25,6 +25,7 @@ from redis.cluster import RedisCluster
 from dex_celery.errors import LedgerError
 from dex_celery.ledger.attempt_log import AttemptLogEntry, parse_attempt_log
 from dex_celery.ledger.events import AgentEvents, newest_position
+from dex_celery.ledger.hot import HotScripts
 from dex_celery.ledger.keys import KeySpace, ShardKeys
 from dex_celery.ledger.protocol import decode
 from dex_celery.model.effects import ledger_flags_json
@@ -288,6 +289,11 @@ class Ledger:
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
+        #: `claim` and `finish` packed once, on held connections (`ledger/hot.py`); None for a
+        #: cluster client, which keeps redis-py's routing.
+        self.hot = (
+            HotScripts(client, self.keys, self._scripts) if HotScripts.usable(client) else None
+        )
 
     @property
     def may_publish(self) -> bool:
@@ -444,20 +450,24 @@ class Ledger:
         return [OpenResult(reply["kind"]) for reply in replies]
 
     def claim(self, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
-        k = self.keys.of(key)
-        f = self._run(
-            "claim",
-            (
-                k.call(key),
-                k.queue_index,
-                k.lease_index,
-                k.close_index,
-                k.events,
-                k.epoch,
-                k.clock,
-            ),
-            (key, attempt, owner, fence, self.events_maxlen),
-        )
+        hot = self.hot
+        if hot is not None:
+            f = hot.run(hot.claim, key, (key, attempt, owner, fence, self.events_maxlen))
+        else:
+            k = self.keys.of(key)
+            f = self._run(
+                "claim",
+                (
+                    k.call(key),
+                    k.queue_index,
+                    k.lease_index,
+                    k.close_index,
+                    k.events,
+                    k.epoch,
+                    k.clock,
+                ),
+                (key, attempt, owner, fence, self.events_maxlen),
+            )
         kind = ClaimKind(f["kind"])
         if kind is ClaimKind.CLAIMED:
             return Claim(
@@ -495,31 +505,31 @@ class Ledger:
         return fenced
 
     def finish(self, key: str, attempt: int, *, fence: str, cause: Cause, payload: str) -> Step:
-        k = self.keys.of(key)
-        f = self._run(
-            "finish",
-            (
-                k.call(key),
-                k.queue_index,
-                k.lease_index,
-                k.close_index,
-                k.unrecorded_index,
-                k.events,
-                k.epoch,
-                k.clock,
-            ),
-            (
-                key,
-                attempt,
-                fence,
-                cause.value,
-                payload,
-                self.jitter(),
-                self.events_maxlen,
-                ledger_flags_json(),
-            ),
+        args = (
+            key,
+            attempt,
+            fence,
+            cause.value,
+            payload,
+            self.jitter(),
+            self.events_maxlen,
+            ledger_flags_json(),
         )
-        return Step.from_fields(f)
+        hot = self.hot
+        if hot is not None:
+            return Step.from_fields(hot.run(hot.finish, key, args))
+        k = self.keys.of(key)
+        keys = (
+            k.call(key),
+            k.queue_index,
+            k.lease_index,
+            k.close_index,
+            k.unrecorded_index,
+            k.events,
+            k.epoch,
+            k.clock,
+        )
+        return Step.from_fields(self._run("finish", keys, args))
 
     def lose(
         self,

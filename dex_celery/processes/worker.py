@@ -9,6 +9,8 @@
 - `task_failure` with `WorkerLostError`: the fast path for a pool child that died while its
   parent lives (docs/ledger.md, crash table): the attempt is marked lost now instead of when
   its lease lapses;
+- `worker_init` with a gevent, eventlet or threads pool: the broker's connection pools sized for
+  the worker's concurrency where left at their defaults (`broker_pools.size_broker_pools`);
 - `worker_init` with the prefork pool: the outcome recorder process and the `OutcomeChannel`
   through which the pool processes hand it their outcomes (`forward_outcome`);
 - `worker_process_shutdown` / `worker_shutdown`: the outcomes this process still holds are
@@ -35,6 +37,12 @@ from dex_celery.engine.outcome_writer import OutcomeChannel
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.engine.worker_starts import record_start
 from dex_celery.ops.status import DeploymentWatch
+from dex_celery.processes.broker_pools import (
+    IN_PROCESS_POOLS,
+    pool_name,
+    size_broker_pools,
+    size_ledger_pool,
+)
 from dex_celery.processes.checks import check_or_exit
 from dex_celery.processes.shutdown import WarmShutdown
 from dex_celery.store.values import OutcomeRow
@@ -70,6 +78,17 @@ class WorkerServices:
         if not self._ours(sender):
             return
         check_or_exit(self.source, "worker")
+        # Before the consumer connects: a gevent, eventlet or threads pool's broker pools and
+        # ledger client sized for its concurrency (Kombu's 10 connections fail a `gevent -c 200`
+        # worker's acks, redis-py's 100 its `finish` calls).
+        pool, concurrency = getattr(sender, "pool_cls", None), getattr(sender, "concurrency", None)
+        sized: dict[str, int] = size_broker_pools(self.celery, pool, concurrency)
+        if pool_name(pool) in IN_PROCESS_POOLS:
+            runtime = self.source.runtime
+            sized["ledger max_connections"] = size_ledger_pool(
+                runtime.ledger.client, pool, concurrency, runtime.settings.redis_url
+            )
+            log.info("connection pools for the worker's concurrency: %s", sized)
         # Before the pool forks: every MCP server's tool list is read anew and its tools get
         # their tasks here (a server that cannot be reached keeps its kept list, or none).
         self.refresh_tools()

@@ -24,6 +24,16 @@ def test_throughput_smoke() -> None:
     assert "sql commits/call" in out and "commands/call" in out
 
 
+def test_cpu_budget_smoke() -> None:
+    """CPU per call of every process and the commands each sends, both sides interleaved."""
+    out = run(
+        "cpu_budget", "--calls", "40", "--rounds", "1", "--warmup", "10", "--monitor-calls", "10"
+    )
+    for role in ("requester", "worker main", "pool", "recorder", "redis-server", "total"):
+        assert f"| {role} |" in out, out
+    assert "ratio dex/plain" in out, out
+
+
 def test_latency_smoke() -> None:
     out = run("latency", "--samples", "8", "--warmup", "2", "--pause", "0.01")
     for line in (

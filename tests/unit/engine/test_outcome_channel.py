@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dex_celery.engine.outcome_writer import OutcomeChannel
+import pytest
+
+from dex_celery.engine.outcome_writer import OutcomeChannel, decode_row, encode_row
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.store.values import Outcome, OutcomeRow
@@ -40,6 +42,10 @@ class FileWriter:
             out.write(f"{row.key.tool_call_id} {row.outcome.result}\n")
         if self.stall:
             time.sleep(60)
+
+    def write_batch(self, rows: list[OutcomeRow]) -> None:
+        for row in rows:
+            self.submit(row)
 
     def flush(self, timeout: float = 10.0) -> bool:
         with self.path.open("a") as out:
@@ -146,3 +152,21 @@ def test_a_killed_recorder_is_refused_and_ignores_sigterm(tmp_path: Path) -> Non
     os.waitpid(channel.recorder_pid, 0)
     assert _exit_code(_fork(lambda: 0 if channel.send(_row(8)) is False else 7)) == 0
     assert channel.close(timeout=5)
+
+
+@pytest.mark.parametrize(
+    "trace", [None, {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}]
+)
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        Outcome(
+            CallStatus.SUCCEEDED, "", result='{"n":1}', attempts=2, attempt_log="[]", decided_at=1.5
+        ),
+        Outcome(CallStatus.FAILED, "no such order"),
+        Outcome(CallStatus.OUTCOME_UNKNOWN, "lost", did_not_run=True),
+    ],
+)
+def test_a_row_crosses_the_pipe_unchanged(outcome: Outcome, trace: dict[str, str] | None) -> None:
+    row = OutcomeRow(CallKey.of("s1", "t1", "c1"), "noop", '{"a":"é"}', outcome, trace)
+    assert decode_row(encode_row(row)) == row

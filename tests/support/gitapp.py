@@ -1,8 +1,8 @@
 """The Celery app of the `mcp-server-git` test: the tools of that PyPI server (trusted
 annotations, prefix `git_`), limited to the repository `$DEX_TEST_GIT_REPO`.
 
-After each task the worker process writes how many sessions of the server it opened to
-`$DEX_TEST_MCP_LOG/opened` (the warm-session witness).
+After each task the worker process writes how many sessions of the server it opened, and how
+many tasks it ran, to `$DEX_TEST_MCP_LOG/opened` (the warm-session witness).
 """
 
 from __future__ import annotations
@@ -45,11 +45,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+_tasks_run = [0]
+
+
 @signals.task_postrun.connect
 def _count_sessions(**_: Any) -> None:
+    """Write `<sessions opened> <tasks run>` atomically: the caller learns a call's outcome from
+    the ledger before this signal runs, so the test waits for the count of its last task."""
     folder = os.environ.get(LOG_ENV)
     if folder:
-        (Path(folder) / "opened").write_text(str(pool().stats().opened.get("git", 0)))
+        _tasks_run[0] += 1
+        target = Path(folder) / "opened"
+        partial = target.with_suffix(f".{os.getpid()}")
+        partial.write_text(f"{pool().stats().opened.get('git', 0)} {_tasks_run[0]}")
+        partial.replace(target)
 
 
 @signals.worker_ready.connect

@@ -332,7 +332,13 @@ def test_mcp_server_git_tools_run_on_a_prefork_worker_over_one_warm_session(
         reset = client.request_call("s1", "t9", "r", "git_git_reset", {"repo_path": str(repo)})
         assert reset.status is CallStatus.AWAITING_APPROVAL, reset
         assert reset.effect.value == "idempotent_write"
-        opened = (folder / "opened").read_text().split()
-        assert opened == ["1"], opened  # one server process for the three calls
+        witness = folder / "opened"
+        wait_for(
+            lambda: witness.exists() and witness.read_text().split()[1] == "3",
+            timeout=30,
+            what="the worker to count its sessions after the third call",
+        )
+        opened, _tasks = witness.read_text().split()
+        assert opened == "1", opened  # one server process for the three calls
     finally:
         worker.stop()

@@ -71,8 +71,10 @@ def test_worker_killed_between_delivery_and_claim(
     fresh = start_worker(extra_env={VISIBILITY_TIMEOUT_ENV: "1"})
     done = wait_finished(dex, read.key, timeout=30)
     assert done.status is CallStatus.SUCCEEDED, done
-    assert done.attempts == 2
-    assert lines(read.key, "start") == [(2, lines(read.key, "start")[0][1], read.key)]
+    # Attempt 2, or a later one where attempt 2 also expired in the queue while the new worker
+    # started on a loaded machine: either way the tool ran once, in the attempt that ended it.
+    assert done.attempts >= 2
+    assert lines(read.key, "start") == [(done.attempts, lines(read.key, "start")[0][1], read.key)]
     redelivered = f"Task dex.tool.echo[{read.key}#1] received"
     wait_for(
         lambda: redelivered in fresh.log() and refused(dex, read.key) >= 1,

@@ -62,6 +62,9 @@ class BeatServices:
         with self._lock:
             if self.threads or self.webhooks is not None:
                 return
+            # Registered before any thread starts: beat's SIGTERM ends the process through
+            # SystemExit, and a signal that lands while this method runs must still stop them.
+            atexit.register(self.stop)
             settings = self.source.runtime.settings
             self._stop.clear()
             if settings.sweep_in_beat:
@@ -86,7 +89,6 @@ class BeatServices:
                 self.webhooks = WebhookSender(self.source)
                 self.webhooks.start()
                 log.info("webhooks: sending to %d receiver(s)", len(self.webhooks.urls))
-            atexit.register(self.stop)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every thread: the sweep or reconcile run in progress finishes, none starts."""

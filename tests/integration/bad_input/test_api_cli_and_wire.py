@@ -100,8 +100,10 @@ def world(dex: Dex, env: dict[str, str]) -> tuple[Dex, redis.Redis, Path]:
     client.request_call("s1", "t1", "waiting", "guarded_write", {"value": 1})
     client.request_call("s1", "t1", "rejected", "guarded_write", {"value": 2})
     client.reject(REJECTED, "alice", "not today")
-    # Recorded and opened like a real request, but never published: no worker can run it.
+    # Recorded and opened like a real request, but never published: no worker can run it. (The
+    # open publishes the message itself where the broker is the ledger's Redis: not here.)
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Dispatcher, "_captured", lambda *a, **kw: None)
         patch.setattr(Dispatcher, "publish", lambda *a, **kw: None)
         client.request_call("s1", "t1", "pending", "echo", {"q": 1})
     r = redis.Redis.from_url(env["DEX_REDIS_URL"], decode_responses=True)

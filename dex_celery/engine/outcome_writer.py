@@ -317,10 +317,13 @@ class OutcomeChannel:
         processes the pipe alone held 1.2 outcomes per wake-up: docs/benchmarks.md, section 15).
         """
         os.set_blocking(self._read, False)
+        # `poll`, not `select`: no limit on the descriptor's number.
+        readable = select.poll()
+        readable.register(self._read, select.POLLIN)
         buffered = b""
         written = float("-inf")
         while True:
-            select.select([self._read], [], [])
+            readable.poll()
             if time.monotonic() - written < GATHER_AFTER:
                 time.sleep(GATHER)
             buffered, closed = self._drain(buffered)

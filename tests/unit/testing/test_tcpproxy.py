@@ -48,7 +48,11 @@ def test_the_proxy_forwards_sockets_numbered_above_fd_setsize() -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < MANY + 100:
         pytest.skip(f"the open-files limit ({soft}) is below {MANY + 100}")
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(MANY)]
+    # Opened until the newest is numbered above MANY: a process that already holds (and freed)
+    # descriptors has holes below, which the kernel fills first.
+    held = [os.open(os.devnull, os.O_RDONLY)]
+    while held[-1] < MANY:
+        held.append(os.open(os.devnull, os.O_RDONLY))
     try:
         with (
             _echo_server() as port,

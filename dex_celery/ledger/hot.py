@@ -20,7 +20,6 @@ client routes by slot and keeps the generic path (`HotScripts.usable`).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,7 +96,6 @@ class HotScripts:
         self.claim = _Packed("claim", scripts["claim"], keys, _CLAIM_KEYS, 5)
         self.finish = _Packed("finish", scripts["finish"], keys, _FINISH_KEYS, 8)
         self._free: list[Any] = []
-        self._lock = threading.Lock()
         after_fork(self._drop_inherited)
 
     @staticmethod
@@ -117,7 +115,6 @@ class HotScripts:
     def _drop_inherited(self) -> None:
         keep_inherited(self._free)
         self._free = []
-        self._lock = threading.Lock()
 
     def run(self, packed: _Packed, key: str, args: Sequence[str | int | float]) -> dict[str, str]:
         """Run one packed script for call `key`; the reply as `protocol.decode` gives it."""

@@ -131,6 +131,10 @@ class DexClient:
         (`engine/decided.py`), without waiting for the write: the lowest latency, for a caller
         that uses only the returned records; the snapshot and the session's messages catch up
         within the recorder's next batch.
+
+        With `recorded=True` that record is prepared at the decision too, while the recorder
+        writes: when `tool_call_finished` says SQL now holds the same status and error, it is
+        returned without reading SQL again; any other end is read back from SQL.
         """
         deadline = time.monotonic() + timeout
         runtime = self.source.runtime
@@ -145,6 +149,7 @@ class DexClient:
         check = set(wanted)  # whose ledger entry to read
         look: set[str] = set()  # whose SQL record to read
         due: dict[str, float] = {}  # when a decided outcome's `record_wait` is over (monotonic)
+        prepared: dict[str, ToolCallRecord] = {}  # recorded=True: the record SQL is getting
         first = True
         while True:
             asked = [k for k in wanted if k in check and k not in ended]
@@ -161,7 +166,7 @@ class DexClient:
                     stored[key] = record
                     if record.finished:
                         ended[key] = record
-            look = self._take_decided(asked, entries, stored, ended, due, recorded)
+            look = self._take_decided(asked, entries, stored, ended, due, recorded, prepared)
             due.update(later)
             first = False
             waiting = [k for k in wanted if k not in ended]
@@ -176,14 +181,23 @@ class DexClient:
                 raise CallTimeout(f"calls still in flight after {timeout}s: {', '.join(waiting)}")
             wake = min([remaining, 1.0, *(d - now for k, d in due.items() if k in waiting)])
             position, finished, decided_now = self._next_end(position, set(waiting), max(wake, 0.0))
-            look = finished
+            look = set()
+            for key, announced in finished.items():
+                ready = prepared.get(key)
+                if ready is not None and (ready.status.value, ready.error or "") == announced:
+                    ended[key] = ready  # SQL holds what the ledger decided: no read back
+                else:
+                    look.add(key)
             if recorded:
-                for key in decided_now - finished:
+                for key in decided_now - finished.keys():
                     due.setdefault(key, time.monotonic() + runtime.settings.record_wait)
                 now = time.monotonic()
+                # The decided ones are read now (ledger, SQL's pending record) to prepare their
+                # record while the recorder writes it; the overdue ones to be recorded here.
                 check = {k for k in waiting if due.get(k, now + 1) <= now}
+                check |= decided_now - finished.keys()
             else:
-                check = decided_now - finished
+                check = decided_now - finished.keys()
             if not finished and not decided_now and wake >= min(remaining, 1.0):
                 # A quiet second: look at everything again (an event trimmed away or missed).
                 look, check = set(waiting), set(waiting)
@@ -221,12 +235,14 @@ class DexClient:
         ended: dict[str, ToolCallRecord],
         due: dict[str, float],
         recorded: bool,
+        prepared: dict[str, ToolCallRecord],
     ) -> set[str]:
         """The outcomes among `keys` the ledger decided and SQL lacks (`engine/decided.py`).
 
         `recorded`: each decided at least `record_wait` ago is recorded now (the keys recorded
         are returned, to be read back from SQL); for the others `due` gets when their
-        `record_wait` is over. Otherwise each goes to `ended` as SQL will hold it."""
+        `record_wait` is over, and `prepared` the record SQL will hold. Otherwise each goes to
+        `ended` as SQL will hold it."""
         runtime = self.source.runtime
         wait = runtime.settings.record_wait
         now: float | None = None
@@ -244,6 +260,7 @@ class DexClient:
             if not recorded:
                 ended[key] = decided(stored[key], entry)
                 continue
+            prepared[key] = decided(stored[key], entry)
             now = runtime.ledger.now() if now is None else now
             age = now - step.finished_at if step.finished_at is not None else wait
             if age < wait:
@@ -256,13 +273,14 @@ class DexClient:
 
     def _next_end(
         self, position: str, keys: set[str], block: float
-    ) -> tuple[str, set[str], set[str]]:
+    ) -> tuple[str, dict[str, tuple[str, str]], set[str]]:
         """Read events after `position` until one says a call of `keys` ended or `block` seconds
-        pass. Returns the position read up to, the calls SQL now holds (`tool_call_finished`)
-        and the calls the ledger decided (`tool_call_ended`)."""
+        pass. Returns the position read up to, the calls SQL now holds (`tool_call_finished`,
+        with the status and error it announced) and the calls the ledger decided
+        (`tool_call_ended`)."""
         events = self.source.runtime.events
         until = time.monotonic() + block
-        finished: set[str] = set()
+        finished: dict[str, tuple[str, str]] = {}
         decided: set[str] = set()
         while not finished and not decided:
             left = until - time.monotonic()
@@ -271,7 +289,8 @@ class DexClient:
             for event in events.read(position, count=100, block=left):
                 position = event.position
                 if event.key in keys and event.type is EventType.TOOL_CALL_FINISHED:
-                    finished.add(event.key)
+                    status = event.status.value if event.status is not None else ""
+                    finished[event.key] = (status, event.error or "")
                 elif event.key in keys and event.type is EventType.TOOL_CALL_ENDED:
                     decided.add(event.key)
         return position, finished, decided

@@ -1,7 +1,9 @@
-"""The two ledger scripts of every attempt (`claim`, `finish`) on a worker's hot path.
+"""The ledger scripts of every call on a worker's hot path: `claim` and `finish` (the pool),
+`recorded` (the outcome recorder).
 
 A pool process runs `claim` before and `finish` after every tool, and nothing else of the
-ledger's per call (docs/benchmarks.md, section 15). Through redis-py's generic machinery each
+ledger's per call (docs/benchmarks.md, section 15); the recorder runs `recorded` for each
+outcome it wrote, a batch in one round trip (section 17). Through redis-py's generic machinery each
 of the two costs far more client CPU than the round trip itself: the connection pool's pid
 check, lock and `poll` of the socket at every checkout, the packing of every argument through
 the encoder, `Script`'s bookkeeping and the reply callbacks. Here each script's command is packed
@@ -21,7 +23,7 @@ client routes by slot and keeps the generic path (`HotScripts.usable`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
@@ -80,8 +82,13 @@ _FINISH_KEYS = (
 )
 
 
+#: `recorded`'s keys after the call's own hash.
+_RECORDED_KEYS = ("unrecorded_index", "events")
+
+
 class HotScripts:
-    """`claim` and `finish` packed once per process, sent on connections the process holds.
+    """`claim`, `finish` and `recorded` packed once per process, sent on connections the
+    process holds.
 
     Thread-safe without a lock: each call takes a connection off a free list and puts it back
     (a list's `pop` and `append` are atomic), so one thread (prefork) reuses one connection and
@@ -95,6 +102,7 @@ class HotScripts:
         self.keys = keys
         self.claim = _Packed("claim", scripts["claim"], keys, _CLAIM_KEYS, 5)
         self.finish = _Packed("finish", scripts["finish"], keys, _FINISH_KEYS, 8)
+        self.recorded = _Packed("recorded", scripts["recorded"], keys, _RECORDED_KEYS, 5)
         self._free: list[Any] = []
         after_fork(self._drop_inherited)
 
@@ -118,22 +126,25 @@ class HotScripts:
 
     def run(self, packed: _Packed, key: str, args: Sequence[str | int | float]) -> dict[str, str]:
         """Run one packed script for call `key`; the reply as `protocol.decode` gives it."""
+        return self.run_many(packed, [(key, args)])[0]
+
+    def run_many(
+        self, packed: _Packed, calls: Sequence[tuple[str, Sequence[str | int | float]]]
+    ) -> list[dict[str, str]]:
+        """Run one packed script per `(key, args)`, all in one round trip (a pipeline, not a
+        transaction; each script is still atomic). Only for scripts whose repeat answers as
+        the first did (`_attempt`)."""
+        commands = [self._command(packed, key, args) for key, args in calls]
+        return [_fields(packed, reply) for reply in self._send(packed, commands)]
+
+    def _command(self, packed: _Packed, key: str, args: Sequence[str | int | float]) -> bytes:
         shard = self.keys.shard_of(key)
         call = self.keys.shard(shard).call(key).encode()
         parts = [packed.head, _bulk(call), packed.tails[shard]]
         parts.extend(_arg(a) for a in args)
-        reply = self._send(packed, b"".join(parts))
-        if not isinstance(reply, list) or len(reply) % 2:
-            raise LedgerError(
-                f"ledger script {packed.name} answered {reply!r}, not field/value pairs"
-            )
-        it = iter(reply)
-        fields = {_text(k): _text(v) for k, v in zip(it, it, strict=True)}
-        if "kind" not in fields:
-            raise LedgerError(f"ledger script {packed.name} answered without a kind: {reply!r}")
-        return fields
+        return b"".join(parts)
 
-    def _send(self, packed: _Packed, command: bytes) -> Any:
+    def _send(self, packed: _Packed, commands: list[bytes]) -> list[Any]:
         try:
             conn = self._free.pop()
             held = True
@@ -141,24 +152,27 @@ class HotScripts:
             conn = self.client.connection_pool.get_connection()
             held = False
         try:
-            reply = self._attempt(packed, conn, command, held)
-        except redis.ResponseError as e:
-            self._free.append(conn)  # Redis answered: the connection is fine
-            raise LedgerError(f"ledger script {packed.name} failed: {e}") from e
+            replies = self._attempt(packed, conn, commands, held)
         except BaseException:
             conn.disconnect()
             self.client.connection_pool.release(conn)  # closed: the pool may reconnect it
             raise
-        self._free.append(conn)
-        return reply
+        self._free.append(conn)  # every reply was read: the connection is in step
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise LedgerError(f"ledger script {packed.name} failed: {reply}") from reply
+        return replies
 
-    def _attempt(self, packed: _Packed, conn: Any, command: bytes, held: bool) -> Any:
+    def _attempt(self, packed: _Packed, conn: Any, commands: list[bytes], held: bool) -> list[Any]:
         try:
-            return self._with_retry(conn, command)
-        except redis.exceptions.NoScriptError:
-            # Redis lost its script cache (a restart): load the script, send the call again.
-            self.client.script_load(packed.script.script)
-            return self._with_retry(conn, command)
+            replies = self._with_retry(conn, commands)
+            if any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+                # Redis lost its script cache (a restart): none of them ran (a script missing
+                # for one is missing for all, and the pipeline's commands came in together).
+                # Load the script, send them again.
+                self.client.script_load(packed.script.script)
+                replies = self._with_retry(conn, commands)
+            return replies
         except (redis.ConnectionError, OSError):
             if not held:
                 raise
@@ -166,22 +180,45 @@ class HotScripts:
             # failover): redis-py's pool would have seen it at checkout (its `poll`) and
             # reconnected before sending; here it shows on this call, so the call is sent once
             # more on a new connection. Safe either way: a claim repeated with the same fence
-            # holds as the first, and a repeated finish is a noop (`claim.lua`, `finish.lua`).
+            # holds as the first, a repeated finish is a noop, and so is a repeated `recorded`
+            # (`claim.lua`, `finish.lua`, `recorded.lua`).
             conn.disconnect()
-            return self._attempt(packed, conn, command, held=False)
+            return self._attempt(packed, conn, commands, held=False)
 
     @staticmethod
-    def _with_retry(conn: Any, command: bytes) -> Any:
+    def _with_retry(conn: Any, commands: list[bytes]) -> list[Any]:
         """One round trip, repeated by the connection's own `Retry` after a broken connection
-        (redis-py's behaviour for every command; both scripts answer a repeat alike)."""
-        return conn.retry.call_with_retry(
-            lambda: _round_trip(conn, command), lambda _error: conn.disconnect()
+        (redis-py's behaviour for every command; each script answers a repeat alike)."""
+        return cast(
+            list[Any],
+            conn.retry.call_with_retry(
+                lambda: _round_trip(conn, commands), lambda _error: conn.disconnect()
+            ),
         )
 
 
-def _round_trip(conn: Any, command: bytes) -> Any:
-    conn.send_packed_command((command,))
-    return conn.read_response()
+def _round_trip(conn: Any, commands: list[bytes]) -> list[Any]:
+    """Send `commands` at once and read one reply each; a script's error is its reply (every
+    reply is read, so the connection stays in step for the next call)."""
+    conn.send_packed_command(commands)
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(conn.read_response())
+        except redis.ResponseError as e:
+            replies.append(e)
+    return replies
+
+
+def _fields(packed: _Packed, reply: Any) -> dict[str, str]:
+    """A script's reply (field/value pairs) as the dict `protocol.decode` makes."""
+    if not isinstance(reply, list) or len(reply) % 2:
+        raise LedgerError(f"ledger script {packed.name} answered {reply!r}, not field/value pairs")
+    it = iter(reply)
+    fields = {_text(k): _text(v) for k, v in zip(it, it, strict=True)}
+    if "kind" not in fields:
+        raise LedgerError(f"ledger script {packed.name} answered without a kind: {reply!r}")
+    return fields
 
 
 def _text(value: Any) -> str:

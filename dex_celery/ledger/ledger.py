@@ -289,8 +289,8 @@ class Ledger:
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
-        #: `claim` and `finish` packed once, on held connections (`ledger/hot.py`); None for a
-        #: cluster client, which keeps redis-py's routing.
+        #: `claim`, `finish` and `recorded` packed once, on held connections (`ledger/hot.py`);
+        #: None for a cluster client, which keeps redis-py's routing.
         self.hot = (
             HotScripts(client, self.keys, self._scripts) if HotScripts.usable(client) else None
         )
@@ -610,17 +610,27 @@ class Ledger:
 
     def recorded_many(self, outcomes: Sequence[tuple[str, str, str]]) -> list[bool]:
         """`recorded` for a batch of `(key, status, error)` written in one SQL transaction."""
-        replies = self._run_many(
-            "recorded",
-            [
-                (
-                    (k.call(key), k.unrecorded_index, k.events),
-                    (key, self.finished_ttl, self.events_maxlen, status, error),
-                )
-                for key, status, error in outcomes
-                for k in (self.keys.of(key),)
-            ],
-        )
+        hot = self.hot
+        if hot is not None:  # the recorder's hot path: packed, on a held connection
+            replies = hot.run_many(
+                hot.recorded,
+                [
+                    (key, (key, self.finished_ttl, self.events_maxlen, status, error))
+                    for key, status, error in outcomes
+                ],
+            )
+        else:
+            replies = self._run_many(
+                "recorded",
+                [
+                    (
+                        (k.call(key), k.unrecorded_index, k.events),
+                        (key, self.finished_ttl, self.events_maxlen, status, error),
+                    )
+                    for key, status, error in outcomes
+                    for k in (self.keys.of(key),)
+                ],
+            )
         return [reply["kind"] == "announced" for reply in replies]
 
     # --- reads ----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dex_celery.store.base import StoreBase
 from dex_celery.store.commit import transaction
 from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
-from dex_celery.store.hot import hot_statements
+from dex_celery.store.hot import driver_cursor, hot_statements
 from dex_celery.store.hot_request import REQUEST_COLUMNS, request_statements
 from dex_celery.store.repeat_guards import RepeatCheck, held_back_by, pass_guard, take_guard
 from dex_celery.store.rows import (
@@ -247,7 +247,7 @@ class CallRecords(StoreBase):
             return
         now = self.clock()
         hot = hot_statements(self.engine)
-        with self.engine.begin() as conn:
+        with driver_cursor(self.engine) as conn:  # the recorder's path: `store/hot.py`
             mine: list[dict[str, Any]] = []
             ended: list[Ended] = []
             for r in rows:
@@ -347,13 +347,13 @@ class CallRecords(StoreBase):
 
     def get_call(self, key: str) -> ToolCallRecord | None:
         hot = request_statements(self.engine)
+        if hot is not None:  # driver SQL compiled once (`store/hot_request.py`), on the cursor
+            with driver_cursor(self.engine) as cursor:
+                found = hot.get_call.first_mapping(cursor, {"b_key": key})
+            return call_record(found) if found is not None else None
         with self.engine.connect() as conn:
-            if hot is not None:  # driver SQL compiled once (`store/hot_request.py`)
-                result = conn.exec_driver_sql(hot.get_call.sql, hot.get_call.params({"b_key": key}))
-                row = result.mappings().first()
-            else:
-                query = select(tool_calls).where(tool_calls.c.key == key)
-                row = conn.execute(query).mappings().first()
+            query = select(tool_calls).where(tool_calls.c.key == key)
+            row = conn.execute(query).mappings().first()
         return call_record(row) if row is not None else None
 
     def trace_context(self, key: str) -> str | None:

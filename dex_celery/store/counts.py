@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+    from sqlalchemy.engine.interfaces import DBAPICursor
 
     from dex_celery.store.hot import HotStatements
 
@@ -28,7 +29,7 @@ Ended = tuple[str, str, str, int]
 
 
 def count_ended(
-    conn: Connection, hot: HotStatements, ended: Iterable[Ended], *, sign: int = 1
+    conn: Connection | DBAPICursor, hot: HotStatements, ended: Iterable[Ended], *, sign: int = 1
 ) -> None:
     """Add the calls this transaction ended to their counts: one upsert per group, in sorted
     order, in this process's shard (a read sums the shards). `sign=-1` subtracts them (history

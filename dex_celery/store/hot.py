@@ -1,25 +1,37 @@
-"""The hot path's SQL, compiled once per engine and run as driver SQL.
+"""The hot path's SQL, compiled once per engine and run on the DBAPI cursor.
 
 The outcome writer ends a call with one conditional UPDATE and one INSERT of its TOOL message,
 on every call; a write's attempt first commits its claim (the write fence), one more UPDATE.
 Built and compiled through SQLAlchemy Core each time, the statements cost more Python CPU than
 the database spends on them (docs/benchmarks.md, section 6). Here each is compiled once for the
-engine's dialect (and its PostgreSQL schema, `schema_translate_map`) and then run with
-`Connection.exec_driver_sql`: the same SQL text, the same transaction, the same events, without
-building, caching or compiling a statement per call. The statements are still written in Core,
-so SQLite and PostgreSQL get their own correct text.
+engine's dialect (and its PostgreSQL schema, `schema_translate_map`); the statements are still
+written in Core, so SQLite and PostgreSQL get their own correct text.
+
+Each then runs on a cursor of the DBAPI connection: inside a SQLAlchemy transaction (`on_cursor`:
+the same transaction and connection), or, for the busiest (the recorder's batch, a caller's read
+of a record), on a pooled DBAPI connection without a `Connection` around it (`driver_cursor`).
+On a machine that idles between calls every layer a statement passes through is paid again with
+cold caches, and SQLAlchemy's `Connection.exec_driver_sql` and its result objects were most of a
+single outcome's write and of a record's read (docs/benchmarks.md, section 17). What stays: the
+pool and its `connect` events (SQLite's PRAGMAs), PostgreSQL's pre-ping, SQLAlchemy's exception
+types (a driver error is raised as the `DBAPIError` SQLAlchemy would raise, a lost connection
+invalidated), `store/commit.py`'s commit. What does not: statement-level engine events
+(`before_cursor_execute`) fire for none of these, nor `commit` for `driver_cursor`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Dialect, Engine, MetaData, bindparam, insert, or_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine.interfaces import DBAPICursor
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import Compiled
 
 from dex_celery.store.schema import call_counts, messages, tool_calls
@@ -56,16 +68,106 @@ class DriverStatement:
                     values[name] = convert(values[name])
         return values if self.order is None else tuple(values[name] for name in self.order)
 
-    def execute(self, conn: Connection, values: Mapping[str, Any]) -> int:
+    def execute(self, conn: Connection | DBAPICursor, values: Mapping[str, Any]) -> int:
         """Run once; the rowcount."""
-        return int(conn.exec_driver_sql(self.sql, self.params(values)).rowcount)
+        with on_cursor(conn) as cursor:
+            cursor.execute(self.sql, self.params(values))
+            return int(cursor.rowcount)
 
-    def first(self, conn: Connection, values: Mapping[str, Any]) -> Any:
+    def first(self, conn: Connection | DBAPICursor, values: Mapping[str, Any]) -> Any:
         """Run once; the first row it returns (a RETURNING clause's), None if none."""
-        return conn.exec_driver_sql(self.sql, self.params(values)).first()
+        with on_cursor(conn) as cursor:
+            cursor.execute(self.sql, self.params(values))
+            rows = cursor.fetchall()  # every row: SQLite finishes the statement on the last
+        return rows[0] if rows else None
 
-    def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        conn.exec_driver_sql(self.sql, [self.params(r) for r in rows])
+    def first_mapping(
+        self, conn: Connection | DBAPICursor, values: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Run once; the first row as {column: value}, None if none."""
+        with on_cursor(conn) as cursor:
+            cursor.execute(self.sql, self.params(values))
+            rows = cursor.fetchall()
+            names = [column[0] for column in cursor.description or ()]
+        return dict(zip(names, rows[0], strict=True)) if rows else None
+
+    def execute_many(
+        self, conn: Connection | DBAPICursor, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        params: Any = [self.params(r) for r in rows]  # all tuples or all mappings
+        with on_cursor(conn) as cursor:
+            cursor.executemany(self.sql, params)
+
+
+@contextlib.contextmanager
+def on_cursor(conn: Connection | DBAPICursor) -> Iterator[DBAPICursor]:
+    """A DBAPI cursor in `conn`'s transaction: `conn` itself when it is one (`driver_cursor`
+    answers for its errors), else a cursor of the connection's DBAPI connection, whose driver
+    errors are raised as SQLAlchemy raises them (a connection the driver says is gone is
+    invalidated, as SQLAlchemy would)."""
+    if not isinstance(conn, Connection):
+        yield conn
+        return
+    fairy = conn.connection
+    cursor = fairy.cursor()
+    try:
+        yield cursor
+    except conn.dialect.loaded_dbapi.Error as e:
+        raise _translated(e, conn.dialect, fairy.dbapi_connection, cursor, conn.invalidate) from e
+    finally:
+        with contextlib.suppress(Exception):
+            cursor.close()
+
+
+@contextlib.contextmanager
+def driver_cursor(engine: Engine) -> Iterator[DBAPICursor]:
+    """A cursor on a pooled DBAPI connection, in one transaction committed at the end.
+
+    A failure rolls back and is raised as SQLAlchemy raises it (`DBAPIError` and its kinds,
+    so `backend_errors` says the same); a connection the driver says is gone is invalidated,
+    not handed back to the pool.
+    """
+    dialect = engine.dialect
+    raw = engine.raw_connection()
+    cursor: DBAPICursor | None = None
+    try:
+        cursor = raw.cursor()
+        yield cursor
+        raw.commit()
+    except dialect.loaded_dbapi.Error as e:
+        _roll_back(raw)
+        raise _translated(e, dialect, raw.dbapi_connection, cursor, raw.invalidate) from e
+    except BaseException:
+        _roll_back(raw)
+        raise
+    finally:
+        if cursor is not None:
+            with contextlib.suppress(Exception):
+                cursor.close()
+        raw.close()
+
+
+def _translated(
+    error: Any,
+    dialect: Dialect,
+    dbapi_connection: Any,
+    cursor: DBAPICursor | None,
+    invalidate: Callable[[BaseException], None],
+) -> DBAPIError:
+    """`error` (the driver's) as the `DBAPIError` SQLAlchemy would raise; the connection
+    invalidated first when the driver says it is gone."""
+    gone = dialect.is_disconnect(error, dbapi_connection, cursor)
+    if gone:
+        invalidate(error)
+    translated: DBAPIError = DBAPIError.instance(
+        None, None, error, dialect.loaded_dbapi.Error, connection_invalidated=gone, dialect=dialect
+    )
+    return translated
+
+
+def _roll_back(raw: Any) -> None:
+    with contextlib.suppress(Exception):  # the connection may be gone: the first error stands
+        raw.rollback()
 
 
 @dataclass(frozen=True, slots=True)

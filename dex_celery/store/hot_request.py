@@ -1,13 +1,14 @@
-"""The request's SQL, compiled once per engine and run as driver SQL (as `store/hot.py` does for
-the outcome's).
+"""The request's SQL, compiled once per engine and run on the DBAPI cursor (as `store/hot.py`
+does for the outcome's).
 
 A request's transaction reads the session's default effect class and inserts the call
 (`CallRecords.insert_calls`), and a caller's `wait` reads the record back (`get_call`). Built and
 compiled through SQLAlchemy Core each time, these statements cost the requester more Python CPU
 than the database spends on them (docs/benchmarks.md, section 16). Here each is compiled once
-for the engine's dialect (and its PostgreSQL schema) and run with `Connection.exec_driver_sql`:
-the same SQL text in the same transaction. Only SQLite and PostgreSQL, whose `ON CONFLICT DO NOTHING ... RETURNING` the insert
-uses; other dialects keep the Core path (`store/dialect.py`).
+for the engine's dialect (and its PostgreSQL schema) and run on the cursor of the request's own
+transaction (`store/hot.py`, `on_cursor`). Only SQLite and PostgreSQL, whose
+`ON CONFLICT DO NOTHING ... RETURNING` the insert uses; other dialects keep the Core path
+(`store/dialect.py`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`claim` and `finish` on the held connection (`ledger/hot.py`), on a real redis-server: what
-redis-py's generic path survives, the packed path survives too."""
+"""`claim`, `finish` and `recorded` on the held connection (`ledger/hot.py`), on a real
+redis-server: what redis-py's generic path survives, the packed path survives too."""
 
 from __future__ import annotations
 
@@ -96,3 +96,65 @@ def test_a_restarted_redis_without_the_scripts_is_served_again(tmp_path: Path) -
     finally:
         client.close()
         server.kill()
+
+
+def _finished_events(ledger: Ledger) -> list[str]:
+    entries = ledger.client.xrange(ledger.keys.events)
+    return [f["key"] for _id, f in entries if f.get("type") == "tool_call_finished"]
+
+
+def test_a_batch_of_recorded_is_one_packed_round_trip_announcing_each_call_once(
+    ledger: Ledger,
+) -> None:
+    _call(ledger, "s/t/warm")
+    assert ledger.recorded("s/t/warm", status="succeeded", error="") is True  # script loaded
+    keys = [f"s/t/r{i}" for i in range(4)]
+    for key in keys:
+        _call(ledger, key)
+    before = ledger.client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert ledger.recorded_many([(k, "succeeded", "") for k in keys]) == [True] * 4
+    # One EVALSHA per outcome, no SCRIPT EXISTS or other command beside them.
+    stats = ledger.client.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] - before == 4
+    assert "cmdstat_script|exists" not in stats
+    assert _finished_events(ledger) == ["s/t/warm", *keys]
+    for key in keys:  # out of the unrecorded index, the entry left to expire
+        assert ledger.client.zscore(ledger.keys.of(key).unrecorded_index, key) is None
+        assert ledger.client.ttl(ledger.keys.call(key)) > 0
+    # A repeat (a second writer, a resent batch) announces nothing.
+    assert ledger.recorded_many([(k, "succeeded", "") for k in keys]) == [False] * 4
+    assert ledger.recorded(keys[0], status="succeeded", error="") is False
+    assert _finished_events(ledger) == ["s/t/warm", *keys]
+
+
+def test_a_batch_of_recorded_survives_a_flushed_cache_and_a_killed_connection(
+    ledger: Ledger,
+) -> None:
+    keys = [f"s/t/k{i}" for i in range(3)]
+    for key in keys:
+        _call(ledger, key)
+    assert ledger.recorded_many([(keys[0], "succeeded", "")]) == [True]
+    killer = redis.Redis(connection_pool=ledger.client.connection_pool)
+    for c in killer.client_list():
+        if c.get("cmd") == "evalsha":
+            killer.client_kill_filter(_id=c["id"])
+    ledger.client.script_flush()
+    assert ledger.recorded_many([(k, "succeeded", "") for k in keys[1:]]) == [True, True]
+    assert _finished_events(ledger) == keys
+
+
+def test_a_failing_script_in_a_batch_is_a_ledger_error_and_the_connection_stays_usable(
+    ledger: Ledger,
+) -> None:
+    from dex_celery.errors import LedgerError
+
+    _call(ledger, "s/t/good")
+    bad = ledger.keys.of("s/t/bad").unrecorded_index
+    ledger.client.delete(bad)
+    ledger.client.set(bad, "not a sorted set")  # ZREM fails inside the script
+    with pytest.raises(LedgerError, match="ledger script recorded failed"):
+        ledger.recorded_many([("s/t/good", "succeeded", ""), ("s/t/bad", "succeeded", "")])
+    ledger.client.delete(bad)
+    # Every reply of the failed batch was read: the next call's reply is its own.
+    _call(ledger, "s/t/next")
+    assert ledger.recorded_many([("s/t/next", "succeeded", "")]) == [True]

@@ -143,8 +143,10 @@ local function terminal(w, c, unrecorded, key, now, status, reason, detail)
   -- next_step has taken the key out of the lease and close indexes already.
   put(w, c, 'status', status, 'reason', reason, 'error', detail, 'finished_at', now, 'fence', '')
   redis.call('ZADD', unrecorded, now, key)
+  -- '%.17g', as HSET stored it: the worker records this reply's time, the sweeper and a waiting
+  -- caller the hash's, and all must write the same `finished_at` (Lua's tostring keeps 14 digits).
   return {'kind', 'finished', 'status', status, 'reason', reason, 'attempt', c.n,
-    'log', c.log or '[]', 'detail', detail, 'finished_at', tostring(now)}
+    'log', c.log or '[]', 'detail', detail, 'finished_at', string.format('%.17g', now)}
 end
 
 -- Decides the next step and queues its writes in `w`; the caller then runs `write_call`.

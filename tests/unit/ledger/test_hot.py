@@ -158,3 +158,14 @@ def test_a_failing_script_in_a_batch_is_a_ledger_error_and_the_connection_stays_
     # Every reply of the failed batch was read: the next call's reply is its own.
     _call(ledger, "s/t/next")
     assert ledger.recorded_many([("s/t/next", "succeeded", "")]) == [True]
+
+
+def test_finish_reports_the_decision_time_the_entry_holds(ledger: Ledger) -> None:
+    """The worker records `finish`'s reply, the sweeper and a waiting caller the entry: both
+    must give SQL the same `finished_at` (it once lost its last digits in the reply)."""
+    ledger.open("s/t/time", SNAPSHOT, epoch=EPOCH)
+    assert ledger.claim("s/t/time", 1, owner="w1", fence="f1").ok
+    step = ledger.finish("s/t/time", 1, fence="f1", cause=Cause.OK, payload="{}")
+    entry = ledger.read("s/t/time")
+    assert entry is not None and step.finished_at is not None
+    assert step.finished_at == entry.finished_at

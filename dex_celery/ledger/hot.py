@@ -3,8 +3,8 @@
 
 A pool process runs `claim` before and `finish` after every tool, and nothing else of the
 ledger's per call (docs/benchmarks.md, section 15); the recorder runs `recorded` for each
-outcome it wrote, a batch in one round trip (section 17). Through redis-py's generic machinery each
-of the two costs far more client CPU than the round trip itself: the connection pool's pid
+outcome it wrote, a batch in one round trip (section 17). Through redis-py's generic machinery
+each costs far more client CPU than the round trip itself: the connection pool's pid
 check, lock and `poll` of the socket at every checkout, the packing of every argument through
 the encoder, `Script`'s bookkeeping and the reply callbacks. Here each script's command is packed
 once per process (its SHA, key count and the shard's fixed key names are bytes ready to send);
@@ -14,8 +14,9 @@ parser (hiredis when installed) and turned into the same field dict `protocol.de
 
 What does not change: the scripts, their keys and arguments (byte for byte what
 `Script.__call__` would send), a script missing from Redis's cache (loaded, then sent again),
-redis-py's own retry of a command whose connection broke (the connection's `Retry`; both scripts
-answer a repeat of the same fence's call as the first: `claim.lua`, `finish.lua`), the time-outs
+redis-py's own retry of a command whose connection broke (the connection's `Retry`; each of the
+three answers a repeat as the first: `claim.lua` for the same fence, `finish.lua` and
+`recorded.lua` as noops), the time-outs
 and TLS or Sentinel of the connection (it comes from the client's own pool). A Redis Cluster
 client routes by slot and keeps the generic path (`HotScripts.usable`).
 """
@@ -167,9 +168,8 @@ class HotScripts:
         try:
             replies = self._with_retry(conn, commands)
             if any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
-                # Redis lost its script cache (a restart): none of them ran (a script missing
-                # for one is missing for all, and the pipeline's commands came in together).
-                # Load the script, send them again.
+                # Redis lost its script cache (a restart): load the script and send them all
+                # again (any that did run answers its repeat as before: `run_many`).
                 self.client.script_load(packed.script.script)
                 replies = self._with_retry(conn, commands)
             return replies

@@ -109,14 +109,16 @@ def on_cursor(conn: Connection | DBAPICursor) -> Iterator[DBAPICursor]:
         yield conn
         return
     fairy = conn.connection
-    cursor = fairy.cursor()
+    cursor: DBAPICursor | None = None
     try:
+        cursor = fairy.cursor()
         yield cursor
     except conn.dialect.loaded_dbapi.Error as e:
         raise _translated(e, conn.dialect, fairy.dbapi_connection, cursor, conn.invalidate) from e
     finally:
-        with contextlib.suppress(Exception):
-            cursor.close()
+        if cursor is not None:
+            with contextlib.suppress(Exception):
+                cursor.close()
 
 
 @contextlib.contextmanager
@@ -128,7 +130,10 @@ def driver_cursor(engine: Engine) -> Iterator[DBAPICursor]:
     not handed back to the pool.
     """
     dialect = engine.dialect
-    raw = engine.raw_connection()
+    try:
+        raw = engine.raw_connection()
+    except dialect.loaded_dbapi.Error as e:  # could not connect: nothing to roll back
+        raise DBAPIError.instance(None, None, e, dialect.loaded_dbapi.Error, dialect=dialect) from e
     cursor: DBAPICursor | None = None
     try:
         cursor = raw.cursor()

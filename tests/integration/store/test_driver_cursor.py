@@ -13,6 +13,7 @@ import sqlalchemy.exc
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.pool import NullPool
 
+from devtools.processes import free_port
 from dex_celery.backend_errors import translate
 from dex_celery.errors import DatabaseUnavailable, SchemaMissing
 from dex_celery.store.hot import driver_cursor, hot_statements
@@ -151,3 +152,17 @@ def test_a_connection_dropped_during_the_transaction_is_invalidated(store: Store
     with driver_cursor(engine) as cursor:  # a new connection, not the dropped one
         cursor.execute("SELECT pg_backend_pid()")
         assert cursor.fetchall()[0][0] != backend
+
+
+def test_a_database_it_cannot_connect_to_is_a_sqlalchemy_error(
+    database_kind: str, tmp_path: Path
+) -> None:
+    if database_kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'no-such-folder' / 'dex.db'}"
+    else:
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test"
+    store = Store(url)
+    with pytest.raises(sqlalchemy.exc.DBAPIError) as raised:
+        store.get_call("s/t/c")
+    assert isinstance(translate(raised.value, redis_url="", database_url=url), DatabaseUnavailable)
+    store.engine.dispose()

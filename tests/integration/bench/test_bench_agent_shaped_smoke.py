@@ -24,3 +24,26 @@ def test_agent_shaped_in_flight_smoke() -> None:
     out = run("agent_shaped", "--in-flight", "50", "--window", "1", "--hold", "60")
     assert "plain: redis CPU" in out and "  dex: redis CPU" in out, out
     assert "in-flight redis CPU ratio dex/plain" in out, out
+
+
+def test_gevent_fetch_smoke() -> None:
+    """The plain gevent worker's fetching (docs/benchmarks.md, section 17): it runs, every
+    sample line prints, and the tasks complete."""
+    out = run(
+        "gevent_fetch",
+        "--concurrency",
+        "10",
+        "--calls",
+        "40",
+        "--seconds",
+        "0.01",
+        "--every",
+        "0.25",
+        "--duration",
+        "3",
+    )
+    assert "t (s)   done  unacked  queued" in out, out
+    samples = [
+        line.split() for line in out.splitlines() if line[:6].strip().replace(".", "").isdigit()
+    ]
+    assert len(samples) >= 3 and int(samples[-1][1]) > 0, out

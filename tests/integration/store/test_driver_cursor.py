@@ -38,15 +38,25 @@ def _calls(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(tool_calls)).scalar_one())
 
 
-def _claim(store: Store, key: str) -> dict[str, object]:
-    return {
-        "b_key": key,
-        "b_from": "pending",
-        "b_fence": "f",
-        "b_attempt": 1,
-        "b_now": 1.0,
-        "b_owner": "w",
-    }
+#: One group's count, as `count_ended` upserts it: the write each transaction below makes first.
+COUNT = {
+    "b_tool": "t",
+    "b_effect": "read",
+    "b_status": "succeeded",
+    "b_shard": 0,
+    "b_calls": 1,
+    "b_attempts": 1,
+    "b_retries": 0,
+}
+#: A write-fence claim of a call no one requested: it changes no row.
+CLAIM_OF_NO_CALL = {
+    "b_key": "s/t/none",
+    "b_from": "pending",
+    "b_fence": "f",
+    "b_attempt": 1,
+    "b_now": 1.0,
+    "b_owner": "w",
+}
 
 
 def test_a_failing_statement_rolls_back_the_transaction_and_raises_sqlalchemys_error(
@@ -54,17 +64,8 @@ def test_a_failing_statement_rolls_back_the_transaction_and_raises_sqlalchemys_e
 ) -> None:
     engine = store.engine
     insert = hot_statements(engine).count_ended
-    row = {
-        "b_tool": "t",
-        "b_effect": "read",
-        "b_status": "succeeded",
-        "b_shard": 0,
-        "b_calls": 1,
-        "b_attempts": 1,
-        "b_retries": 0,
-    }
     with pytest.raises(sqlalchemy.exc.DBAPIError) as raised, driver_cursor(engine) as cursor:
-        insert.execute_many(cursor, [row])  # written, then the next statement fails
+        insert.execute_many(cursor, [COUNT])  # written, then the next statement fails
         cursor.execute("SELECT no_such_column FROM dex_tool_calls")
     assert raised.value.orig is not None
     assert isinstance(translate(raised.value, redis_url="", database_url=""), DatabaseUnavailable)
@@ -76,22 +77,13 @@ def test_a_failing_statement_rolls_back_the_transaction_and_raises_sqlalchemys_e
 def test_an_exception_of_the_caller_rolls_back_too(store: Store) -> None:
     engine = store.engine
     statements = hot_statements(engine)
-    row = {
-        "b_tool": "t",
-        "b_effect": "read",
-        "b_status": "succeeded",
-        "b_shard": 0,
-        "b_calls": 1,
-        "b_attempts": 1,
-        "b_retries": 0,
-    }
     with pytest.raises(RuntimeError), driver_cursor(engine) as cursor:
-        statements.count_ended.execute_many(cursor, [row])
+        statements.count_ended.execute_many(cursor, [COUNT])
         raise RuntimeError("the caller gave up")
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM dex_call_counts")).scalar_one() == 0
     with driver_cursor(engine) as cursor:  # the pool still serves; a claim of no call: 0 rows
-        assert statements.claim_write.execute(cursor, _claim(store, "s/t/none")) == 0
+        assert statements.claim_write.execute(cursor, CLAIM_OF_NO_CALL) == 0
     assert _calls(engine) == 0
 
 

@@ -13,11 +13,12 @@ from collections.abc import Callable
 
 import pytest
 
-from devtools.processes import Worker
+from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.model.records import ToolCallRecord
 from tests.support.crash import (
     events,
+    finished_events,
     lines,
     tool_messages,
     wait_finished,
@@ -40,8 +41,14 @@ def _check_late(dex: Dex, key: str, final: ToolCallRecord) -> None:
     assert [a for a, _, _ in lines(key, "end")] == [1]  # the old worker did go on (S5.1)
     (message,) = tool_messages(dex, key)
     assert "late value" not in message
+    assert finished_events(dex, key) == 1  # it follows the SQL commit: waited for, not raced
     (finished,) = events(dex, type_="tool_call_finished", key=key)
     assert finished["status"] == CallStatus.FAILED.value
+    wait_for(
+        lambda: events(dex, type_="tool_call_late_result", key=key),
+        timeout=30,
+        what="the tool_call_late_result event",
+    )
     assert len(events(dex, type_="tool_call_late_result", key=key)) == 1
 
 

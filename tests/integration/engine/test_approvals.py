@@ -326,11 +326,15 @@ def test_deadline_expiry_by_the_sweeper_rejects_and_never_runs(
     (output,) = tool_messages(dex, "s1", record.key)
     assert output.startswith("The call was rejected and did not run")
     assert "approval deadline passed" in output
-    assert dex.ledger.read(record.key) is None
     assert starts(record.key) == []
-    kinds = [(e["type"], e.get("decision") or e.get("status")) for e in events(dex, record.key)]
-    assert ("tool_call_decided", "expired") in kinds
-    assert ("tool_call_finished", "rejected") in kinds
+
+    def kinds() -> list[tuple[str, str | None]]:
+        return [(e["type"], e.get("decision") or e.get("status")) for e in events(dex, record.key)]
+
+    # The finished event follows the record's SQL commit: waited for, not raced.
+    wait_for(lambda: ("tool_call_finished", "rejected") in kinds(), timeout=30, what="the event")
+    assert ("tool_call_decided", "expired") in kinds()
+    assert dex.ledger.read(record.key) is None
 
     before = state(dex, record.key)
     with pytest.raises(ApprovalDeadlinePassed):

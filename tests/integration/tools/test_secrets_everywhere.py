@@ -26,7 +26,7 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex, ToolCallRecord
 from dex_celery.cli.main import main
 from dex_celery.store.schema import metadata
-from tests.support.crash import wait_finished
+from tests.support.crash import finished_events, wait_finished
 from tests.support.flower_process import Flower, _wait_until_flower_receives_events, flower
 
 __all__ = ["flower"]  # the fixture, imported for this module's tests
@@ -181,6 +181,8 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     assert_absent("SQL", everything_in_sql(dex))
     assert_absent("Redis", everything_in_redis(broker))
 
+    # The event follows the record's SQL commit: waited for, not raced.
+    assert finished_events(dex, failed.key) == 1
     events = [e for e in client.events("0")]
     assert any(e.type == "tool_call_finished" and e.key == failed.key for e in events)
     assert_absent("events", repr(events))

@@ -134,14 +134,14 @@ def redis_client(
     if not is_sentinel_url(url):
         return redis.Redis.from_url(url, **options)
     target = parse_sentinel_url(url, sentinel_master)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]  # untyped in older redis-py
         list(target.sentinels),
         sentinel_kwargs={
             "socket_timeout": SENTINEL_SOCKET_TIMEOUT,
             "socket_connect_timeout": SENTINEL_SOCKET_TIMEOUT,
         },
     )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.master,
         db=target.db,
         username=target.username,

@@ -38,6 +38,7 @@ from dex_celery.forks import after_fork
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.store.values import Outcome, OutcomeRow
+from dex_celery.store.wal_checkpoint import WalCheckpointer
 
 if TYPE_CHECKING:
     from dex_celery.ledger.ledger import Ledger
@@ -60,6 +61,10 @@ class OutcomeWriter:
         self._idle = threading.Condition()
         self._in_flight = 0
         self._thread: threading.Thread | None = None
+        #: SQLite's checkpoints, taken off the commits (`store/wal_checkpoint.py`); made at the
+        #: first write, so a writer that never writes opens nothing.
+        self._checkpointer: WalCheckpointer | None = None
+        self._checkpoints_known = False
 
     def submit(self, row: OutcomeRow) -> None:
         with self._idle:
@@ -110,6 +115,15 @@ class OutcomeWriter:
             except Exception:
                 log.exception("could not record %d outcomes; the sweeper will", len(batch))
                 counters.count_sql_write_errors(self.ledger, "recorder", len(batch))
+                continue
+            self._checkpoint_soon(len(batch))
+
+    def _checkpoint_soon(self, written: int) -> None:
+        if not self._checkpoints_known:
+            self._checkpointer = WalCheckpointer.for_engine(self.store.engine)
+            self._checkpoints_known = True
+        if self._checkpointer is not None:
+            self._checkpointer.wrote(written)
 
     def _write(self, batch: list[OutcomeRow]) -> None:
         pause_at(PausePoint.BEFORE_RECORD, batch[0].key.key)  # crash tests only

@@ -87,9 +87,7 @@ def test_pydantic_ai_model_reads_the_reconciliation_report_once(
     agent = Agent(model, capabilities=[DexTools(dex, [TOOL])])
     key = "conv-refund/turn-1/call_refund"
 
-    first = killed_mid_call(
-        worker, key, lambda: agent.run_sync(ASK, conversation_id="conv-refund")
-    )
+    first = killed_mid_call(worker, key, lambda: agent.run_sync(ASK, conversation_id="conv-refund"))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in str(model.tool_results()["call_refund"])
     _reconcile(dex, key)
 

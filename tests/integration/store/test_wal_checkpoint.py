@@ -127,7 +127,9 @@ def test_a_worker_copies_its_outcomes_into_the_database_file(
     path = Path(env["DEX_DATABASE_URL"].removeprefix("sqlite:///"))
     succeeded = f"WHERE status = '{CallStatus.SUCCEEDED.value}'"
     wait_for(
-        lambda: (_rows_in_the_file_alone(path, "dex_tool_calls", succeeded) or 0) >= CHECKPOINT_AFTER,
+        lambda: (
+            (_rows_in_the_file_alone(path, "dex_tool_calls", succeeded) or 0) >= CHECKPOINT_AFTER
+        ),
         timeout=20,
         what=f"at least {CHECKPOINT_AFTER} records in the database file itself",
     )

@@ -103,9 +103,20 @@ def _env(mark: Path) -> dict[str, str]:
     return env
 
 
+#: `python -m pytest` as a terminal starts it: SIGTERM and SIGHUP at their defaults, whatever
+#: this process inherited (under `nohup` SIGHUP is ignored, and the kit leaves an ignored
+#: signal ignored, as a user's own choice).
+PYTEST_AS_FROM_A_TERMINAL = (
+    "import signal, sys, pytest\n"
+    "for stop in (signal.SIGTERM, signal.SIGHUP):\n"
+    "    signal.signal(stop, signal.SIG_DFL)\n"
+    "sys.exit(pytest.main(sys.argv[1:]))\n"
+)
+
+
 def _pytest(project: Path, mark: Path, test: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        [sys.executable, "-c", PYTEST_AS_FROM_A_TERMINAL, "-q", "-p", "no:cacheprovider", test],
         cwd=project, env=_env(mark), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
 

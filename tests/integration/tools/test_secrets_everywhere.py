@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import pytest
 import redis
 from click.testing import CliRunner
 from sqlalchemy import select
@@ -117,6 +118,13 @@ class SecretRun:
     worker: Worker
     failed: ToolCallRecord
     succeeded: ToolCallRecord
+
+
+@pytest.fixture
+def env(env: dict[str, str]) -> dict[str, str]:
+    """The calls are requested before the worker starts: its start on a loaded machine must not
+    run into their queue deadline (the tests' default is 5 s)."""
+    return {**env, "DEX_SCHEDULE_TO_START": "120"}
 
 
 def _request_then_run(

@@ -39,14 +39,16 @@ def sweep(ctx: DexContext, loop: bool, as_json: bool) -> None:
             click.echo(f"sweep: {moved}")
         return
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Explicit handlers, as `dev` has: a shell may start us with SIGINT ignored (`sweep --loop &`).
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     click.echo(f"sweeping every {dex.settings.sweep_interval}s; Ctrl-C stops", err=True)
     try:
         run_forever(dex.sweeper, stop=stop)
-    except KeyboardInterrupt:
-        stop.set()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 # --- reconcile ---------------------------------------------------------------------------------

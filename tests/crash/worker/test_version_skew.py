@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import CeleryWorker, wait_for
-from devtools.toolapp import LOG_ENV, NEW_TOOL
-from dex_celery import DID_NOT_RUN, CallStatus, Dex
+from devtools.toolapp import LOG_ENV, NEW_TOOL, make_app
+from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.ops.present import call_details
 from tests.support.crash import finished_events, lines, tool_messages, wait_finished
 from tests.support.rabbitmq import ON_BOTH_BROKERS
@@ -89,7 +89,10 @@ def test_a_tool_the_running_workers_lack_waits_for_one_that_has_it(
     # A capable worker joins: a call requested while only the old one ran is served at once by
     # it, under the call's own snapshot (start-to-close 20 s; the new worker registers 0.5 s,
     # and the tool takes 1.5 s), and once.
-    waiting = client.request_call("s1", "t2", "waiting", NEW_TOOL, {"seconds": 1.5})
+    # Its queue deadline is roomy: on a loaded machine the capable worker may take longer than
+    # the first call's 5 s to start, and this half is about how it is served once it runs.
+    _app, roomy = make_app(Settings.from_env({**env, "DEX_SCHEDULE_TO_START": "120"}))
+    waiting = roomy.client().request_call("s1", "t2", "waiting", NEW_TOOL, {"seconds": 1.5})
     wait_for(
         lambda: WAITING in waiting_note(dex, waiting.key),
         timeout=10,

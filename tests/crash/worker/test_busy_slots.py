@@ -50,7 +50,7 @@ SHORT_TOOLS = ("slow_read", "slow_idempotent_write", "slow_non_idempotent_write"
 @pytest.fixture
 def env(env: dict[str, str]) -> dict[str, str]:
     """No call here may expire in the queue: the second worker starts after a request, and a
-    loaded machine can take longer than the default tests' 5 s to start it (every call here
+    loaded machine can take longer than the tests' default 5 s to start it (every call here
     is checked to succeed within `FEW_SECONDS` of being asked instead)."""
     return {**env, "DEX_SCHEDULE_TO_START": "120"}
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from dex_celery.app import Dex
+from dex_celery.backend_errors import require_existing_database
 from dex_celery.cli.appfinder import find_dex
 
 EXIT_OK = 0
@@ -22,16 +23,26 @@ APP_ENV = "DEX_APP"
 
 
 class DexContext:
-    """The app path, and the `Dex` it names once a command asks for it."""
+    """The app path, and the `Dex` it names once a command asks for it.
+
+    Loading the app refuses a SQLite database file that does not exist (`SchemaMissing`, one
+    `error:` line): SQLite would create an empty file on the first connection, so a mistyped
+    URL would leave one behind. Only the commands meant to create the database (`db upgrade`,
+    `dev`) or that report a missing one themselves (`status`) set `database_may_be_missing`.
+    """
 
     def __init__(self, app_path: str | None) -> None:
         self.app_path = app_path
         self._dex: Dex | None = None
+        #: Set by a command that may create the database, or reports a missing one itself.
+        self.database_may_be_missing = False
 
     @property
     def dex(self) -> Dex:
         if self._dex is None:
             self._dex = find_dex(self.app_path)
+            if not self.database_may_be_missing:
+                require_existing_database(self._dex.settings.database_url)
         return self._dex
 
     @property

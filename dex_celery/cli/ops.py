@@ -61,6 +61,7 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
     worker and beat, and with --flower, Flower. A worker, beat or Flower that exits is started
     again after a short, bounded delay. Ctrl-C stops everything it started."""
     echo = click.echo
+    ctx.database_may_be_missing = True  # the embedded default: `prepare_database` makes it
     if not ctx.app_path:
         raise AppNotFound(NO_APP_HINT)
     stack = LocalStack(
@@ -167,6 +168,7 @@ def db_upgrade(ctx: DexContext, revision: str) -> None:
     """Migrate up to REVISION (default: head)."""
     from dex_celery.store.migrate import upgrade  # deferred: Alembic is slow to import
 
+    ctx.database_may_be_missing = True  # the one command that creates the database
     settings = _db_settings(ctx)
     at = upgrade(settings.database_url, revision, schema=settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at}")
@@ -180,6 +182,7 @@ def db_downgrade(ctx: DexContext, revision: str) -> None:
     from dex_celery.store.migrate import downgrade  # deferred: Alembic is slow to import
 
     settings = _db_settings(ctx)
+    require_existing_database(settings.database_url)
     at = downgrade(settings.database_url, revision, schema=settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'base (no tables)'}")
 

@@ -25,6 +25,7 @@ MARK = {State.OK: "ok  ", State.WARN: "WARN", State.FAIL: "FAIL"}
 def status(ctx: DexContext, as_json: bool) -> None:
     """Redis, database, schema revision, workers, last sweep, calls in flight, approvals
     waiting, unknown outcomes unreported."""
+    ctx.database_may_be_missing = True  # its database section says so (and creates nothing)
     report = health_report(
         ctx.dex, mcp_servers=[s.name for s in ctx.dex.tool_sources], app=ctx.app_path
     )

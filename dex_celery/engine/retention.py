@@ -84,6 +84,8 @@ def prune(
     started = time.monotonic()
     engine = store.engine
     writer = Archive(archive) if archive is not None and not dry_run else None
+    if writer is not None:
+        writer.check()  # an existing file that is no archive: refused before any delete
     calls = sessions = messages = 0
     kept: Counter[KeptReason] = Counter()
     going: Counter[str] = Counter()

@@ -11,6 +11,7 @@ archived): a later prune archives it again, and a reader keeps the last record o
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -41,6 +42,55 @@ def whole_length(path: Path) -> int:
     return offset
 
 
+#: How every gzip member starts (RFC 1952: ID1, ID2, CM=deflate).
+GZIP_MAGIC = b"\x1f\x8b\x08"
+#: Bytes of an existing file read to recognise an archive (its first record is far shorter).
+_SNIFF_BYTES = 64 * 1024
+
+
+def is_archive(path: Path) -> bool:
+    """Whether `path` holds a history archive (or nothing yet): empty, or gzip whose first
+    record is a JSON object with a `key`, as every record a prune writes is. A first member cut
+    by a killed prune counts when what it decompresses to so far starts like a record."""
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if not head:
+        return True
+    if not head.startswith(GZIP_MAGIC):
+        return False
+    reader = zlib.decompressobj(_GZIP)
+    try:
+        text = reader.decompress(head, _SNIFF_BYTES)
+    except zlib.error:
+        return False
+    first, newline, _rest = text.partition(b"\n")
+    if not newline:  # a cut first member (or one record longer than the sniff): its start
+        return text.startswith(b'{"') or (not text and not reader.eof)
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and isinstance(record.get("key"), str)
+
+
+def check_archive_target(path: Path) -> None:
+    """Refuse `path` as an archive to append to unless it is one, or nothing is there yet
+    (a directory, a README, another program's gzip file): before anything is deleted."""
+    try:
+        if not path.exists():
+            return
+        if not path.is_file():
+            raise ArchiveError(f"the archive {path} is not a file; name a file to write to")
+        if not is_archive(path):
+            raise ArchiveError(
+                f"{path} exists and is not a dex-celery history archive (gzip JSON lines); "
+                "nothing was pruned: name a new file, or an archive an earlier prune wrote "
+                "(it is appended to)"
+            )
+    except OSError as e:
+        raise ArchiveError(f"cannot read the archive {path}: {e}") from None
+
+
 def read_archive(path: Path) -> Iterator[dict[str, Any]]:
     """Every record of the archive's whole members, in the order written."""
     data = path.read_bytes()[: whole_length(path)]
@@ -54,20 +104,28 @@ class Archive:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: BinaryIO | None = None
+        #: Whether this writer made the file (a failed first write then removes it).
+        self._created = False
+
+    def check(self) -> None:
+        """`check_archive_target`: called by a prune before its first delete."""
+        check_archive_target(self.path)
 
     def open(self) -> None:
+        self.check()  # never truncate (below) what is not an archive
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             created = not self.path.exists()
-            handle = self.path.open("ab")
+            self._file = self.path.open("ab")
+            self._created = created
             if not created:
                 # A cut member left by a killed prune: its calls are still in SQL.
-                handle.truncate(whole_length(self.path))
-            self._file = handle
-            if created:
+                self._file.truncate(whole_length(self.path))
+            else:
                 _fsync_directory(self.path.parent)
         except OSError as e:
-            raise ArchiveError(f"cannot write the archive {self.path}: {e}") from e
+            self._forget_if_empty()
+            raise ArchiveError(f"cannot write the archive {self.path}: {e}") from None
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Write the records as one gzip member and make them durable before returning."""
@@ -82,7 +140,18 @@ class Archive:
             self._file.flush()
             os.fsync(self._file.fileno())
         except OSError as e:
-            raise ArchiveError(f"cannot write the archive {self.path}: {e}") from e
+            self._forget_if_empty()
+            raise ArchiveError(f"cannot write the archive {self.path}: {e}") from None
+        self._created = False  # it holds a batch now: kept whatever happens next
+
+    def _forget_if_empty(self) -> None:
+        """A file this writer made whose first batch failed holds nothing whole: removed, so a
+        failed prune leaves no empty or cut archive of its own behind."""
+        if not self._created:
+            return
+        self.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
 
     def close(self) -> None:
         if self._file is not None:

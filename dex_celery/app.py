@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery
 
+from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.client.dex_client import DexClient
 from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
@@ -63,6 +64,7 @@ def dex_of(celery: Celery) -> Dex | None:
     return _DEX_OF_APP.get(celery)
 
 
+@translating_backend_errors
 class Dex:
     """The registry of tools of one Celery app and the services they are recorded in."""
 

@@ -3,7 +3,9 @@
 A caller of the client, and the `dex-celery` command, see `RedisUnavailable`,
 `DatabaseUnavailable`, `SchemaMissing` or `ConfigurationError` (all `DexError`s) with the URL
 (password hidden) and the first line of the cause, instead of a driver's traceback. The
-original exception stays available as `__cause__`.
+original exception stays available as the error's `cause` attribute (with its own traceback),
+but is not chained: a redis-py or SQLAlchemy failure carries five or more chained exceptions of
+their own, and a printed dex-celery error is one short traceback whose message names the cause.
 """
 
 from __future__ import annotations
@@ -110,25 +112,71 @@ def check_redis_url(name: str, url: str) -> None:
         )
 
 
+#: Exceptions of the drivers whose chains a dex-celery error does not carry (see the module).
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (
+    redis.RedisError,
+    KombuOperationalError,
+    sqlalchemy.exc.SQLAlchemyError,
+    OSError,
+)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error`'s causes and contexts, nearest first (each once)."""
+    seen: set[int] = set()
+    link: BaseException | None = error.__cause__ or error.__context__
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
+
+
+def unchained(error: DexError, cause: BaseException | None = None) -> DexError:
+    """`error` without the driver's chain: its cause kept as `error.cause`, not printed.
+
+    An error whose chain holds no driver error (a tool's own exception behind a `ToolError`)
+    keeps its chain: it is short, and it is the tool author's to read."""
+    cause = cause if cause is not None else (error.__cause__ or error.__context__)
+    if cause is None:
+        return error
+    if not isinstance(cause, DRIVER_ERRORS) and not any(
+        isinstance(link, DRIVER_ERRORS) for link in _chain(error)
+    ):
+        return error
+    if error.cause is None:
+        error.cause = cause
+    error.__cause__ = None
+    error.__suppress_context__ = True
+    return error
+
+
+def driver_cause(error: BaseException) -> BaseException | None:
+    """The driver error behind a dex-celery error, chained or kept as `cause`."""
+    kept = getattr(error, "cause", None)
+    return kept if kept is not None else error.__cause__
+
+
 @contextlib.contextmanager
 def backend_errors(redis_url: str, database_url: str) -> Iterator[None]:
-    """Raise backend failures inside the block as dex-celery errors."""
+    """Raise backend failures inside the block as dex-celery errors (unchained: `unchained`)."""
     try:
         yield
-    except DexError:
+    except DexError as e:
+        unchained(e)
         raise
     except Exception as e:
         translated = translate(e, redis_url=redis_url, database_url=database_url)
         if translated is None:
             raise
-        raise translated from e
+        raise unchained(translated, e) from None
 
 
 def translating_backend_errors(cls: type[T]) -> type[T]:
-    """Class decorator: every public method of a client raises dex-celery errors only.
+    """Class decorator: every public method of a class of the public API (a client, `Dex`,
+    `Approvals`, the sweeper, the reconciler) raises dex-celery errors only, unchained.
 
-    The instance must have `source` (a `RuntimeSource`: its `settings` name the URLs in the
-    message).
+    The instance must have `source` (a `RuntimeSource`) or `settings`: its settings name the
+    URLs in the message.
     """
     for name, member in list(vars(cls).items()):
         if name.startswith("_") or not callable(member) or isinstance(member, staticmethod):
@@ -140,7 +188,8 @@ def translating_backend_errors(cls: type[T]) -> type[T]:
 def _wrapped(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        settings = self.source.settings
+        source = getattr(self, "source", None)
+        settings = source.settings if source is not None else self.settings
         with backend_errors(settings.redis_url, settings.database_url):
             return method(self, *args, **kwargs)
 

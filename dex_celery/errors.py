@@ -14,6 +14,10 @@ from typing import Any
 class DexError(Exception):
     """Base of every error dex-celery raises on purpose."""
 
+    #: The redis-py, Kombu or SQLAlchemy error behind this one, kept here rather than chained
+    #: (`dex_celery.backend_errors.unchained`): its message is in this error's already.
+    cause: BaseException | None = None
+
 
 # --- configuration -------------------------------------------------------------------------
 
@@ -170,7 +174,7 @@ class BackendUnavailable(DexError):
     """Redis or the database could not be reached or used.
 
     Raised in place of redis-py and SQLAlchemy errors (`dex_celery.backend_errors`), so callers
-    catch one tree; the original error is the `__cause__`. This error alone does not say that
+    catch one tree; the original error is its `cause` (not chained). This error alone does not say that
     nothing changed: a call whose earlier steps were committed before the failure says so with
     its own error instead (a request whose calls were recorded raises `RequestInFlight`).
     """

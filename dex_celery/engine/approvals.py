@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
 from dex_celery.engine.held_back_evidence import repeat_evidence
 from dex_celery.engine.tracing import span
@@ -151,6 +152,7 @@ def expire_approval(store: Store, ledger: Ledger, record: ToolCallRecord, now: f
     return done
 
 
+@translating_backend_errors
 class Approvals:
     """Approve, reject and list the calls of one deployment that wait for a decision."""
 

@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from dex_celery.async_bridge import run_sync
+from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine.held_back_evidence import RECONCILED, announce_repeat_evidence
 from dex_celery.errors import (
     ConfigurationError,
@@ -234,6 +235,7 @@ class SessionReconcile:
         return f"session {self.session_id}: " + ", ".join(parts)
 
 
+@translating_backend_errors
 class Reconciler:
     """Reconciling `outcome_unknown` calls: the beat job, one session, one call (S8.4).
 

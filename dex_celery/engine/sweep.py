@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
+from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import count_sql_write_errors, record_sweep
 from dex_celery.engine.decided import finished_step
@@ -67,6 +68,7 @@ REPLAY_MARGIN = 5.0
 REPLAY_LIMIT = 10_000
 
 
+@translating_backend_errors
 class Sweeper:
     """One per process (`runtime`); handed what it moves things with, nothing else."""
 

@@ -22,7 +22,7 @@ import redis
 from celery import Celery, current_task
 from celery.exceptions import Ignore, Reject
 
-from dex_celery.backend_errors import first_line, translate
+from dex_celery.backend_errors import driver_cause, first_line, translate
 from dex_celery.engine import tracing
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.decided import outcome_of
@@ -562,7 +562,7 @@ class Worker:
         if Redis is away too, the lease lapses and the sweeper judges it the same way.
         """
         settings = self.settings
-        driver_error = error.__cause__ if isinstance(error, CommitUnconfirmed) else error
+        driver_error = driver_cause(error) if isinstance(error, CommitUnconfirmed) else error
         translated = translate(
             driver_error or error,
             redis_url=settings.redis_url,

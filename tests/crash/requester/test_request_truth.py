@@ -28,6 +28,7 @@ from dex_celery import (
     LedgerError,
     RequestInFlight,
 )
+from dex_celery.backend_errors import driver_cause
 from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.ledger.ledger import Ledger
 from tests.support.crash import count_calls, lines, wait_finished
@@ -74,7 +75,7 @@ def test_ledger_out_of_memory_the_request_says_recorded_and_the_same_ids_run_onc
         with pytest.raises(DexError) as raised:
             client.request_call("s1", "t1", "c1", WRITE, {"seconds": 0})
         assert_truthful(raised.value, (key,))
-        assert isinstance(raised.value.__cause__, DexError | redis.RedisError)
+        assert isinstance(driver_cause(raised.value), DexError | redis.RedisError)
         record = own.store.get_call(key)
         assert record is not None and record.status is CallStatus.PENDING
 
@@ -102,7 +103,7 @@ def test_ledger_out_of_memory_in_a_batch_every_call_is_named_and_runs_once(
             client.request_calls(batch)
         keys = tuple(f"s1/t1/c{i}" for i in range(3))
         assert_truthful(raised.value, keys)
-        assert isinstance(raised.value.__cause__, LedgerError | DexError)
+        assert isinstance(driver_cause(raised.value), LedgerError | DexError | redis.RedisError)
         assert "s1/t1/c1, s1/t1/c2 are recorded, but could not be started" in str(raised.value)
         assert "tool call s1/t1/c0 recorded before" in str(raised.value)
 

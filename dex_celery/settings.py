@@ -15,6 +15,7 @@ defaults are chosen so that a worker killed mid-call gets its terminal record wi
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from typing import Any
 
 from dex_celery.backend_errors import check_database_url, check_redis_url
 from dex_celery.errors import ConfigurationError, InvalidRequest
-from dex_celery.model.times import parse_duration
+from dex_celery.model.times import DURATION_FORMS, parse_duration, parse_seconds
 
 #: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside
 #: a host application's own tables and migrations; None: the connection's default schema.
@@ -202,6 +203,12 @@ class Settings:
     prune_batch: int = DEFAULT_PRUNE_BATCH
 
     def __post_init__(self) -> None:
+        for name in DURATION_SETTINGS:  # `Settings(approval_timeout="2h")` in code, as in env
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, _duration(f"setting {name}", value, name))
+            elif isinstance(value, float) and not math.isfinite(value):
+                raise ConfigurationError(f"setting {name} must be a finite duration, got {value!r}")
         positive = (
             "max_argument_bytes",
             "max_text_bytes",
@@ -314,6 +321,44 @@ class Settings:
         return cls(**{**_from_app_conf(conf), **_from_environ(environ), **overrides})
 
 
+#: Settings that are durations: each takes a number of seconds or `30s`, `5m`, `2h`, `30d`
+#: (`parse_seconds`), from the environment, the app's configuration and code alike. `retention`
+#: is one too, with its unit required (`parse_duration`: a bare number is refused).
+DURATION_SETTINGS = (
+    "schedule_to_start",
+    "start_to_close",
+    "heartbeat_timeout",
+    "approval_timeout",
+    "backoff_initial",
+    "backoff_max",
+    "sweep_interval",
+    "reconcile_interval",
+    "check_timeout",
+    "unrecorded_grace",
+    "record_wait",
+    "orphan_grace",
+    "finished_ttl",
+    "webhook_backoff",
+    "webhook_timeout",
+    "claim_replicas_timeout",
+    "shutdown_grace",
+    "unknown_tool_requeue_delay",
+    "retention_interval",
+)
+
+
+def _duration(label: str, raw: str, name: str) -> float | int:
+    """A duration setting's text as seconds (whole seconds, rounded up, for `finished_ttl`,
+    a Redis expiry); a `ConfigurationError` naming the setting otherwise."""
+    try:
+        seconds = parse_seconds(raw, option=label)
+    except InvalidRequest:
+        raise ConfigurationError(f"{label}={raw!r} is not a duration ({DURATION_FORMS})") from None
+    if name == "finished_ttl":
+        return math.ceil(seconds)
+    return seconds
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 #: The prefix of dex-celery's keys in a Celery app's configuration.
 APP_PREFIX = "dex_"
@@ -335,7 +380,7 @@ def _from_environ(environ: Mapping[str, str] | None) -> dict[str, Any]:
     for field in fields(Settings):
         raw = env.get(env_name(field.name))
         if raw is not None:
-            values[field.name] = _parse(env_name(field.name), raw, field.type)
+            values[field.name] = _parse(env_name(field.name), raw, field.type, field.name)
     return values
 
 
@@ -361,7 +406,7 @@ def _from_app_conf(conf: Any) -> dict[str, Any]:
     for field in known.values():
         value = conf.get(app_name(field.name))
         if value is not None:
-            values[field.name] = _typed(app_name(field.name), value, field.type)
+            values[field.name] = _typed(app_name(field.name), value, field.type, field.name)
     return values
 
 
@@ -369,11 +414,12 @@ def _from_app_conf(conf: Any) -> dict[str, Any]:
 _KINDS = {"bool": "a boolean", "int": "an integer", "float": "a number"}
 
 
-def _typed(label: str, value: Any, annotation: object) -> Any:
+def _typed(label: str, value: Any, annotation: object, name: str) -> Any:
     """A configuration value as its field's type: text is parsed as an environment variable's
-    would be; a Python value must already be of the type."""
+    would be (`CELERY_DEX_APPROVAL_TIMEOUT = "2h"`); a Python value must already be of the
+    type."""
     if isinstance(value, str):
-        return _parse(label, value, annotation)
+        return _parse(label, value, annotation, name)
     kind = str(annotation)
     ok = {
         "bool": isinstance(value, bool),
@@ -381,12 +427,15 @@ def _typed(label: str, value: Any, annotation: object) -> Any:
         "float": isinstance(value, int | float) and not isinstance(value, bool),
     }.get(kind, False)
     if not ok:
-        wanted = _KINDS.get(kind, "text")
+        wanted = f"a duration ({DURATION_FORMS})" if name in DURATION_SETTINGS else None
+        wanted = wanted or _KINDS.get(kind, "text")
         raise ConfigurationError(f"{label}={value!r} is not {wanted}")
     return float(value) if kind == "float" else value
 
 
-def _parse(label: str, raw: str, annotation: object) -> Any:
+def _parse(label: str, raw: str, annotation: object, name: str) -> Any:
+    if name in DURATION_SETTINGS:
+        return _duration(label, raw, name)
     kind = str(annotation)
     if kind == "bool":
         truthy, falsy = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}

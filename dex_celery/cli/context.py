@@ -39,9 +39,14 @@ class DexContext:
 
     @property
     def dex(self) -> Dex:
+        return self.load()
+
+    def load(self, *, check_database: bool = True) -> Dex:
+        """The app; `check_database=False` for a command that checks its own configuration
+        first (a server's bind) and the database after (`require_existing_database`)."""
         if self._dex is None:
             self._dex = find_dex(self.app_path)
-            if not self.database_may_be_missing:
+            if check_database and not self.database_may_be_missing:
                 require_existing_database(self._dex.settings.database_url)
         return self._dex
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from dex_celery.access import Credentials, check_bind
+from dex_celery.backend_errors import require_existing_database
 from dex_celery.cli.context import EXIT_USAGE, DexContext, pass_context
 
 
@@ -65,8 +67,12 @@ def mcp(
             err=True,
         )
         raise SystemExit(EXIT_USAGE) from None
+    dex = ctx.load(check_database=False)
+    if transport != "stdio":  # the configuration first: an open bind is refused before all
+        check_bind(host, Credentials.from_settings(dex.settings), "the MCP server")
+    require_existing_database(dex.settings.database_url)  # serving never creates a file
     serve(
-        ctx.dex,
+        dex,
         transport=transport,
         host=host,
         port=port,

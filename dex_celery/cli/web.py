@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from dex_celery.access import Credentials, check_bind
+from dex_celery.backend_errors import require_existing_database
 from dex_celery.cli.calls import emit_json
 from dex_celery.cli.context import DexContext, pass_context
 from dex_celery.ops.webhooks import delivery_status, render_status
@@ -49,8 +51,11 @@ def web(
         raise click.UsageError(
             f"the web app needs the web extra: pip install 'dex-celery[web]' ({e})"
         ) from e
+    dex = ctx.load(check_database=False)
+    check_bind(host, Credentials.from_settings(dex.settings))  # the configuration first
+    require_existing_database(dex.settings.database_url)  # serving never creates a file
     serve(
-        ctx.dex,
+        dex,
         host=host,
         port=port,
         log_level=log_level,

@@ -26,14 +26,33 @@ def format_utc(value: float | None, *, millis: bool = True) -> str:
     return text + " UTC"
 
 
+#: A plain number of seconds (no exponent, no `inf`/`nan`: a duration is written as people do).
+_SECONDS = re.compile(r"[+-]?\d+(?:\.\d+)?")
+#: How a duration may be written, for error messages.
+DURATION_FORMS = "a number of seconds, or a number and a unit: 30s, 5m, 2h, 30d"
+
+
+def parse_seconds(text: str, *, option: str = "duration") -> float:
+    """The one duration syntax of every duration-valued setting: `90` or `90.5` (seconds),
+    `30s`, `5m`, `2h`, `30d`. The setting checks the range (positive, or 0 allowed)."""
+    value = text.strip()
+    relative = _RELATIVE.fullmatch(value)
+    if relative is not None:
+        return float(relative.group(1)) * _UNIT[relative.group(2)]
+    if _SECONDS.fullmatch(value):
+        return float(value)
+    raise InvalidRequest(f"{option} {text!r} is not a duration ({DURATION_FORMS})")
+
+
 def parse_duration(text: str, *, option: str = "duration") -> float:
-    """`30s`, `15m`, `2h`, `30d` as seconds (the retention setting, `history prune --before`)."""
+    """`30s`, `15m`, `2h`, `30d` as seconds, the unit required (the retention setting,
+    `history prune --before`: a bare `30` would mean 30 seconds, and remove nearly all)."""
     relative = _RELATIVE.fullmatch(text.strip())
     if relative is None or float(relative.group(1)) <= 0:
         raise InvalidRequest(
             f"{option} {text!r} is not a positive duration (a number and a unit: 30s, 15m, 2h, 30d)"
         )
-    return float(relative.group(1)) * _UNIT[relative.group(2)]
+    return parse_seconds(text, option=option)
 
 
 def parse_since(text: str, *, now: float | None = None, option: str = "--since") -> float:

@@ -52,8 +52,8 @@ def test_a_namespace_maps_prefixed_names_as_celery_does() -> None:
     ("conf", "message"),
     [
         ({"dex_redis_ur": "redis://x"}, "dex_redis_ur, which is no dex-celery setting"),
-        ({"dex_heartbeat_timeout": "soon"}, "dex_heartbeat_timeout='soon' is not a number"),
-        ({"dex_heartbeat_timeout": True}, "dex_heartbeat_timeout=True is not a number"),
+        ({"dex_heartbeat_timeout": "soon"}, "dex_heartbeat_timeout='soon' is not a duration"),
+        ({"dex_heartbeat_timeout": True}, "dex_heartbeat_timeout=True is not a duration"),
         ({"dex_redis_cluster": "maybe"}, "dex_redis_cluster='maybe' is not a boolean"),
         ({"dex_redis_url": 6379}, "dex_redis_url=6379 is not text"),
         ({"dex_ledger_shards": 2.5}, "dex_ledger_shards=2.5 is not an integer"),

@@ -41,6 +41,7 @@ from dex_celery.errors import (
 from dex_celery.integrations.conversation import Conversation
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.times import format_utc
 from dex_celery.tools.call_identity import canonical_json, json_number_form
 from dex_celery.tools.tool import Tool, find_tool
 
@@ -98,12 +99,14 @@ def _as_json(arguments: Mapping[str, Any]) -> str:
 
 
 def pending_text(record: ToolCallRecord) -> str:
-    """What the model reads for a call still waiting for a person's decision."""
-    deadline = json.dumps(record.approval_deadline)
-    return (
-        f"The call {record.key} is waiting for a person's approval (deadline {deadline}) and has "
-        "not run."
+    """What the model reads for a call still waiting for a person's decision: the deadline as
+    a UTC time (`2026-12-05 10:15:00 UTC`), as every time a model or a person reads is."""
+    deadline = (
+        f" (deadline {format_utc(record.approval_deadline, millis=False)})"
+        if record.approval_deadline is not None
+        else ""
     )
+    return f"The call {record.key} is waiting for a person's approval{deadline} and has not run."
 
 
 def in_flight_text(record: ToolCallRecord, timeout: float) -> str:

@@ -45,6 +45,7 @@ from dex_celery.integrations.mcp_unanswered import UnansweredCalls
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.model.times import format_utc
 from dex_celery.store.owners import SessionOwners
 
 log = logging.getLogger("dex_celery.mcp")
@@ -82,13 +83,15 @@ def speaks_tasks(ctx: ServerRequestContext[Any]) -> bool:
 
 
 def _iso(seconds: float) -> str:
+    """RFC 3339, for the protocol's own fields (`createdAt`); text a model reads uses
+    `format_utc`."""
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _working_message(record: ToolCallRecord, where: str | None) -> str:
     if record.status is CallStatus.AWAITING_APPROVAL:
         deadline = (
-            f" until {_iso(record.approval_deadline)}"
+            f" until {format_utc(record.approval_deadline, millis=False)}"
             if record.approval_deadline is not None
             else ""
         )

@@ -1,0 +1,65 @@
+"""Every time a model reads is a UTC time written out (`2026-12-06 06:36:19 UTC`), never Unix
+seconds (`deadline 1796538979.7609718`): the text of a call waiting for approval that each
+framework adapter returns, the MCP task's status message, and the engine's texts of a passed
+approval deadline (`dex_celery/model/times.format_utc`, the one way times are shown).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dex_celery.integrations.framework_calls import pending_text
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.records import ToolCallRecord
+from dex_celery.settings import Settings
+
+DEADLINE = 1796538979.7609718
+SHOWN = "2026-12-06 06:36:19 UTC"
+#: Unix seconds as a model would see them leak: ten digits, with or without a fraction.
+UNIX_SECONDS = re.compile(r"\b\d{9,11}(?:\.\d+)?\b")
+
+
+def waiting() -> ToolCallRecord:
+    policy = resolve_policy(
+        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=True),
+        None,
+        None,
+        Settings(),
+    )
+    return ToolCallRecord(
+        key="s/t/c",
+        session_id="s",
+        turn_id="t",
+        tool_call_id="c",
+        tool_name="charge",
+        arguments="{}",
+        policy=policy,
+        status=CallStatus.AWAITING_APPROVAL,
+        error=None,
+        result=None,
+        attempts=0,
+        requested_at=DEADLINE - 3600,
+        finished_at=None,
+        approval_deadline=DEADLINE,
+    )
+
+
+def assert_reads_utc(text: str) -> None:
+    assert SHOWN in text, text
+    assert not UNIX_SECONDS.search(text), text
+
+
+def test_the_framework_adapters_text_of_a_waiting_call() -> None:
+    """CrewAI, Google ADK and every adapter built on `framework_calls` return this text."""
+    assert_reads_utc(pending_text(waiting()))
+
+
+def test_the_mcp_task_status_message_of_a_waiting_call() -> None:
+    pytest.importorskip("mcp")
+    from dex_celery.integrations.mcp_tasks import task_of  # needs the mcp extra
+
+    task = task_of(waiting(), None, poll_interval=1.0)
+    assert_reads_utc(task["statusMessage"])

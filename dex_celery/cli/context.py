@@ -27,7 +27,7 @@ class DexContext:
 
     Loading the app refuses a SQLite database file that does not exist (`SchemaMissing`, one
     `error:` line): SQLite would create an empty file on the first connection, so a mistyped
-    URL would leave one behind. Only the commands meant to create the database (`db upgrade`,
+    URL would leave one behind (S9.4). Only the commands meant to create the database (`db upgrade`,
     `dev`) or that report a missing one themselves (`status`) set `database_may_be_missing`.
     """
 

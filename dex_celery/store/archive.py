@@ -7,6 +7,11 @@ not deleted yet (their delete comes after the fsync), so `Archive.open` cuts the
 its last whole member and nothing is lost or half-kept. A call may be both in the archive and
 still in SQL (killed between the fsync and the delete's commit; a row that changed while it was
 archived): a later prune archives it again, and a reader keeps the last record of each key.
+
+An existing file is appended to only when it is such an archive (`is_archive`): a prune given
+the path of anything else (a README, another program's gzip file) refuses before it deletes or
+writes anything, so an operator's typo never costs a file (S9.4; docs/operations.md,
+"Retention").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the operator commands may write, and which services they need (docs/operations.md,
-"What each command writes").
+"""What the operator commands may write, and which services they need (S9.4;
+docs/operations.md, "What each command writes, and needs").
 
 `history prune --archive FILE` appends only to a new file or an archive an earlier prune wrote:
 any other file (a README, another program's gzip file) is refused with one

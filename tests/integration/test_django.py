@@ -63,6 +63,7 @@ def test_a_django_project_sets_dex_celery_where_it_sets_celery(
     assert dex.settings.database_url == database
     assert dex.settings.key_prefix == prefix
     assert dex.settings.heartbeat_timeout == 2.5
+    assert dex.settings.approval_timeout == 7200.0  # CELERY_DEX_APPROVAL_TIMEOUT = "2h"
 
     worker = CeleryWorker(
         APP, example, tmp_path / "ready", concurrency=1, ready_env="DJANGO_EXAMPLE_READY_DIR"

@@ -91,6 +91,12 @@ def test_prune_refuses_an_existing_file_that_is_no_archive(
     keys = [r["key"] for r in read_archive(archive) if r["kind"] == "call"]
     assert len(keys) == len(set(keys)) == 25
 
+    # A prune that removes nothing makes no file.
+    nothing = tmp_path / "nothing.jsonl.gz"
+    code, out, err = prune(env, "--archive", str(nothing))
+    assert code == 0 and out.startswith("history prune: removed 0 calls"), (out, err)
+    assert not nothing.exists()
+
 
 def test_dry_run_reads_sql_only(tmp_path: Path) -> None:
     """Redis down: the dry run counts; the real prune, which asks the ledger, refuses in one
@@ -193,3 +199,26 @@ def test_an_archive_cut_in_its_first_batch_is_still_recognised(tmp_path: Path) -
     text = tmp_path / "notes.txt"
     text.write_text('{"key": "looks like a record but is not gzip"}\n')
     assert not is_archive(text)
+
+
+def test_a_first_batch_that_cannot_be_written_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk refuses the first batch (full, read-only): `ArchiveError`, and the file this
+    writer made is gone, so no empty or cut archive is left for a person to wonder about."""
+    import os  # only this test makes fsync fail
+
+    from dex_celery.errors import ArchiveError
+    from dex_celery.store import archive as archive_module
+
+    def refuse(_fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    path = tmp_path / "a.jsonl.gz"
+    writer = archive_module.Archive(path)
+    monkeypatch.setattr(archive_module.os, "fsync", refuse)
+    with pytest.raises(ArchiveError, match="No space left"):
+        writer.append([{"key": "a/t/c", "kind": "call"}])
+    monkeypatch.setattr(archive_module.os, "fsync", os.fsync)
+    writer.close()
+    assert not path.exists()

@@ -23,7 +23,8 @@ from dex_celery.errors import CommitUnconfirmed
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
     """`engine.begin()`, except that a connection lost during the COMMIT raises
-    `CommitUnconfirmed` (the driver's error is its `__cause__`).
+    `CommitUnconfirmed` (the driver's error is its `__cause__`; past the public API's edge, its
+    `cause`: `backend_errors.driver_cause` reads either).
 
     Anything raised before the COMMIT is sent propagates as it is; the connection is then
     closed without committing, so nothing of the block was applied. An error the server

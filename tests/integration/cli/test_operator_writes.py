@@ -132,6 +132,8 @@ def test_sql_only_commands_run_with_redis_down(tmp_path: Path, args: list[str]) 
         assert "no tool call" in one_error_line(result)
 
 
+#: The command groups (their second word names the command).
+GROUPS = {"calls", "approvals", "history", "webhooks", "mcp-servers", "db"}
 #: Every command that loads the app, as a person might run it against a mistyped URL.
 EVERY_COMMAND = [
     ["calls", "list"],
@@ -152,6 +154,29 @@ EVERY_COMMAND = [
     ["web", "--port", "1"],
     ["mcp"],
 ]
+
+
+#: The commands that may create the database, or report a missing one as part of their output.
+MAY_CREATE_OR_REPORT = {"db upgrade", "dev", "demo", "status"}
+
+
+def test_every_command_is_covered() -> None:
+    """A new subcommand joins `EVERY_COMMAND` (or says why it may create a database)."""
+    import click  # the command tree itself, only this test walks it
+
+    from dex_celery.cli.main import main
+
+    def leaves(command: click.Command, path: tuple[str, ...] = ()) -> list[str]:
+        if isinstance(command, click.Group):
+            return [
+                leaf
+                for name, sub in command.commands.items()
+                for leaf in leaves(sub, (*path, name))
+            ]
+        return [" ".join(path)]
+
+    covered = {" ".join(args[:2]) if args[0] in GROUPS else args[0] for args in EVERY_COMMAND}
+    assert set(leaves(main)) == covered | MAY_CREATE_OR_REPORT
 
 
 @pytest.mark.parametrize("args", EVERY_COMMAND, ids=" ".join)

@@ -18,7 +18,8 @@ import click
 from dex_celery.backend_errors import require_existing_database, safe_url
 from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
-from dex_celery.errors import AppNotFound
+from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.errors import AppNotFound, LedgerMismatch, RebindNotConfirmed
 from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
 from dex_celery.ops.present import command_line
 from dex_celery.processes.localstack import (
@@ -31,6 +32,7 @@ from dex_celery.processes.localstack import (
 )
 from dex_celery.processes.supervise import Supervisor
 from dex_celery.settings import Settings
+from dex_celery.store.bindings import read_binding
 
 #: Exit code of `dex-celery demo` for each way the demo ends.
 DEMO_EXIT_CODES = {
@@ -194,6 +196,56 @@ def db_current(ctx: DexContext) -> None:
     require_existing_database(settings.database_url)
     at = current(settings.database_url, settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")
+
+
+@db.command("rebind-ledger")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Rebind: the old ledger is gone for good and no process uses it any more.",
+)
+@pass_context
+def db_rebind_ledger(ctx: DexContext, yes: bool) -> None:
+    """Bind the database to the ledger in the app's Redis, after the ledger it was bound to
+    is gone for good (docs/ledger.md, "One database, one ledger"): the calls in flight are
+    judged from the database, as after a Redis rollback. Without --yes, says what it would do."""
+    dex = ctx.dex
+    epoch = dex.runtime.epoch
+    if _belongs_to_the_app(epoch):
+        binding = read_binding(dex.store.engine)
+        assert binding is not None  # the look above binds a database bound to nothing
+        click.echo(
+            f"{_where(dex.settings)}: bound to the ledger at {binding.location} (ledger "
+            f"{binding.ledger_id}), the app's: nothing to rebind"
+        )
+        return
+    before = read_binding(dex.store.engine)
+    assert before is not None  # a mismatch needs a binding
+    target = epoch.location
+    click.echo(
+        f"{_where(dex.settings)}: bound to the ledger at {before.location} (ledger "
+        f"{before.ledger_id}, {before.origin.value} Redis); the app's Redis is {target}"
+    )
+    if not yes:
+        raise RebindNotConfirmed(
+            f"nothing was changed: rerun with --yes to bind the database to the ledger at "
+            f"{target}, once the old ledger is gone for good and no process uses it (a process "
+            "still on it could run a read or an idempotent write again; writes never run twice)"
+        )
+    _old, now = epoch.rebind()
+    click.echo(
+        f"{_where(dex.settings)}: bound to the ledger at {now.location} (ledger "
+        f"{now.ledger_id}); the calls in flight are judged from the database at the next sweep"
+    )
+
+
+def _belongs_to_the_app(epoch: LedgerEpoch) -> bool:
+    """Is the database the ledger's of the app's Redis (the look any process makes first)?"""
+    try:
+        epoch.current(refresh=True)
+    except LedgerMismatch:
+        return False
+    return True
 
 
 def _where(settings: Settings) -> str:

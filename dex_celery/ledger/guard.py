@@ -40,6 +40,9 @@ from dex_celery.store.bindings import Binding, LedgerOrigin, bind, read_binding,
 #: The command an operator runs (naming the deployment's app with -A) to bind a database to the
 #: ledger its processes now use; the CLI's error line puts the app in (`cli/main.py`).
 REBIND_COMMAND = "dex-celery db rebind-ledger --yes"
+#: The same for a `dev` or `demo` stack, whose private Redis is gone when it stops: the database
+#: is released, and the next stack's first look binds it to its own ledger.
+RELEASE_COMMAND = "dex-celery db rebind-ledger --release --yes"
 
 log = logging.getLogger("dex_celery.ledger")
 
@@ -210,6 +213,14 @@ class LedgerGuard:
                 f"{said}. The database's ledger is the private Redis of a `dex-celery dev` or "
                 "`demo` that still runs on this host: stop it first, or give this run a "
                 "database of its own (DEX_DATABASE_URL)"
+            )
+        if seen.origin is LedgerOrigin.PRIVATE:
+            # A `dev` or `demo` stack: its Redis lives only while it runs, so the database is
+            # released for the next stack's first look rather than bound to this one.
+            return (
+                f"{said}. If that ledger is gone for good and no process uses it any more, "
+                f"release the database with `{RELEASE_COMMAND}`, naming the app with -A, and "
+                'start again (docs/ledger.md, "One database, one ledger", says what it risks)'
             )
         return (
             f"{said}. If that ledger is gone for good and no process uses it any more, bind "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from dex_celery.store.schema import ledger_bindings
@@ -125,3 +125,16 @@ def rebind(
     binding = read_binding(engine)
     assert binding is not None  # the row is never deleted
     return binding
+
+
+def release(engine: Engine, *, expected: str) -> bool:
+    """Forget the ledger the database belongs to, if it is still `expected` (compare-and-set);
+    the next process to look binds it to the ledger of its own Redis. Returns whether this call
+    removed the binding."""
+    with engine.begin() as conn:
+        removed = conn.execute(
+            delete(ledger_bindings).where(
+                ledger_bindings.c.id == _ROW, ledger_bindings.c.ledger_id == expected
+            )
+        ).rowcount
+    return bool(removed)

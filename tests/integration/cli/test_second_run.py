@@ -9,13 +9,17 @@ sweeps without a failure.
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
+import time
 from pathlib import Path
 
 from devtools.processes import wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.engine.counters import last_sweep
-from dex_celery.store.bindings import LedgerOrigin, read_binding
+from dex_celery.store.bindings import LedgerOrigin, bind, read_binding
+from dex_celery.store.migrate import upgrade
 from dex_celery.store.sql_engine import make_engine
 from tests.support.dev_stack import (
     SCRIPT,
@@ -103,3 +107,58 @@ def test_dev_twice_on_one_database_serves_calls_and_beat_sweeps(tmp_path: Path) 
     ledger_id, _location, origin = _binding(env)
     assert ledger_id != first_ledger
     assert origin is LedgerOrigin.PRIVATE
+
+
+def test_a_demo_on_a_configured_ledgers_database_says_how_to_recover_and_then_runs(
+    tmp_path: Path,
+) -> None:
+    """A database a configured deployment used (its Redis elsewhere) is never taken over by
+    itself: the demo ends with one `error:` line naming the command, which runs as pasted, and
+    the next demo runs."""
+    env = stack_environment(tmp_path)
+    engine = make_engine(env["DEX_DATABASE_URL"])
+    try:
+        upgrade(env["DEX_DATABASE_URL"])
+        bind(engine, "a-configured-ledger", "10.1.2.3:6379/0 dex", time.time())
+    finally:
+        engine.dispose()
+
+    def demo() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(SCRIPT), "demo"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+
+    refused = demo()
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    (line,) = [x for x in refused.stderr.splitlines() if x.strip()]
+    assert line.startswith("error: LedgerMismatch: this database belongs to the ledger at 10.1.2.3")
+    command = re.search(r"`(dex-celery -A \S+ db rebind-ledger --release --yes)`", line)
+    assert command, line
+    words = shlex.split(command.group(1))
+    recovered = subprocess.run(
+        [str(SCRIPT), *words[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert _binding_or_none(env) is None
+
+    ran = demo()
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert _binding(env)[2] is LedgerOrigin.PRIVATE
+
+
+def _binding_or_none(env: dict[str, str]) -> object:
+    engine = make_engine(env["DEX_DATABASE_URL"])
+    try:
+        return read_binding(engine)
+    finally:
+        engine.dispose()

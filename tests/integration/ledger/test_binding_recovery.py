@@ -160,7 +160,7 @@ def test_a_private_ledger_of_another_host_is_not_replaced(
         conn.execute(update(ledger_bindings).values(origin_host="another-host"))
     first.kill()
     second = _dex_on(env, servers("second", private=True))
-    with pytest.raises(LedgerMismatch, match="db rebind-ledger --yes"):
+    with pytest.raises(LedgerMismatch, match="db rebind-ledger --release --yes"):
         second.sweeper.sweep_once()
     assert read_binding(dex.store.engine).ledger_id == old  # type: ignore[union-attr]
 
@@ -205,7 +205,7 @@ def test_a_configured_ledger_keeps_refusing_until_the_operator_rebinds(
     assert old is not None and old.origin is LedgerOrigin.CONFIGURED
     before.ledger.client.close()
     first.kill()
-    second = servers("second", private=True)
+    second = servers("second", private=False)  # the deployment's Redis now
     after = _dex_on(env, second)
 
     # The sweeper loop (beat's, `sweep --loop`'s) says it once, with the way out.
@@ -249,6 +249,7 @@ def test_a_configured_ledger_keeps_refusing_until_the_operator_rebinds(
             now = read_binding(dex.store.engine)
             assert now is not None and now.ledger_id != old.ledger_id
             assert now.location == after.runtime.epoch.location
+            assert now.origin is LedgerOrigin.CONFIGURED
             assert f"bound to the ledger at {now.location}" in rebound.stdout
 
             wait_for(
@@ -277,3 +278,48 @@ def test_two_rebinds_of_one_gone_ledger_bind_it_once(dex: Dex) -> None:
         engine, expected="old", ledger_id="b", location="L-b", now=2.0, origin=LedgerOrigin.PRIVATE
     )
     assert won == lost and won.ledger_id == "a" and won.location == "L-a"
+
+
+def test_a_dev_stack_on_a_configured_ledgers_database_is_told_to_release_it(
+    dex: Dex, env: dict[str, str], servers: Callable[..., RedisServer]
+) -> None:
+    """A `dev` or `demo` stack's Redis lives only while it runs: the way out is to release the
+    database (SQL only, no Redis needed), and the stack's next look binds it to its ledger."""
+    first = servers("first", private=False)
+    before = _dex_on(env, first)
+    write = before.client().request_call(
+        "s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0}
+    )
+    assert before.store.claim_write(
+        write.key, 1, fence="f1", owner="celery@gone:7", now=before.ledger.now()
+    )
+    old = read_binding(before.store.engine)
+    before.ledger.client.close()
+    first.kill()
+    stack = _dex_on(env, servers("stack", private=True))
+    with pytest.raises(LedgerMismatch, match="db rebind-ledger --release --yes`, naming the app"):
+        stack.sweeper.sweep_once()
+
+    gone = servers("gone", private=False)
+    gone.kill()  # the CLI needs no Redis for a release: its settings may name none that answers
+    unconfirmed = _cli(env, gone, "db", "rebind-ledger", "--release")
+    assert unconfirmed.returncode == 1, unconfirmed
+    assert unconfirmed.stderr.startswith("error: nothing was changed: rerun with --yes")
+    assert len(unconfirmed.stderr.splitlines()) == 1
+    assert read_binding(dex.store.engine) == old
+    released = _cli(env, gone, "db", "rebind-ledger", "--release", "--yes")
+    assert released.returncode == 0, released
+    assert "released" in released.stdout
+    assert read_binding(dex.store.engine) is None
+
+    def judged() -> bool:
+        stack.sweeper.sweep_once()
+        record = stack.store.get_call(write.key)
+        return record is not None and record.finished
+
+    wait_for(judged, timeout=30, what="the claimed write to be judged in the stack's ledger")
+    assert stack.store.get_call(write.key).status is CallStatus.OUTCOME_UNKNOWN  # type: ignore[union-attr]
+    now = read_binding(dex.store.engine)
+    assert now is not None and now.origin is LedgerOrigin.PRIVATE
+    again = _cli(env, gone, "db", "rebind-ledger", "--release")
+    assert again.returncode == 1  # bound again, so there is something to release: asks first

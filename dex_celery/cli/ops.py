@@ -14,8 +14,10 @@ import time
 from types import FrameType
 
 import click
+from celery import Celery
 from sqlalchemy import Engine
 
+from dex_celery.app import Dex
 from dex_celery.backend_errors import require_existing_database, safe_url
 from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
@@ -87,6 +89,10 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
             stack.start_redis()
             settings = stack.settings(Settings.from_env())
             prepare_database(settings, echo)
+            # Before the worker and beat start: a database that is another ledger's is refused
+            # here in one `error:` line that says how to recover (the stack is stopped below),
+            # not in their logs while `dev` says it is ready.
+            check_ledger(settings)
             stack.start_celery()
             node = expanded_node_name(stack.worker_name)
             pinger = ping_app(settings)
@@ -122,6 +128,18 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
         stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def check_ledger(settings: Settings) -> None:
+    """The look every process of the stack makes first (docs/ledger.md, "One database, one
+    ledger"): raises `LedgerMismatch`; binds a database bound to nothing, or to a private
+    ledger that is gone, to the stack's."""
+    dex = Dex(Celery("dex-dev-ledger-check"), settings)
+    try:
+        dex.runtime.epoch.current()
+    finally:
+        dex.runtime.redis.close()
+        dex.store.engine.dispose()
 
 
 def line_buffered() -> None:

@@ -116,12 +116,7 @@ def test_a_demo_on_a_configured_ledgers_database_says_how_to_recover_and_then_ru
     itself: the demo ends with one `error:` line naming the command, which runs as pasted, and
     the next demo runs."""
     env = stack_environment(tmp_path)
-    engine = make_engine(env["DEX_DATABASE_URL"])
-    try:
-        upgrade(env["DEX_DATABASE_URL"])
-        bind(engine, "a-configured-ledger", "10.1.2.3:6379/0 dex", time.time())
-    finally:
-        engine.dispose()
+    _bound_to_a_configured_ledger(env)
 
     def demo() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -154,6 +149,55 @@ def test_a_demo_on_a_configured_ledgers_database_says_how_to_recover_and_then_ru
     ran = demo()
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert _binding(env)[2] is LedgerOrigin.PRIVATE
+
+
+def test_dev_on_a_configured_ledgers_database_refuses_before_starting_and_says_how_to_recover(
+    tmp_path: Path,
+) -> None:
+    """`dev` refuses in one `error:` line before its worker and beat start (nothing left
+    running); the command it names runs as pasted; then `dev` serves."""
+    env = stack_environment(tmp_path)
+    _bound_to_a_configured_ledger(env)
+    out = tmp_path / "dev-1.out"
+    refused = start_dev("config.celery_app", env, out)
+    assert refused.wait(timeout=90) == 1, out.read_text()
+    output = out.read_text()
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output
+    assert set(started_processes(output)) == {"redis-server"}, output
+    for name, pid in started_processes(output).items():
+        assert not alive(pid), f"{name} (pid {pid}) outlived the refused dev"
+    command = re.search(
+        r"`(dex-celery -A config\.celery_app db rebind-ledger --release --yes)`", errors[0]
+    )
+    assert command, errors[0]
+    recovered = subprocess.run(
+        [str(SCRIPT), *shlex.split(command.group(1))[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+
+    second_out = tmp_path / "dev-2.out"
+    second = start_dev("config.celery_app", env, second_out)
+    try:
+        wait_dev_ready(second, second_out)
+    finally:
+        stop_dev(second, second_out)
+    assert _binding(env)[2] is LedgerOrigin.PRIVATE
+
+
+def _bound_to_a_configured_ledger(env: dict[str, str]) -> None:
+    """The database a deployment with its own, configured Redis used (not this machine's)."""
+    upgrade(env["DEX_DATABASE_URL"])
+    engine = make_engine(env["DEX_DATABASE_URL"])
+    try:
+        bind(engine, "a-configured-ledger", "10.1.2.3:6379/0 dex", time.time())
+    finally:
+        engine.dispose()
 
 
 def _binding_or_none(env: dict[str, str]) -> object:

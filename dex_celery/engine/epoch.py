@@ -37,7 +37,6 @@ class LedgerEpoch:
     def rebind(self) -> tuple[Binding | None, Binding]:
         """Bind the database to this process's ledger (`LedgerGuard.rebind`); the next look
         reads the new life."""
-        self._epoch = None
         try:
             return self._guard.rebind()
         finally:

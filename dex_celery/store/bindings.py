@@ -109,7 +109,8 @@ def rebind(
 ) -> Binding:
     """Bind the database to another ledger, if it is still bound to `expected` (compare-and-set:
     of processes that notice the same gone ledger at once, one rebinds and the others read
-    its binding). Returns the binding in force afterwards."""
+    its binding; a binding released meanwhile is bound afresh). Returns the binding in force
+    afterwards."""
     with engine.begin() as conn:
         conn.execute(
             update(ledger_bindings)
@@ -122,9 +123,10 @@ def rebind(
                 origin_host=origin_host,
             )
         )
-    binding = read_binding(engine)
-    assert binding is not None  # the row is never deleted
-    return binding
+    # Released meanwhile (`release`): nothing to compare with, so bind as a first process does.
+    return read_binding(engine) or bind(
+        engine, ledger_id, location, now, origin=origin, origin_host=origin_host
+    )
 
 
 def release(engine: Engine, *, expected: str) -> bool:

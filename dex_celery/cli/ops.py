@@ -92,7 +92,7 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
             # Before the worker and beat start: a database that is another ledger's is refused
             # here in one `error:` line that says how to recover (the stack is stopped below),
             # not in their logs while `dev` says it is ready.
-            check_ledger(settings)
+            check_ledger(stack.settings(ctx.dex.settings))  # as the app's worker will look
             stack.start_celery()
             node = expanded_node_name(stack.worker_name)
             pinger = ping_app(settings)

@@ -2,9 +2,14 @@
 
 The first run binds the database to the ledger in its private Redis (docs/ledger.md, "One
 database, one ledger"); that Redis is gone when the run ends. The next run starts a private
-Redis of its own: the database recovers by itself (a new ledger life, the calls in flight
-judged from SQL as after a rollback, S10.2) instead of refusing with `LedgerMismatch`, and beat
-sweeps without a failure.
+Redis of its own: the database recovers by itself (a new ledger, the calls in flight judged
+from SQL as after a rollback, S10.2, S10.3) instead of refusing with `LedgerMismatch`, and
+beat sweeps without a failure.
+
+A database a configured deployment used (its Redis elsewhere) is never taken over by itself:
+`demo` and `dev` end with one `error:` line naming the command that recovers, which runs as
+pasted. Each test starts from such a database, recovers, then runs the stack again and again
+(the stacks take a while to start: one test each for `demo` and `dev`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 from devtools.processes import wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.engine.counters import last_sweep
-from dex_celery.store.bindings import LedgerOrigin, bind, read_binding
+from dex_celery.store.bindings import Binding, LedgerOrigin, bind, read_binding
 from dex_celery.store.migrate import upgrade
 from dex_celery.store.sql_engine import make_engine
 from tests.support.dev_stack import (
@@ -31,24 +36,54 @@ from tests.support.dev_stack import (
     wait_dev_ready,
 )
 
+#: Where the configured deployment's Redis was (not on this machine).
+CONFIGURED = "10.1.2.3:6379/0 dex"
 
-def _binding(env: dict[str, str]) -> tuple[str, str, LedgerOrigin]:
+
+def _binding(env: dict[str, str]) -> Binding | None:
     engine = make_engine(env["DEX_DATABASE_URL"])
     try:
-        binding = read_binding(engine)
+        return read_binding(engine)
     finally:
         engine.dispose()
-    assert binding is not None
-    return binding.ledger_id, binding.location, binding.origin
 
 
-def test_the_demo_runs_three_times_on_one_database(tmp_path: Path) -> None:
-    """Each run binds the database to its own private Redis, the one before it being gone: all
-    three exit 0 and show every outcome; each run's ledger is a new one."""
+def _bound_to_a_configured_ledger(env: dict[str, str]) -> None:
+    upgrade(env["DEX_DATABASE_URL"])
+    engine = make_engine(env["DEX_DATABASE_URL"])
+    try:
+        bind(engine, "a-configured-ledger", CONFIGURED, time.time())
+    finally:
+        engine.dispose()
+
+
+def _recover_as_told(error: str, app: str, env: dict[str, str], cwd: Path) -> None:
+    """Run the command the `error:` line names, as pasted: the database is then released."""
+    command = re.search(
+        rf"`(dex-celery -A {re.escape(app)} db rebind-ledger --release --yes)`", error
+    )
+    assert command, error
+    recovered = subprocess.run(
+        [str(SCRIPT), *shlex.split(command.group(1))[1:]],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert _binding(env) is None
+
+
+def test_the_demo_recovers_as_told_then_runs_three_times_on_one_database(tmp_path: Path) -> None:
+    """On a configured ledger's database: one `error:` line naming the command. Then each run
+    binds the database to its own private Redis, the one before it being gone: all three exit
+    0 and show every outcome; each run's ledger is a new one."""
     env = stack_environment(tmp_path)
-    ledgers = []
-    for run in range(3):
-        result = subprocess.run(
+    _bound_to_a_configured_ledger(env)
+
+    def demo() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [str(SCRIPT), "demo"],
             cwd=tmp_path,
             env=env,
@@ -56,6 +91,18 @@ def test_the_demo_runs_three_times_on_one_database(tmp_path: Path) -> None:
             text=True,
             timeout=150,
         )
+
+    refused = demo()
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    (line,) = [x for x in refused.stderr.splitlines() if x.strip()]
+    assert line.startswith(
+        f"error: LedgerMismatch: this database belongs to the ledger at {CONFIGURED}"
+    )
+    _recover_as_told(line, "dex_celery.examples.orderdesk.app", env, tmp_path)
+
+    ledgers = []
+    for run in range(3):
+        result = demo()
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"run {run + 1}:\n{output}"
         assert "LedgerMismatch" not in output
@@ -63,27 +110,43 @@ def test_the_demo_runs_three_times_on_one_database(tmp_path: Path) -> None:
             assert f"\n{outcome} " in result.stdout, f"run {run + 1}:\n{output}"
         for name, pid in started_processes(result.stdout).items():
             assert not alive(pid), f"{name} (pid {pid}) outlived run {run + 1}"
-        ledger_id, location, origin = _binding(env)
-        assert origin is LedgerOrigin.PRIVATE
-        ledgers.append((ledger_id, location))
+        binding = _binding(env)
+        assert binding is not None and binding.origin is LedgerOrigin.PRIVATE
+        ledgers.append((binding.ledger_id, binding.location))
     assert len({ledger_id for ledger_id, _ in ledgers}) == 3, ledgers
 
 
-def test_dev_twice_on_one_database_serves_calls_and_beat_sweeps(tmp_path: Path) -> None:
-    """The second `dev` on the first one's SQLite file serves a call end to end; neither its
-    worker nor its beat logs a refusal or a failed sweep."""
+def test_dev_recovers_as_told_then_runs_twice_on_one_database(tmp_path: Path) -> None:
+    """On a configured ledger's database `dev` refuses before its worker and beat start, in one
+    `error:` line, nothing left running. After the command it names, `dev` runs; the second
+    `dev` on the first one's file serves a call end to end, and neither its worker nor its beat
+    logs a refusal or a failed sweep."""
     from config.celery_app import create_app  # deferred: the reference deployment's tools
 
+    app = "config.celery_app"
     env = stack_environment(tmp_path)
+    _bound_to_a_configured_ledger(env)
+    refused_out = tmp_path / "dev-0.out"
+    refused = start_dev(app, env, refused_out)
+    assert refused.wait(timeout=90) == 1, refused_out.read_text()
+    output = refused_out.read_text()
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output
+    assert set(started_processes(output)) == {"redis-server"}, output
+    for name, pid in started_processes(output).items():
+        assert not alive(pid), f"{name} (pid {pid}) outlived the refused dev"
+    _recover_as_told(errors[0], app, env, tmp_path)
+
     first_out, second_out = tmp_path / "dev-1.out", tmp_path / "dev-2.out"
-    first = start_dev("config.celery_app", env, first_out)
+    first = start_dev(app, env, first_out)
     try:
         wait_dev_ready(first, first_out)
     finally:
         stop_dev(first, first_out)
-    first_ledger = _binding(env)[0]
+    first_binding = _binding(env)
+    assert first_binding is not None and first_binding.origin is LedgerOrigin.PRIVATE
 
-    second = start_dev("config.celery_app", env, second_out)
+    second = start_dev(app, env, second_out)
     try:
         redis_url = wait_dev_ready(second, second_out)
         _app, dex, desk = create_app(Settings.from_env({**env, "DEX_REDIS_URL": redis_url}))
@@ -103,106 +166,7 @@ def test_dev_twice_on_one_database_serves_calls_and_beat_sweeps(tmp_path: Path) 
         stop_dev(second, second_out)
     output = second_out.read_text()
     assert "LedgerMismatch" not in output, output[-3000:]
-    assert "sweep failed" not in output, output[-3000:]
-    ledger_id, _location, origin = _binding(env)
-    assert ledger_id != first_ledger
-    assert origin is LedgerOrigin.PRIVATE
-
-
-def test_a_demo_on_a_configured_ledgers_database_says_how_to_recover_and_then_runs(
-    tmp_path: Path,
-) -> None:
-    """A database a configured deployment used (its Redis elsewhere) is never taken over by
-    itself: the demo ends with one `error:` line naming the command, which runs as pasted, and
-    the next demo runs."""
-    env = stack_environment(tmp_path)
-    _bound_to_a_configured_ledger(env)
-
-    def demo() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(SCRIPT), "demo"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=150,
-        )
-
-    refused = demo()
-    assert refused.returncode == 1, refused.stdout + refused.stderr
-    (line,) = [x for x in refused.stderr.splitlines() if x.strip()]
-    assert line.startswith("error: LedgerMismatch: this database belongs to the ledger at 10.1.2.3")
-    command = re.search(r"`(dex-celery -A \S+ db rebind-ledger --release --yes)`", line)
-    assert command, line
-    words = shlex.split(command.group(1))
-    recovered = subprocess.run(
-        [str(SCRIPT), *words[1:]],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-    assert _binding_or_none(env) is None
-
-    ran = demo()
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert _binding(env)[2] is LedgerOrigin.PRIVATE
-
-
-def test_dev_on_a_configured_ledgers_database_refuses_before_starting_and_says_how_to_recover(
-    tmp_path: Path,
-) -> None:
-    """`dev` refuses in one `error:` line before its worker and beat start (nothing left
-    running); the command it names runs as pasted; then `dev` serves."""
-    env = stack_environment(tmp_path)
-    _bound_to_a_configured_ledger(env)
-    out = tmp_path / "dev-1.out"
-    refused = start_dev("config.celery_app", env, out)
-    assert refused.wait(timeout=90) == 1, out.read_text()
-    output = out.read_text()
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in output, output
-    assert set(started_processes(output)) == {"redis-server"}, output
-    for name, pid in started_processes(output).items():
-        assert not alive(pid), f"{name} (pid {pid}) outlived the refused dev"
-    command = re.search(
-        r"`(dex-celery -A config\.celery_app db rebind-ledger --release --yes)`", errors[0]
-    )
-    assert command, errors[0]
-    recovered = subprocess.run(
-        [str(SCRIPT), *shlex.split(command.group(1))[1:]],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-
-    second_out = tmp_path / "dev-2.out"
-    second = start_dev("config.celery_app", env, second_out)
-    try:
-        wait_dev_ready(second, second_out)
-    finally:
-        stop_dev(second, second_out)
-    assert _binding(env)[2] is LedgerOrigin.PRIVATE
-
-
-def _bound_to_a_configured_ledger(env: dict[str, str]) -> None:
-    """The database a deployment with its own, configured Redis used (not this machine's)."""
-    upgrade(env["DEX_DATABASE_URL"])
-    engine = make_engine(env["DEX_DATABASE_URL"])
-    try:
-        bind(engine, "a-configured-ledger", "10.1.2.3:6379/0 dex", time.time())
-    finally:
-        engine.dispose()
-
-
-def _binding_or_none(env: dict[str, str]) -> object:
-    engine = make_engine(env["DEX_DATABASE_URL"])
-    try:
-        return read_binding(engine)
-    finally:
-        engine.dispose()
+    assert "cannot sweep" not in output and "sweep failed" not in output, output[-3000:]
+    binding = _binding(env)
+    assert binding is not None and binding.origin is LedgerOrigin.PRIVATE
+    assert binding.ledger_id != first_binding.ledger_id

@@ -118,6 +118,9 @@ def run_demo(settings: Settings, *, timeout: float) -> DemoResult:
         settings = stack.settings(settings)
         celery, dex, desk = create_app(settings)
         prepare_database(settings, lambda m: echo(f"  {m}"))
+        # The look every process makes first (LedgerMismatch), before the worker and beat
+        # start: a refusal is then one line, not also theirs.
+        dex.runtime.epoch.current()
         stack.start_celery()
         _wait_for_worker(celery, stack)
         scenario = _request_calls(dex, desk)

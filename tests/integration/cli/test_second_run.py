@@ -98,6 +98,10 @@ def test_the_demo_recovers_as_told_then_runs_three_times_on_one_database(tmp_pat
     assert line.startswith(
         f"error: LedgerMismatch: this database belongs to the ledger at {CONFIGURED}"
     )
+    # Refused before its worker and beat started; its private Redis stopped.
+    assert set(started_processes(refused.stdout)) == {"redis-server"}, refused.stdout
+    for name, pid in started_processes(refused.stdout).items():
+        assert not alive(pid), f"{name} (pid {pid}) outlived the refused demo"
     _recover_as_told(line, "dex_celery.examples.orderdesk.app", env, tmp_path)
 
     ledgers = []

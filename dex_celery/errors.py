@@ -318,3 +318,8 @@ class AttemptCancelled(DexError):
 class LedgerMismatch(ConfigurationError):
     """This process's Redis is not the ledger the database belongs to (one database, one
     ledger): acting on the database's calls from here would misjudge them as lost."""
+
+
+class RebindNotConfirmed(ConfigurationError):
+    """`dex-celery db rebind-ledger` without `--yes`: a rebind is the operator's word that the
+    old ledger is gone for good, so it is never assumed."""

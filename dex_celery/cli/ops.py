@@ -14,11 +14,15 @@ import time
 from types import FrameType
 
 import click
+from celery import Celery
+from sqlalchemy import Engine
 
+from dex_celery.app import Dex
 from dex_celery.backend_errors import require_existing_database, safe_url
 from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
-from dex_celery.errors import AppNotFound
+from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.errors import AppNotFound, LedgerMismatch, RebindNotConfirmed
 from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
 from dex_celery.ops.present import command_line
 from dex_celery.processes.localstack import (
@@ -31,6 +35,9 @@ from dex_celery.processes.localstack import (
 )
 from dex_celery.processes.supervise import Supervisor
 from dex_celery.settings import Settings
+from dex_celery.store.bindings import Binding, read_binding
+from dex_celery.store.bindings import release as release_binding
+from dex_celery.store.sql_engine import make_engine
 
 #: Exit code of `dex-celery demo` for each way the demo ends.
 DEMO_EXIT_CODES = {
@@ -83,6 +90,10 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
             stack.start_redis()
             settings = stack.settings(Settings.from_env())
             prepare_database(settings, echo)
+            # Before the worker and beat start: a database that is another ledger's is refused
+            # here in one `error:` line that says how to recover (the stack is stopped below),
+            # not in their logs while `dev` says it is ready.
+            check_ledger(stack.settings(ctx.dex.settings))  # as the app's worker will look
             stack.start_celery()
             node = expanded_node_name(stack.worker_name)
             pinger = ping_app(settings)
@@ -118,6 +129,18 @@ def dev(ctx: DexContext, flower: bool, flower_port: int, concurrency: int) -> No
         stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def check_ledger(settings: Settings) -> None:
+    """The look every process of the stack makes first (docs/ledger.md, "One database, one
+    ledger"): raises `LedgerMismatch`; binds a database bound to nothing, or to a private
+    ledger that is gone, to the stack's."""
+    dex = Dex(Celery("dex-dev-ledger-check"), settings)
+    try:
+        dex.runtime.epoch.current()
+    finally:
+        dex.runtime.redis.close()
+        dex.store.engine.dispose()
 
 
 def line_buffered() -> None:
@@ -197,6 +220,104 @@ def db_current(ctx: DexContext) -> None:
     require_existing_database(settings.database_url)
     at = current(settings.database_url, settings.database_schema)
     click.echo(f"{_where(settings)}: at revision {at or 'none'} (newest: {head()})")
+
+
+@db.command("rebind-ledger")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Rebind: the old ledger is gone for good and no process uses it any more.",
+)
+@click.option(
+    "--release",
+    is_flag=True,
+    help="Forget the old ledger instead (no Redis needed): the next process to look binds the "
+    "database to the ledger of its own Redis, e.g. the next `dev` or `demo`.",
+)
+@pass_context
+def db_rebind_ledger(ctx: DexContext, yes: bool, release: bool) -> None:
+    """Bind the database to the ledger in the app's Redis, after the ledger it was bound to
+    is gone for good (docs/ledger.md, "One database, one ledger"): the calls in flight are
+    judged from the database, as after a Redis rollback. Without --yes, says what it would do."""
+    if release:
+        _release_ledger(ctx, yes)
+        return
+    dex = ctx.dex
+    epoch = dex.runtime.epoch
+    if _belongs_to_the_app(epoch):
+        binding = read_binding(dex.store.engine)
+        assert binding is not None  # the look above binds a database bound to nothing
+        click.echo(
+            f"{_where(dex.settings)}: bound to the ledger at {binding.location} (ledger "
+            f"{binding.ledger_id}), the app's: nothing to rebind"
+        )
+        return
+    before = read_binding(dex.store.engine)
+    assert before is not None  # a mismatch needs a binding
+    target = epoch.location
+    click.echo(f"{_where(dex.settings)}: {_bound_to(before)}; the app's Redis is {target}")
+    if not yes:
+        raise RebindNotConfirmed(
+            f"nothing was changed: rerun with --yes to bind the database to the ledger at "
+            f"{target}, once the old ledger is gone for good and no process uses it (a process "
+            "still on it could run a read or an idempotent write again; writes never run twice)"
+        )
+    _old, now = epoch.rebind()
+    click.echo(
+        f"{_where(dex.settings)}: bound to the ledger at {now.location} (ledger "
+        f"{now.ledger_id}); the calls in flight are judged from the database at the next sweep"
+    )
+
+
+def _release_ledger(ctx: DexContext, yes: bool) -> None:
+    """`rebind-ledger --release`: SQL work only, so it works while no Redis of the old ledger
+    or of the next stack runs (a `dev` or `demo` stack's private Redis lives only as it does)."""
+    settings = _db_settings(ctx)
+    require_existing_database(settings.database_url)
+    engine = make_engine(settings.database_url, settings.database_schema)
+    try:
+        _release(settings, engine, yes)
+    finally:
+        engine.dispose()
+
+
+def _release(settings: Settings, engine: Engine, yes: bool) -> None:
+    before = read_binding(engine)
+    if before is None:
+        click.echo(f"{_where(settings)}: bound to no ledger: nothing to release")
+        return
+    click.echo(f"{_where(settings)}: {_bound_to(before)}")
+    if not yes:
+        raise RebindNotConfirmed(
+            "nothing was changed: rerun with --yes to release the database, once that ledger "
+            "is gone for good and no process uses it (a process still on it could run a read "
+            "or an idempotent write again; writes never run twice)"
+        )
+    if not release_binding(engine, expected=before.ledger_id):
+        raise LedgerMismatch(
+            "another process bound this database to another ledger meanwhile: nothing was "
+            "released by this command"
+        )
+    click.echo(
+        f"{_where(settings)}: released; the next process to look binds it to the ledger of its "
+        "Redis, and the calls in flight that ledger does not hold are judged from the database"
+    )
+
+
+def _bound_to(binding: Binding) -> str:
+    return (
+        f"bound to the ledger at {binding.location} (ledger {binding.ledger_id}, "
+        f"{binding.origin.value} Redis)"
+    )
+
+
+def _belongs_to_the_app(epoch: LedgerEpoch) -> bool:
+    """Is the database the ledger's of the app's Redis (the look any process makes first)?"""
+    try:
+        epoch.current(refresh=True)
+    except LedgerMismatch:
+        return False
+    return True
 
 
 def _where(settings: Settings) -> str:

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from dex_celery.ledger.guard import LedgerGuard
 from dex_celery.ledger.ledger import Ledger
+from dex_celery.store.bindings import Binding
 
 
 class LedgerEpoch:
@@ -22,11 +23,24 @@ class LedgerEpoch:
         self._guard = LedgerGuard(ledger, engine, location)
         self._epoch: str | None = None
 
+    @property
+    def location(self) -> str:
+        """Where this process's ledger lives (`host:port/db prefix`, `guard.ledger_location`)."""
+        return self._guard.location
+
     def current(self, *, refresh: bool = False) -> str:
         """The epoch in force; `refresh` asks the ledger again (a sweep, an epoch change)."""
         if self._epoch is None or refresh:
             self._epoch = self._guard.check()
         return self._epoch
+
+    def rebind(self) -> tuple[Binding | None, Binding]:
+        """Bind the database to this process's ledger (`LedgerGuard.rebind`); the next look
+        reads the new life."""
+        try:
+            return self._guard.rebind()
+        finally:
+            self._epoch = None
 
     def recorded(self, epoch: str | None = None) -> str:
         """The epoch as the database records it with a call (`ledger_epoch`, 64 characters at

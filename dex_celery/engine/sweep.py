@@ -23,6 +23,7 @@ from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import count_sql_write_errors, record_sweep
 from dex_celery.engine.decided import finished_step
 from dex_celery.engine.dispatch import claimed_write, claimed_write_outcome
+from dex_celery.errors import LedgerMismatch
 from dex_celery.ledger.keys import ShardKeys
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind, shard_epoch
 from dex_celery.model.event_types import EventType
@@ -331,9 +332,20 @@ def run_forever(
         sweeper = sweeper.sweeper
     stop = stop or threading.Event()
     interval = interval or sweeper.settings.sweep_interval
+    refused: str | None = None
     while not stop.is_set():
         try:
             sweeper.sweep_once()
+        except LedgerMismatch as e:
+            # Not a passing failure: nothing changes until an operator acts, so it is said once
+            # (with how to recover), not every interval; the loop keeps looking.
+            if str(e) != refused:
+                log.error("the sweeper cannot sweep: %s; checking again every %.1fs", e, interval)
+            refused = str(e)
         except Exception:
             log.exception("sweep failed; trying again in %.1fs", interval)
+        else:
+            if refused is not None:
+                log.warning("the sweeper sweeps again: the ledger is the database's")
+            refused = None
         stop.wait(interval)

@@ -28,6 +28,7 @@ from celery import Celery
 
 from dex_celery.backend_errors import safe_url
 from dex_celery.errors import ConfigurationError
+from dex_celery.ledger import private_redis
 from dex_celery.ledger.connection import redis_client
 from dex_celery.processes.celery_config import configure_celery
 from dex_celery.settings import Settings, env_name
@@ -225,6 +226,13 @@ class LocalStack:
         self.redis_url = f"redis://127.0.0.1:{port}/0"
         self.private_redis = True
         self._wait(lambda: redis_answers(self.redis_url), "redis-server to answer")
+        # Before any process of the stack looks at it: the database's binding then records a
+        # private ledger, which the next stack may replace once this one is gone.
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=5)
+        try:
+            private_redis.mark(client)
+        finally:
+            client.close()
         self.echo(f"redis:  {self.redis_url} (private, in {folder}; removed on exit)")
         return self.redis_url
 

@@ -193,6 +193,10 @@ ledger_bindings = Table(
     Column("ledger_id", String(64), nullable=False),
     Column("location", String(600), nullable=False),
     Column("bound_at", Float, nullable=False),
+    # What kind of Redis held it (`bindings.LedgerOrigin`): a private one of `dex-celery dev`
+    # or `demo` may be replaced by the next such stack; a configured one only by an operator.
+    Column("origin", String(16), nullable=False, server_default="configured"),
+    Column("origin_host", String(255), nullable=True),
 )
 
 # Who began each session through a network door (`dex-celery mcp`): the identity's name. A call

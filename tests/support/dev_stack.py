@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.processes import ROOT
+from devtools.processes import ROOT, wait_for
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
 
@@ -84,3 +85,51 @@ def dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[st
         for pid in started_processes(out.read_text()).values():
             if alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+
+
+READY_LINE = "Press Ctrl-C to stop."
+
+
+def start_dev(app: str, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
+    """`dex-celery -A app dev` as a person starts it, its output (and its services') in `out`."""
+    with out.open("wb") as f:
+        return subprocess.Popen(
+            [str(SCRIPT), "-A", app, "dev"],
+            cwd=ROOT,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_dev_ready(process: subprocess.Popen[bytes], out: Path, timeout: float = 90) -> str:
+    """Wait until `dev` says its stack is ready; return the URL of its private Redis."""
+
+    def ready() -> bool:
+        assert process.poll() is None, f"dev exited early:\n{out.read_text()[-3000:]}"
+        return READY_LINE in out.read_text()
+
+    wait_for(ready, timeout=timeout, what="dex-celery dev to report its stack ready")
+    match = re.search(r"redis:\s+(redis://\S+) \(private, in (\S+);", out.read_text())
+    assert match, out.read_text()
+    return match.group(1)
+
+
+def stop_dev(process: subprocess.Popen[bytes], out: Path) -> None:
+    """Ctrl-C, as a person stops it; it must exit 0 and leave nothing running."""
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0, out.read_text()[-3000:]
+    for name, pid in started_processes(out.read_text()).items():
+        assert not alive(pid), f"{name} (pid {pid}) outlived dex-celery dev"
+
+
+def kill_everything(process: subprocess.Popen[bytes], out: Path) -> None:
+    """SIGKILL `dev` and every process group it started, at once (a power cut): nothing of the
+    stack gets to clean up. The private Redis's folder is left behind (the test's tmp_path)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    for pid in started_processes(out.read_text()).values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)

@@ -32,6 +32,7 @@ from celery import Celery
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
 from dex_celery.engine.owners import parse_owner
 from dex_celery.engine.reconcile import reconcile_once
+from dex_celery.errors import LedgerMismatch
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.examples.orderdesk.factory import create_app
 from dex_celery.ops.present import render_table, shorten
@@ -117,6 +118,9 @@ def run_demo(settings: Settings, *, timeout: float) -> DemoResult:
         settings = stack.settings(settings)
         celery, dex, desk = create_app(settings)
         prepare_database(settings, lambda m: echo(f"  {m}"))
+        # The look every process makes first (LedgerMismatch), before the worker and beat
+        # start: a refusal is then one line, not also theirs.
+        dex.runtime.epoch.current()
         stack.start_celery()
         _wait_for_worker(celery, stack)
         scenario = _request_calls(dex, desk)
@@ -126,6 +130,11 @@ def run_demo(settings: Settings, *, timeout: float) -> DemoResult:
         echo()
         _reconcile(dex, scenario)
         return _conclude(records, scenario, settings, time.monotonic() - started)
+    except LedgerMismatch as e:
+        # What is wrong and how to recover, in one line; the services' logs only repeat it.
+        hint = str(e).replace("`dex-celery db ", f"`dex-celery -A {APP_MODULE} db ")
+        echo(f"\nerror: LedgerMismatch: {hint}", err=True)
+        return DemoResult.FAILED
     except Exception as e:
         echo(f"\nerror: {type(e).__name__}: {e}", err=True)
         for name in ("worker", "beat"):

@@ -1,0 +1,98 @@
+"""Hypothesis strategies of hostile input for the fuzz tests of every entry point (S9.3): deep
+nesting, lone surrogates, NUL, integers beyond 64 bits, NaN and infinities, odd Python types,
+unicode everywhere an id goes, very long strings. The budget is the `fuzz` profile registered
+in tests/conftest.py (`fuzz_settings`)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import os
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+
+#: Deep enough to pass Python's recursion limit in any encoder or decoder.
+DEEP = 5_000
+
+
+def fuzz_settings() -> settings:
+    """The fuzz profile (or `DEX_HYPOTHESIS_PROFILE`, e.g. `fuzz-long` for a longer search)."""
+    return settings.get_profile(os.environ.get("DEX_HYPOTHESIS_PROFILE", "fuzz"))
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    """`depth` levels of alternating lists and objects around `leaf`, built without recursion."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+#: Text that breaks encoders: lone surrogates, NUL, controls, bidi marks, very long runs.
+hostile_text = st.one_of(
+    st.text(max_size=40),
+    st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3),
+    st.sampled_from(["\x00", "a\x00b", "\u202e", "\ufeff", "\U0010ffff", "\r\n", "\t", " x "]),
+    st.integers(min_value=10_000, max_value=300_000).map(lambda n: "x" * n),
+    st.builds(lambda a, b: a + "\udc80" + b, st.text(max_size=5), st.text(max_size=5)),
+)
+
+#: Numbers a JSON encoder or a 64-bit column may choke on.
+hostile_numbers = st.one_of(
+    st.integers(min_value=2**63 - 2, max_value=2**63 + 2),
+    st.integers(min_value=-(2**200), max_value=2**200),
+    st.sampled_from([float("nan"), float("inf"), float("-inf"), -0.0, 1e308, 5e-324]),
+    st.just(10**5000),
+)
+
+#: Values that are not JSON at all.
+odd_values = st.one_of(
+    st.sampled_from(
+        [
+            b"bytes",
+            bytearray(b"x"),
+            {1, 2},
+            frozenset(),
+            (1, 2),
+            object(),
+            datetime.datetime(2026, 1, 1),
+            decimal.Decimal("1.5"),
+            decimal.Decimal("NaN"),
+            complex(1, 2),
+            Ellipsis,
+            type,
+        ]
+    ),
+    st.builds(lambda d: nested(d), st.integers(min_value=DEEP, max_value=DEEP * 4)),
+)
+
+#: A leaf of an argument value.
+leaves = st.one_of(st.none(), st.booleans(), hostile_numbers, hostile_text, odd_values)
+
+#: Argument values: leaves in lists and objects (keys hostile too, some not strings).
+values = st.recursive(
+    leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(hostile_text, st.integers(), st.none()), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+#: Whole `arguments` as a caller might send them: mostly objects, sometimes not.
+arguments = st.one_of(
+    st.dictionaries(hostile_text, values, max_size=4),
+    values,
+    st.builds(lambda d: nested(d), st.integers(min_value=DEEP, max_value=DEEP * 4)),
+)
+
+#: Ids as a caller might send them: unicode, separators, controls, surrogates, long, not text.
+ids = st.one_of(
+    hostile_text,
+    st.sampled_from(["", "a/b", "a#1", "{x}", " a", "a ", "é", "😀", "a\x00", "\ud800"]),
+    st.integers(),
+    st.none(),
+    st.just("x" * 201),
+)

@@ -44,7 +44,7 @@ hostile_numbers = st.one_of(
     st.integers(min_value=2**63 - 2, max_value=2**63 + 2),
     st.integers(min_value=-(2**200), max_value=2**200),
     st.sampled_from([float("nan"), float("inf"), float("-inf"), -0.0, 1e308, 5e-324]),
-    st.just(10**5000),
+    st.none().map(lambda _: 10**5000),  # built late: its repr itself raises
 )
 
 #: Values that are not JSON at all.

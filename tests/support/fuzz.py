@@ -96,3 +96,40 @@ ids = st.one_of(
     st.none(),
     st.just("x" * 201),
 )
+
+#: Ids that are valid, unicode included (accents, emoji, scripts other than Latin).
+valid_ids = st.text(
+    st.characters(blacklist_categories=("C", "Z"), blacklist_characters="/#{}"),
+    min_size=1,
+    max_size=30,
+)
+
+#: Arguments a tool accepts (names and values of the plain kind).
+plain_arguments = st.dictionaries(
+    st.text(st.characters(categories=("L",)), min_size=1, max_size=8),
+    st.one_of(st.integers(-1000, 1000), st.text(max_size=20), st.booleans(), st.none()),
+    max_size=3,
+)
+
+#: Which part of a request is the hostile one (the others valid, so each reaches deep).
+HOSTILE_PART = ("session", "turn", "call", "tool", "arguments", "all", "none", "none", "none")
+
+
+@st.composite
+def requests(draw: st.DrawFn, tools: tuple[str, ...]) -> dict[str, Any]:
+    """One `request_call`'s parts: valid but for one hostile part (sometimes all, sometimes
+    none), so the fuzz reaches every check, the last ones too."""
+    hostile = draw(st.sampled_from(HOSTILE_PART))
+
+    def part(name: str, valid: st.SearchStrategy[Any], bad: st.SearchStrategy[Any]) -> Any:
+        return draw(bad if hostile in (name, "all") else valid)
+
+    return {
+        "session": part("session", valid_ids, ids),
+        "turn": part("turn", valid_ids, ids),
+        "call": part("call", st.uuids().map(lambda u: u.hex), ids),
+        "tool": part(
+            "tool", st.sampled_from(tools), st.one_of(hostile_text, st.none(), st.integers())
+        ),
+        "arguments": part("arguments", plain_arguments, arguments),
+    }

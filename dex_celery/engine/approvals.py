@@ -31,6 +31,7 @@ from dex_celery.errors import (
 from dex_celery.model.argument_shape import lone_surrogate
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
+from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
@@ -230,8 +231,7 @@ class Approvals:
         """Calls still waiting for a decision (deadline not passed), oldest request first."""
         if session_id is not None:
             validate_id("session id", session_id)
-        if limit < 1:
-            raise InvalidDecision(f"limit must be at least 1, got {limit}")
+        check_list_limit(limit, InvalidDecision)
         records = self.store.pending_approvals(
             self.store.clock(), session_id=session_id, limit=limit
         )

@@ -133,3 +133,37 @@ def requests(draw: st.DrawFn, tools: tuple[str, ...]) -> dict[str, Any]:
         ),
         "arguments": part("arguments", plain_arguments, arguments),
     }
+
+
+#: JSON values that can travel in a JSON-RPC request (no Python-only types).
+_wire_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**200), max_value=2**200),
+    st.sampled_from([float("nan"), float("inf"), -0.0, 1e308]),
+    hostile_text,
+)
+wire_values = st.recursive(
+    _wire_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(hostile_text, inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _json_text(value: Any) -> str:
+    # `ensure_ascii`: a lone surrogate travels as its `\\udXXX` escape, as any client sends it;
+    # NaN and Infinity as Python's JSON writes them (not JSON: the server must refuse them).
+    import json  # here: only the wire texts need it
+
+    return json.dumps(value, ensure_ascii=True)
+
+
+#: JSON texts of argument values as a client could send them, deep nesting and numbers too
+#: long for any parser included (built as text: no encoder could write them).
+json_texts = st.one_of(
+    wire_values.map(_json_text),
+    st.sampled_from([10, 63, 64, 65, 200, 5_000]).map(lambda d: "[" * d + "]" * d),
+    st.sampled_from(["1" * 5_000, "1e400", "-0", "18446744073709551616", '"\\u0000"']),
+)

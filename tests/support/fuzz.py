@@ -22,12 +22,27 @@ def fuzz_settings() -> settings:
     return settings.get_profile(os.environ.get("DEX_HYPOTHESIS_PROFILE", "fuzz"))
 
 
+class Deep(dict[str, Any]):
+    """The outermost object of a deeply nested value: its repr is short, so a report of a
+    failing example (Hypothesis prints it) does not recurse as deep as the value."""
+
+    depth: int = 0
+
+    def __repr__(self) -> str:
+        return f"nested({self.depth})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
 def nested(depth: int, leaf: Any = 1) -> Any:
     """`depth` levels of alternating lists and objects around `leaf`, built without recursion."""
     value = leaf
-    for level in range(depth):
+    for level in range(depth - 1):
         value = [value] if level % 2 else {"k": value}
-    return value
+    deep = Deep(k=value)
+    deep.depth = depth
+    return deep
 
 
 #: Text that breaks encoders: lone surrogates, NUL, controls, bidi marks, very long runs.

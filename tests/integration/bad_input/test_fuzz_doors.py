@@ -39,7 +39,8 @@ from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
 from dex_celery.client.dex_client import AsyncDexClient
-from dex_celery.errors import DexError
+from dex_celery.errors import DexError, InvalidDecision
+from dex_celery.integrations.framework_calls import Decision, Decisions
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_server import SESSION_META_KEY, TOOL_CALL_META_KEY, TURN_META_KEY
 from dex_celery.web.app import WebApp
@@ -54,6 +55,7 @@ from tests.support.fuzz import (
     odd_values,
     requests,
     valid_ids,
+    wire_values,
 )
 from tests.support.mcp_server import DEX_CELERY, _server
 from tests.support.web_session import CREDENTIALS, signed_in
@@ -361,3 +363,65 @@ def test_cli_arguments_that_are_not_utf8_get_one_error_line(dex: Dex, env: dict[
         assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(b"error: "), done
         assert says in done.stderr, done.stderr
     assert state(dex, r, Path(env[LOG_ENV])) == before
+
+
+# --- the framework adapters ------------------------------------------------------------------------
+
+
+def test_fuzzed_framework_requests_and_resumes(dex: Dex, env: dict[str, str]) -> None:
+    """What every adapter passes on (`framework_calls`): a model's ids and arguments give a
+    record or the text the model reads, never an exception; a person's resume value is a
+    `Decision` or `InvalidDecision`; a rejection's name and reason are taken or refused typed."""
+    r = redis.Redis.from_url(env["DEX_REDIS_URL"], decode_responses=True)
+    log_dir = Path(env[LOG_ENV])
+    decisions = Decisions(dex, "fuzz")
+    seen: Counter[str] = Counter()
+    resume_values = st.one_of(
+        st.booleans(),
+        wire_values,
+        odd_values,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "approved": st.one_of(st.booleans(), wire_values),
+                "decided_by": st.one_of(valid_ids, ids, odd_values),
+                "reason": st.one_of(hostile_text, odd_values),
+                "type": st.one_of(st.sampled_from(["approve", "reject", "edit"]), hostile_text),
+            },
+        ),
+    )
+
+    @fuzz_settings()
+    @given(parts=requests(("echo", "guarded_write")), use_async=st.booleans(), resume=resume_values)
+    def model_and_person(parts: dict[str, Any], use_async: bool, resume: Any) -> None:
+        args = (parts["session"], parts["turn"], parts["call"], parts["tool"], parts["arguments"])
+        before = state(dex, r, log_dir)
+        try:
+            got = asyncio.run(decisions.arequest(*args)) if use_async else decisions.request(*args)
+        except DexError:  # no such tool: adapters only offer registered ones; typed still
+            assert state(dex, r, log_dir) == before
+            seen["refused"] += 1
+            return
+        if isinstance(got, str):
+            assert state(dex, r, log_dir) == before, got  # refused: the model reads why
+            seen["model reads"] += 1
+        else:
+            seen["recorded"] += 1
+        try:
+            decision = Decision.parse(resume)
+        except InvalidDecision:
+            seen["resume refused"] += 1
+            return
+        if isinstance(got, str) or got.status is not CallStatus.AWAITING_APPROVAL:
+            return
+        before = state(dex, r, log_dir)
+        try:
+            decisions.reject(got, decision.decided_by or "", decision.reason)
+        except DexError:
+            assert state(dex, r, log_dir) == before
+            seen["decision refused"] += 1
+            return
+        seen["decided"] += 1
+
+    model_and_person()
+    assert min(seen[k] for k in ("model reads", "recorded", "resume refused")) > 0, seen

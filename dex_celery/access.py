@@ -431,11 +431,16 @@ class TrustedProxies:
 
 
 class LoginThrottle:
-    """Failed sign-ins counted per user name and per client address, in a sliding window.
+    """Failed sign-ins counted per address, per name from that address, and per name, in a
+    sliding window.
 
     Kept in the process: a password guesser is slowed at the door it talks to. `check` before
-    verifying a password, `failed` after a wrong one; a key that reached `limit` failures within
+    verifying a password, `failed` after a wrong one; a key that reached its limit within
     `window` seconds is refused (`retry_after` > 0) until its oldest failure leaves the window.
+
+    A name alone is locked only past `name_limit` failures (many addresses guessing it): at
+    `limit` it would let anyone who types a person's name five times lock that person out from
+    everywhere, an identifier one caller chooses blocking another.
     """
 
     def __init__(
@@ -443,20 +448,24 @@ class LoginThrottle:
         limit: int = 5,
         window: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        name_limit: int = 50,
     ) -> None:
         self.limit = limit
         self.window = window
         self.clock = clock
+        self.name_limit = name_limit
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def keys(name: str | None, address: str | None) -> tuple[str, ...]:
+    def keys(self, name: str | None, address: str | None) -> tuple[tuple[str, int], ...]:
+        """The counters one failure adds to, each with its limit."""
         out = []
         if name:
-            out.append(f"user:{name}")
+            out.append((f"user:{name}", self.name_limit))
+            if address:
+                out.append((f"user-at:{name}|{address}", self.limit))
         if address:
-            out.append(f"addr:{address}")
+            out.append((f"addr:{address}", self.limit))
         return tuple(out)
 
     def _recent(self, key: str, now: float) -> deque[float]:
@@ -470,9 +479,9 @@ class LoginThrottle:
         now = self.clock()
         wait = 0.0
         with self._lock:
-            for key in self.keys(name, address):
+            for key, limit in self.keys(name, address):
                 times = self._recent(key, now)
-                if len(times) >= self.limit:
+                if len(times) >= limit:
                     wait = max(wait, times[0] + self.window - now)
                 if not times:
                     self._failures.pop(key, None)
@@ -481,7 +490,7 @@ class LoginThrottle:
     def failed(self, name: str | None, address: str | None) -> None:
         now = self.clock()
         with self._lock:
-            for key in self.keys(name, address):
+            for key, _limit in self.keys(name, address):
                 self._recent(key, now).append(now)
             if len(self._failures) > 100_000:  # a flood of names: forget the idle ones
                 for key in [

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
@@ -27,6 +29,21 @@ from tests.support.rabbitmq import (
     test_vhost,
 )
 from tests.support.workers import each_stopped
+
+#: The fuzz tests' budget (tests/integration/bad_input/test_fuzz_*.py, `FUZZ_PROFILE`): a fixed
+#: number of examples and no per-example deadline (a loaded 2-core machine is slow, not wrong),
+#: so the fuzz run is bounded in CI; `DEX_HYPOTHESIS_PROFILE=fuzz-long` searches longer locally.
+FUZZ_PROFILE = "fuzz"
+hypothesis_settings.register_profile(
+    FUZZ_PROFILE,
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+hypothesis_settings.register_profile(
+    "fuzz-long", hypothesis_settings.get_profile(FUZZ_PROFILE), max_examples=2000
+)
 
 # Tight settings so crash tests finish in seconds; the defaults are measured in bench/.
 TEST_TIMINGS = {

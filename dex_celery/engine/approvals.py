@@ -29,8 +29,10 @@ from dex_celery.errors import (
     NotAwaitingApproval,
     UnknownCall,
 )
+from dex_celery.model.argument_shape import lone_surrogate
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
+from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
@@ -231,8 +233,7 @@ class Approvals:
         """Calls still waiting for a decision (deadline not passed), oldest request first."""
         if session_id is not None:
             validate_id("session id", session_id)
-        if limit < 1:
-            raise InvalidDecision(f"limit must be at least 1, got {limit}")
+        check_list_limit(limit, InvalidDecision)
         records = self.store.pending_approvals(
             self.store.clock(), session_id=session_id, limit=limit
         )
@@ -258,6 +259,9 @@ class Approvals:
             if not isinstance(text, str):
                 raise InvalidDecision(f"the {what} must be text, got {type(text).__name__}")
             text = text.strip() or None
+        if text is not None and (lone_surrogate(text) is not None or "\x00" in text):
+            # Not storable text: no UTF-8 for a lone surrogate, no NUL in a PostgreSQL string.
+            raise InvalidDecision(f"the {what} holds a lone surrogate or a NUL character")
         if text is not None and len(text.encode()) > self.settings.max_text_bytes:
             raise InvalidDecision(
                 f"the {what} is {len(text.encode())} bytes; "

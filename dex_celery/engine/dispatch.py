@@ -30,6 +30,7 @@ from dex_celery.errors import (
     UnknownCall,
 )
 from dex_celery.ledger.ledger import BrokerCommand, OpenResult, Step, StepKind
+from dex_celery.model.argument_shape import MAX_ARGUMENT_DEPTH, lone_surrogate, too_deep
 from dex_celery.model.effects import EffectClass, fenced_classes, traits_of
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
@@ -92,11 +93,14 @@ def parse_arguments(
     arguments: Mapping[str, Any] | str, *, limit: int
 ) -> tuple[dict[str, Any], str]:
     """Arguments must be a JSON object within the size limit (S9.3). Returns (dict, JSON text)."""
+    deep = InvalidArguments(f"tool arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
     if isinstance(arguments, str | bytes):
         try:
             value = json.loads(arguments)
         except (ValueError, UnicodeDecodeError) as e:
             raise InvalidArguments(f"tool arguments are not valid JSON: {e}") from e
+        except RecursionError:
+            raise deep from None
     else:
         value = arguments
     if not isinstance(value, Mapping):
@@ -105,10 +109,18 @@ def parse_arguments(
     if bad_names:
         # They become keyword arguments of the tool; JSON would silently turn 1 into "1".
         raise InvalidArguments(f"tool argument names must be strings, got {bad_names[0]!r}")
+    if too_deep(value):
+        raise deep
     try:
         text = arguments_json(value)
     except (TypeError, ValueError) as e:
         raise InvalidArguments(f"tool arguments cannot be encoded as JSON: {e}") from e
+    at = lone_surrogate(text)
+    if at is not None:
+        raise InvalidArguments(
+            "tool arguments hold a lone surrogate (text that is not Unicode) near "
+            f"{text[max(0, at - 20) : at]!r}"
+        )
     size = len(text.encode())
     if size > limit:
         raise ArgumentsTooLarge(f"tool arguments are {size} bytes; the limit is {limit} bytes")

@@ -27,9 +27,9 @@ caller (the web app's `web_users` / `web_tokens`, scope `tools:call`) and refuse
 loopback without credentials. A call key is not a capability: a caller may request or follow
 calls only of sessions its identity owns (`store/owners.py`); naming another identity's session
 (or one begun in-process) is refused with the same answer whether or not it exists, and runs
-nothing. Calls
-without ids go to a session of the caller's own (`--session`, suffixed with the caller's name
-when credentials are configured).
+nothing. An authenticated caller's session ids live in its own namespace (`mcp_namespace`), so
+no caller can take the session another will use by naming it first; calls without ids go to
+`--session` in the caller's namespace (the local caller's: `--session` itself).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
+from dex_celery.integrations.mcp_namespace import NAMESPACE_END, namespace_of, scoped_session
 from dex_celery.integrations.mcp_outcome import (
     OUTCOME_META_KEY,
     STATUS_META_KEY,
@@ -326,8 +327,10 @@ class DexMcpServer:
                 fresh = call_ids(None, session).key
                 unanswered = await asyncio.to_thread(self.unanswered.claim, asked, fresh)
             ids = call_ids(params.meta, session, unanswered)
-            validate_id("session id", ids.session_id)
-            if not await asyncio.to_thread(self.owners.claim, ids.session_id, identity.name):
+            scoped = scoped_session(identity, ids.session_id)
+            if scoped is None or not await asyncio.to_thread(
+                self.owners.claim, scoped, identity.name
+            ):
                 log.warning("refused %s a call of session %r", identity.name, ids.session_id)
                 return _text_result(
                     not_yours_text(ids.session_id),
@@ -337,7 +340,7 @@ class DexMcpServer:
                     outcome=Outcome.NOT_EXECUTED,
                 )
             record = await self.client.request_call(
-                ids.session_id, ids.turn_id, ids.tool_call_id, params.name, arguments
+                scoped, ids.turn_id, ids.tool_call_id, params.name, arguments
             )
         except RequestInFlight as e:
             # Recorded (or maybe): asking again the same way must follow this call, not make a
@@ -390,16 +393,19 @@ class DexMcpServer:
         return found if isinstance(found, Identity) else self.local
 
     def default_session(self, identity: Identity) -> str:
-        """Where calls without ids go: `--session` for the local user, else a session of the
-        caller's own beside it (so no two callers share one)."""
-        if identity == self.local or identity.via == "loopback":
+        """Where calls without ids go: `--session` for the local caller, else that session in
+        the caller's own namespace (`mcp_namespace`), so no other caller can take it first."""
+        tag = namespace_of(identity)
+        if tag is None:
             return self.session_id
-        mine = f"{self.session_id}.{identity.name}"
         try:
-            return validate_id("session id", mine)
-        except InvalidId:
-            digest = hashlib.sha256(identity.name.encode()).hexdigest()[:16]
-            return f"{self.session_id}.{digest}"
+            scoped = scoped_session(identity, self.session_id)
+        except InvalidId:  # `--session` too long to prefix
+            scoped = None
+        if scoped is None:
+            digest = hashlib.sha256(self.session_id.encode()).hexdigest()[:16]
+            scoped = f"{tag}{NAMESPACE_END}{digest}"
+        return scoped
 
     def where_is(self, key: str) -> str | None:
         """A call in flight as the ledger holds it: queued, or running on which worker (None

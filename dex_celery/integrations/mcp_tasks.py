@@ -15,8 +15,8 @@ idempotency key, so the task is the call's record seen through MCP, kept as long
   caller's identity as the server knows it); of a call already queued or running it changes
   nothing, and its answer says so: the tool may still take effect.
 
-A task id is not a capability: only the identity owning the call's session may read or cancel
-it (`store/owners.py`), and any other id answers "no such task", whether or not it exists.
+A task id is not a capability: only the identity owning the call's session, in its own
+namespace (`mcp_namespace`), may read or cancel it (`store/owners.py`), and any other id answers "no such task", whether or not it exists.
 Clients that do not declare the extension (and every client of an older revision) get the
 answers of `mcp_server` as before.
 """
@@ -40,6 +40,7 @@ from dex_celery.access import Identity
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import ApprovalError, DexError, InvalidId, UnknownCall
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_namespace import scoped_session
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
 from dex_celery.integrations.mcp_unanswered import UnansweredCalls
 from dex_celery.model.ids import CallKey
@@ -212,9 +213,14 @@ class TaskMethods:
         identity = self.identity_of(ctx)
         try:
             key = CallKey.parse(task_id)
-            owner = await asyncio.to_thread(self.owners.owner, key.session_id)
+            # The caller's own namespace, as for `tools/call`: the key it sent is its task id.
+            session = scoped_session(identity, key.session_id)
+            owner = None
+            if session is not None:
+                owner = await asyncio.to_thread(self.owners.owner, session)
             if owner != identity.name:
                 raise MCPError(code=mcp_types.INVALID_PARAMS, message=_NO_SUCH_TASK)
+            key = CallKey.of(session, key.turn_id, key.tool_call_id)
             return await self.client.get_call(key.key)
         except (InvalidId, UnknownCall) as e:  # a malformed id or an unknown call
             log.info("tasks: %s asked for %r: %s", identity.name, task_id, e)

@@ -19,7 +19,8 @@ from sqlalchemy import (
     update,
 )
 
-from dex_celery.model.ids import CallKey
+from dex_celery.model.ids import CallKey, validate_id
+from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass, PolicySnapshot
 from dex_celery.model.records import (
@@ -390,7 +391,13 @@ class CallRecords(StoreBase):
         limit: int = 100,
     ) -> list[ToolCallRecord]:
         """Newest first; `before` is the (requested_at, key) of the last row of the previous
-        page, so pages neither skip nor repeat calls while new ones arrive."""
+        page, so pages neither skip nor repeat calls while new ones arrive.
+
+        Raises `InvalidId` for a session id that is none, `InvalidRequest` for a limit no SQL
+        integer holds (nothing a driver would refuse reaches it)."""
+        if session_id is not None:
+            validate_id("session id", session_id)
+        check_list_limit(limit)
         query = (
             select(tool_calls)
             .order_by(tool_calls.c.requested_at.desc(), tool_calls.c.key.desc())

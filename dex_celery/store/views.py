@@ -15,6 +15,10 @@ from typing import Any
 
 from sqlalchemy import and_, case, func, select, union_all
 
+from dex_celery.errors import InvalidRequest
+from dex_celery.model.argument_shape import lone_surrogate
+from dex_celery.model.ids import validate_id
+from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.repository import Store
@@ -56,6 +60,18 @@ class CallSearch:
     since: float | None = None
     until: float | None = None
     limit: int = 100
+
+    def __post_init__(self) -> None:
+        """Refuse, as typed errors, what no call can match and a database would choke on: a
+        session id that is none (a NUL: PostgreSQL refuses it in any string; a lone surrogate:
+        no UTF-8), such a tool name, a limit no SQL integer holds."""
+        if self.session_id is not None:
+            validate_id("session id", self.session_id)
+        if self.tool_name is not None and (
+            "\x00" in self.tool_name or lone_surrogate(self.tool_name) is not None
+        ):
+            raise InvalidRequest("the tool name searched for holds a NUL or a lone surrogate")
+        check_list_limit(self.limit)
 
 
 @dataclass(frozen=True, slots=True)

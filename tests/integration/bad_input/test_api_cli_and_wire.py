@@ -21,13 +21,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 import redis
 from click.testing import CliRunner
 from kombu import Connection, Queue
-from sqlalchemy import select
 
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import LOG_ENV
@@ -50,43 +49,14 @@ from dex_celery.errors import (
     UnknownEffectClass,
     UnknownTool,
 )
-from dex_celery.store.schema import messages, sessions, tool_calls
 from tests.support import cliapp
+from tests.support.bad_input import state
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
 WAITING = "s1/t1/waiting"  # a guarded_write waiting for approval
 PENDING = "s1/t1/pending"  # an echo call recorded and opened, never published
 REJECTED = "s1/t1/rejected"  # a guarded_write a person rejected
-
-
-def state(dex: Dex, client: redis.Redis, log_dir: Path) -> dict[str, Any]:
-    """Everything a bad input could half-write, as comparable values."""
-    with dex.store.engine.connect() as conn:
-        sql = {
-            t.name: sorted(tuple(str(v) for v in r) for r in conn.execute(select(t)))
-            for t in (sessions, messages, tool_calls)
-        }
-    ledger = {}
-    for name in cast(list[str], sorted(client.scan_iter(match=f"{dex.keys.call('*')}"))):
-        fields = cast(dict[str, str], client.hgetall(name))
-        fields.pop("refused", None)
-        ledger[name] = fields
-    k = dex.keys
-    indexes = {
-        i: client.zrange(i, 0, -1, withscores=True)
-        for i in (k.queue_index, k.lease_index, k.close_index, k.unrecorded_index)
-    }
-    logs = sorted(
-        (p.name, p.read_text()) for p in log_dir.glob("*.log") if not p.name.startswith("worker-")
-    )
-    return {
-        "sql": sql,
-        "ledger": ledger,
-        "indexes": indexes,
-        "events": client.xlen(k.events),
-        "tool_logs": logs,
-    }
 
 
 def refused(dex: Dex, client: redis.Redis, key: str) -> int:

@@ -29,7 +29,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from devtools.processes import ROOT, Worker, free_port, wait_for
 from dex_celery import CallStatus, Dex
+from dex_celery.access import Identity
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_namespace import namespace_of
 from tests.support.crash import lines
 from tests.support.netns import namespace
 
@@ -93,6 +95,8 @@ def test_mcp_http_from_another_address_is_a_locked_door(
         with mcp_server(env, ns.host_ip, DEX_WEB_TOKENS=TOKENS, DEX_WEB_USERS="alice:pw-a") as url:
             port = url.rsplit(":", 1)[1].split("/")[0]
             own, anon = "own/t1/c1", "anon/t1/c1"
+            # What the agent's key becomes in its namespace (the key its answers give back).
+            owned = f"{namespace_of(Identity('agent', via='token'))}:{own}"
             write = {"seconds": 0.1, "value": "mine"}
             steps: list[dict[str, Any]] = [
                 # 0: anonymous, 1: a read-only token, 2: a forged Host, 3: a foreign Origin
@@ -107,10 +111,10 @@ def test_mcp_http_from_another_address_is_a_locked_door(
                 {"url": url, "headers": bearer("agent-tok"), "tool": WRITE, "arguments": write,
                  "meta": {IDEMPOTENCY_META_KEY: own}},
                 {"url": url, "headers": bearer("rival-tok"), "tool": WRITE, "arguments": write,
-                 "meta": {IDEMPOTENCY_META_KEY: own}},
+                 "meta": {IDEMPOTENCY_META_KEY: owned}},
                 # 6: the rival by the three ids; 7: the owner follows its call again
                 {"url": url, "headers": bearer("rival-tok"), "tool": WRITE, "arguments": write,
-                 "meta": {"dex-celery/session-id": "own", "dex-celery/turn-id": "t1",
+                 "meta": {"dex-celery/session-id": owned.split("/")[0], "dex-celery/turn-id": "t1",
                           "dex-celery/tool-call-id": "c1"}},
                 {"url": url, "headers": bearer("agent-tok"), "tool": WRITE, "arguments": write,
                  "meta": {IDEMPOTENCY_META_KEY: own}},
@@ -132,17 +136,18 @@ def test_mcp_http_from_another_address_is_a_locked_door(
 
     mine = seen[4]
     assert mine["ok"] and not mine["is_error"] and mine["text"] == '"mine"', mine
+    assert mine["meta"][IDEMPOTENCY_META_KEY] == owned
     for rival in (seen[5], seen[6]):
         assert rival["ok"] and rival["is_error"], rival
         assert "not one of yours" in rival["text"] and "mine" not in rival["text"], rival
     assert seen[7]["text"] == '"mine"'
-    assert len(lines(own, "start")) == 1  # the write ran once, for its owner only
-    assert client.get_call(own).status is CallStatus.SUCCEEDED
+    assert len(lines(owned, "start")) == 1  # the write ran once, for its owner only
+    assert client.get_call(owned).status is CallStatus.SUCCEEDED
 
     theirs = seen[8]
     assert theirs["ok"] and theirs["text"] == '"rival"', theirs
     key = theirs["meta"][IDEMPOTENCY_META_KEY]
-    assert key.startswith("door.rival/"), key
+    assert key.startswith(f"{namespace_of(Identity('rival', via='token'))}:door/"), key
     assert WRITE in seen[9]["tools"]
 
 
@@ -183,7 +188,8 @@ def test_mcp_loopback_refuses_foreign_hosts_and_others_sessions(
         second = anyio.run(call, url, bearer("rival-tok"), "guarded_write", {"value": "same"})
         keys = first.meta[IDEMPOTENCY_META_KEY], second.meta[IDEMPOTENCY_META_KEY]
         assert keys[0] != keys[1]
-        assert keys[0].startswith("door.agent/") and keys[1].startswith("door.rival/")
+        assert keys[0].startswith(f"{namespace_of(Identity('agent', via='token'))}:door/")
+        assert keys[1].startswith(f"{namespace_of(Identity('rival', via='token'))}:door/")
         assert first.meta["dex-celery/status"] == "awaiting_approval"
         # Guessing tokens is throttled like guessing passwords: 5 wrong, then 429.
         listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -194,3 +200,54 @@ def test_mcp_loopback_refuses_foreign_hosts_and_others_sessions(
         ]
         assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}, codes
     assert dex.client().get_call(inproc).status is CallStatus.AWAITING_APPROVAL
+
+
+def test_no_caller_can_take_another_callers_session(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """Sessions are namespaced by the authenticated principal (docs/security.md): a caller that
+    names, before its owner does, the session another caller's calls without ids go to (it was
+    `<--session>.<name>`, easy to guess) used to own it, and every later call of the victim
+    without ids was refused. Now the rival's names land in its own namespace, the victim's calls
+    keep working, and naming a session in the victim's namespace is refused, recording nothing."""
+
+    async def call(url: str, token: str, args: dict[str, Any],
+                   meta: dict[str, Any] | None = None) -> Any:  # fmt: skip
+        http = create_mcp_http_client(headers=bearer(token))
+        async with http, Client(streamable_http_client(url, http_client=http)) as mcp:
+            return await mcp.call_tool("echo", args, meta=meta)
+
+    def text(result: Any) -> str:
+        return "\n".join(block.text for block in result.content)
+
+    def ids(session: str, call: str) -> dict[str, str]:
+        return {"dex-celery/session-id": session, "dex-celery/turn-id": "t1",
+                "dex-celery/tool-call-id": call}  # fmt: skip
+
+    start_worker()
+    with mcp_server(env, "127.0.0.1", DEX_WEB_TOKENS=TOKENS) as url:
+        # The rival names the session the agent's id-less calls used to go to.
+        squat = anyio.run(call, url, "rival-tok", {"x": "squat"}, ids("door.agent", "c1"))
+        assert squat.meta["dex-celery/status"] != "refused", text(squat)
+        # The agent's own calls without ids still work, and their session is the agent's.
+        mine = anyio.run(call, url, "agent-tok", {"x": "mine"})
+        assert not mine.is_error, text(mine)
+        key = mine.meta[IDEMPOTENCY_META_KEY]
+        session = key.split("/")[0]
+        assert session != "door.agent" and session != squat.meta[IDEMPOTENCY_META_KEY].split("/")[0]
+        # Naming the agent's real session (learnt from a key) is refused, and records nothing.
+        stolen = anyio.run(call, url, "rival-tok", {"x": "stolen"}, ids(session, "c9"))
+        assert stolen.is_error and "not one of yours" in text(stolen), text(stolen)
+        with pytest.raises(LookupError):
+            dex.client().get_call(f"{session}/t1/c9")
+        # The same explicit ids given by two callers are two calls, each in its own namespace.
+        same = [anyio.run(call, url, tok, {"x": tok}, ids("shared", "c1"))
+                for tok in ("agent-tok", "rival-tok")]  # fmt: skip
+        keys = [r.meta[IDEMPOTENCY_META_KEY] for r in same]
+        assert keys[0] != keys[1] and all(not r.is_error for r in same), [text(r) for r in same]
+        assert '"x": "agent-tok"' in text(same[0]) and '"x": "rival-tok"' in text(same[1])
+        # Asking again with the returned key is the same call (namespacing is idempotent).
+        again = anyio.run(
+            call, url, "agent-tok", {"x": "agent-tok"}, {IDEMPOTENCY_META_KEY: keys[0]}
+        )
+        assert again.meta[IDEMPOTENCY_META_KEY] == keys[0] and text(again) == text(same[0])

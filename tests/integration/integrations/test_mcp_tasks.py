@@ -18,8 +18,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.access import local_identity
+from dex_celery.access import Identity, local_identity
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_namespace import namespace_of
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY
 from dex_celery.integrations.mcp_server import TOOLS_LIST_TTL_MS
 from dex_celery.integrations.mcp_tasks import CANCEL_META_KEY, DEADLINE_META_KEY
@@ -190,6 +191,8 @@ def test_a_task_of_another_token_is_neither_readable_nor_cancellable(
     same "not found" as for an id that does not exist; the call still waits, untouched."""
     start_worker()
     key = "agent-session/t1/charge"
+    # The call as the ledger holds it: in the agent's namespace (docs/security.md).
+    owned = f"{namespace_of(Identity('agent', via='token'))}:{key}"
 
     def as_(url: str, token: str | None) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -219,7 +222,8 @@ def test_a_task_of_another_token_is_neither_readable_nor_cancellable(
             )
             seen["own"] = await get_task(mcp, key)
         for method in ("get", "cancel"):
-            seen[f"rival_{method}"] = await refused(url, "rival-tok", key, method)
+            seen[f"rival_{method}"] = await refused(url, "rival-tok", owned, method)
+            seen[f"rival_{method}_bare"] = await refused(url, "rival-tok", key, method)
             seen[f"rival_{method}_none"] = await refused(
                 url, "rival-tok", "agent-session/t1/nothing", method
             )
@@ -235,10 +239,11 @@ def test_a_task_of_another_token_is_neither_readable_nor_cancellable(
         assert "Task not found" in seen[f"rival_{method}"], seen
         # The same answer whether or not the task exists.
         assert seen[f"rival_{method}"] == seen[f"rival_{method}_none"]
+        assert seen[f"rival_{method}"] == seen[f"rival_{method}_bare"]
     assert "401" in seen["anonymous"] or "authentication" in seen["anonymous"], seen
-    record = dex.client().get_call(key)
+    record = dex.client().get_call(owned)
     assert record.status is CallStatus.AWAITING_APPROVAL
-    assert lines(key, "start") == []
+    assert lines(owned, "start") == []
 
 
 @pytest.mark.parametrize("mode", ["legacy", "modern_without_tasks"])

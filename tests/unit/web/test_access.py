@@ -91,11 +91,25 @@ def test_throttle_per_name_and_per_address() -> None:
     for _ in range(5):
         assert throttle.retry_after("alice", "10.0.0.1") == 0
         throttle.failed("alice", "10.0.0.1")
-    assert throttle.retry_after("alice", "10.0.0.2") == 60  # the name, from anywhere
-    assert throttle.retry_after("bob", "10.0.0.1") == 60  # the address, for any name
+    # The address, for any name; a name is not locked for the others who use it (one
+    # caller's wrong guesses must not lock a person out from where they sign in).
+    assert throttle.retry_after("bob", "10.0.0.1") == 60
+    assert throttle.retry_after("alice", "10.0.0.2") == 0
     assert throttle.retry_after("bob", "10.0.0.2") == 0
     now[0] += 60.5
     assert throttle.retry_after("alice", "10.0.0.1") == 0
+
+
+def test_a_name_guessed_from_many_addresses_is_throttled_too() -> None:
+    """Guessing one name from many addresses (5 each) still stops: past `name_limit` failures
+    of a name in the window, the name is refused from every address."""
+    now = [1000.0]
+    throttle = LoginThrottle(limit=5, window=60, name_limit=20, clock=lambda: now[0])
+    for n in range(20):
+        assert throttle.retry_after("alice", f"10.0.1.{n // 5}") == 0
+        throttle.failed("alice", f"10.0.1.{n // 5}")
+    assert throttle.retry_after("alice", "10.0.2.1") == 60
+    assert throttle.retry_after("bob", "10.0.2.1") == 0
 
 
 def test_a_token_may_not_be_named_like_a_person() -> None:

@@ -151,6 +151,7 @@ EVERY_COMMAND = [
     ["mcp-servers", "accept", "srv", "--by", "ann"],
     ["db", "current"],
     ["db", "downgrade", "base"],
+    ["db", "rebind-ledger"],
     ["web", "--port", "1"],
     ["mcp"],
 ]

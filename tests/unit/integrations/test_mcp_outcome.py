@@ -94,6 +94,6 @@ def test_a_task_shows_the_record_with_its_outcome_field(
     assert ("result" in task) is (task_status == "completed")
     if status is CallStatus.AWAITING_APPROVAL:
         assert task["_meta"][DEADLINE_META_KEY] == "2027-01-15T08:10:00Z"
-        assert "until 2027-01-15T08:10:00Z" in task["statusMessage"]
+        assert "until 2027-01-15 08:10:00 UTC" in task["statusMessage"]
     if not status.terminal:  # a call that cannot finish at once answers with its task
         assert created(record, poll_interval=1.0) == {"resultType": "task", **task}

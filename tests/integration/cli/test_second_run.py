@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from devtools.processes import wait_for
+from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.engine.counters import last_sweep
 from dex_celery.store.bindings import Binding, LedgerOrigin, bind, read_binding
@@ -58,7 +58,8 @@ def _bound_to_a_configured_ledger(env: dict[str, str]) -> None:
 
 
 def _recover_as_told(error: str, app: str, env: dict[str, str], cwd: Path) -> None:
-    """Run the command the `error:` line names, as pasted: the database is then released."""
+    """Run the command the `error:` line names, as pasted, in `cwd` (where `app` imports, as
+    the refused command ran): the database is then released."""
     command = re.search(
         rf"`(dex-celery -A {re.escape(app)} db rebind-ledger --release --yes)`", error
     )
@@ -139,7 +140,7 @@ def test_dev_recovers_as_told_then_runs_twice_on_one_database(tmp_path: Path) ->
     assert set(started_processes(output)) == {"redis-server"}, output
     for name, pid in started_processes(output).items():
         assert not alive(pid), f"{name} (pid {pid}) outlived the refused dev"
-    _recover_as_told(errors[0], app, env, tmp_path)
+    _recover_as_told(errors[0], app, env, ROOT)  # where dev ran: `config` imports there
 
     first_out, second_out = tmp_path / "dev-1.out", tmp_path / "dev-2.out"
     first = start_dev(app, env, first_out)

@@ -16,6 +16,7 @@ from typing import Self
 
 from dex_celery.engine.outcome_writer import RECORDER_NAME
 from dex_celery.processes.localstack import free_port
+from dex_celery.processes.parent_death import dies_with_parent
 from dex_celery.testing.processes import RedisServer, wait_for
 
 __all__ = ["ROOT", "CeleryBeat", "CeleryWorker", "RedisServer", "Worker", "free_port", "wait_for"]
@@ -115,7 +116,7 @@ class CeleryWorker:
         with self.logfile.open("wb") as out:
             self.process = subprocess.Popen(
                 args, cwd=self.cwd or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=dies_with_parent(),
             )  # fmt: skip
         wait_for(
             lambda: _ready_files(self.ready_dir).items() - before.items() or self.died(),
@@ -224,7 +225,7 @@ class CeleryBeat:
         with self.logfile.open("wb") as out:
             self.process = subprocess.Popen(
                 args, cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with_parent(),
             )  # fmt: skip
         wait_for(
             lambda: self.ready_line in self.log() or self.died(),

@@ -588,10 +588,15 @@ def guarded_wsgi(
     allowlist: HostAllowlist,
     scope: Scope,
     throttle: LoginThrottle | None = None,
+    open_paths: Mapping[str, Callable[..., Any]] | None = None,
 ) -> Callable[..., Any]:
     """`app` behind the `Host` check, authentication (when credentials are configured) and
-    `scope`: the worker's own `/metrics` port answers like the web app's `/metrics`."""
+    `scope`: the worker's own `/metrics` port answers like the web app's `/metrics`.
+
+    `open_paths`: paths answered after the `Host` check without credentials, by their own app
+    (the worker's `/readyz` and `/livez`, which a kubelet asks): they must show no data."""
     throttle = throttle or LoginThrottle()
+    public = dict(open_paths or {})
 
     def refuse(start_response: Callable[..., Any], status: str, text: str,
                extra: tuple[tuple[str, str], ...] = ()) -> list[bytes]:  # fmt: skip
@@ -607,6 +612,8 @@ def guarded_wsgi(
         host = environ.get("HTTP_HOST")
         if not allowlist.allows(host):
             return refuse(start_response, "421 Misdirected Request", host_refusal(host))
+        if environ.get("PATH_INFO") in public:
+            return public[environ["PATH_INFO"]](environ, start_response)
         if credentials.required:
             address = environ.get("REMOTE_ADDR")
             auth = read_authorization(credentials, environ.get("HTTP_AUTHORIZATION"))

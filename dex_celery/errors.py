@@ -203,6 +203,16 @@ class SchemaMissing(DatabaseUnavailable):
     """The database answers but has no dex-celery schema (run `dex-celery db upgrade`)."""
 
 
+class SchemaOutdated(DatabaseUnavailable):
+    """The database answers, but its schema is at an older revision than this code needs (run
+    `dex-celery db upgrade`): a worker or beat refuses to start on it (docs/deploy.md)."""
+
+
+class NotAlive(DexError):
+    """A liveness probe's verdict: the worker's main loop, or beat's sweeper, stopped moving
+    (`dex-celery probe live`, docs/operations.md)."""
+
+
 # --- a request that raised after its calls were, or may have been, recorded (S11.2) ---------
 
 

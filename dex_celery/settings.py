@@ -144,6 +144,11 @@ DEFAULT_RETENTION_INTERVAL = 3600.0
 DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
 #: Calls removed per transaction by a prune: small, so running workers never wait long on it.
 DEFAULT_PRUNE_BATCH = 500
+# --- readiness at start (docs/operations.md, "Probes") ---
+#: Seconds a worker or beat waits at start for its database and Redis to answer (a deployment
+#: starting all at once) before it refuses with the error and exits 1; a schema that is missing
+#: or too old is refused at once. 0: refuse at once.
+DEFAULT_STARTUP_WAIT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +206,8 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # --- readiness at start ---
+    startup_wait: float = DEFAULT_STARTUP_WAIT
 
     def __post_init__(self) -> None:
         for name in DURATION_SETTINGS:  # `Settings(approval_timeout="2h")` in code, as in env
@@ -245,6 +252,10 @@ class Settings:
         if self.record_wait < 0:
             raise ConfigurationError(
                 f"setting record_wait must be 0 or more, got {self.record_wait!r}"
+            )
+        if self.startup_wait < 0:
+            raise ConfigurationError(
+                f"setting startup_wait must be 0 or more, got {self.startup_wait!r}"
             )
         if self.shutdown_grace < 0:
             raise ConfigurationError(
@@ -344,6 +355,7 @@ DURATION_SETTINGS = (
     "shutdown_grace",
     "unknown_tool_requeue_delay",
     "retention_interval",
+    "startup_wait",
 )
 
 

@@ -20,6 +20,7 @@ from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.databases import SQLITE, database_url
+from tests.support.failures_now import register as register_failures_now
 from tests.support.rabbitmq import (
     RABBITMQ,
     REDIS,
@@ -162,6 +163,7 @@ def sweeper(dex: Dex) -> Iterator[threading.Event]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    register_failures_now(config)  # a cut run still names its failures (docs/testing.md)
     os.environ.setdefault(
         "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     )

@@ -38,6 +38,7 @@ from dex_celery.cli.maintenance import reconcile, sweep
 from dex_celery.cli.mcp import mcp
 from dex_celery.cli.mcp_servers import mcp_servers
 from dex_celery.cli.ops import db, demo, dev
+from dex_celery.cli.probe import probe
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
 from dex_celery.errors import DexError
@@ -147,5 +148,6 @@ for _command in (
     webhooks,
     mcp,
     mcp_servers,
+    probe,
 ):
     main.add_command(_command)

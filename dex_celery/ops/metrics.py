@@ -46,7 +46,7 @@ import logging
 import math
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -265,7 +265,9 @@ def registry_for(source: RuntimeSource) -> CollectorRegistry:
     return registry
 
 
-def serve_worker_metrics(source: RuntimeSource) -> None:
+def serve_worker_metrics(
+    source: RuntimeSource, open_paths: Mapping[str, Callable[..., Any]] | None = None
+) -> None:
     """Start the worker's own endpoint on `Settings.worker_metrics_port` (Celery `worker_init`).
 
     It runs in the worker's main process only, so one port per worker host process. It is a
@@ -273,6 +275,8 @@ def serve_worker_metrics(source: RuntimeSource) -> None:
     `worker_metrics_host` (loopback by default; beyond loopback only with credentials), answers
     only allowed `Host` names, and with credentials configured asks for a token or person with
     the scope `metrics`. Raises `ConfigurationError` for an open bind beyond loopback.
+    `open_paths` (the worker's `/readyz` and `/livez`, `processes.health`) answer after the
+    `Host` check without credentials.
     """
     port = source.runtime.settings.worker_metrics_port
     if not port:
@@ -285,6 +289,7 @@ def serve_worker_metrics(source: RuntimeSource) -> None:
         credentials,
         HostAllowlist.from_settings(source.runtime.settings).with_bind(host),
         Scope.METRICS,
+        open_paths=open_paths,
     )
 
     class Server(ThreadingWSGIServer):

@@ -31,6 +31,7 @@ from dex_celery.errors import ConfigurationError
 from dex_celery.ledger import private_redis
 from dex_celery.ledger.connection import redis_client
 from dex_celery.processes.celery_config import configure_celery
+from dex_celery.processes.parent_death import dies_with_parent
 from dex_celery.settings import Settings, env_name
 
 REDIS_URL_ENV = env_name("redis_url")
@@ -365,6 +366,7 @@ class LocalStack:
                 stderr=subprocess.STDOUT if out is not None else None,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own group: Ctrl-C reaches us, we stop it
+                preexec_fn=dies_with_parent(),  # and it goes if we are killed outright
             )
         finally:
             if out is not None:

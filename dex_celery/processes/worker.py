@@ -1,8 +1,11 @@
 """The worker process of a deployment: every Celery signal a worker's processes listen to.
 
-- `worker_init` (main process, before the pool starts): the Redis startup check
-  (`processes.checks`), every tool source read anew (MCP servers' tool lists, so their tasks
-  are registered before the pool forks), and the worker's own Prometheus port when `worker_metrics_port` is set;
+- `worker_init` (main process, before the pool starts): the startup check (`processes.checks`:
+  the database and its schema, the Redis ledger and its durability; a worker that cannot use
+  them exits before `ready`), every tool source read anew (MCP servers' tool lists, so their tasks
+  are registered before the pool forks), and the worker's own Prometheus port when `worker_metrics_port` is set, which also
+  answers `/readyz` and `/livez` (`processes.health`);
+- `worker_ready`: the main loop's tick starts (`ops.probes.LoopTick`, on the consumer's timer);
 - `worker_ready`: the node's start is counted (`engine.worker_starts`, restarts in `status`);
 - `worker_ready` / `worker_shutting_down`: the deployment watch (`ops.status.DeploymentWatch`:
   a missing schema, a sweeper that stopped), started and stopped with the worker;
@@ -36,6 +39,7 @@ from celery import Celery, signals
 from dex_celery.engine.outcome_writer import OutcomeChannel
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.engine.worker_starts import record_start
+from dex_celery.ops.probes import TICK_INTERVAL, LoopTick
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.broker_pools import (
     IN_PROCESS_POOLS,
@@ -44,6 +48,7 @@ from dex_celery.processes.broker_pools import (
     size_ledger_pool,
 )
 from dex_celery.processes.checks import check_or_exit
+from dex_celery.processes.health import health_routes
 from dex_celery.processes.shutdown import WarmShutdown
 from dex_celery.store.values import OutcomeRow
 from dex_celery.tools.tool import TASK_PREFIX
@@ -64,6 +69,10 @@ class WorkerServices:
         self.source = source
         self.refresh_tools = refresh_tools
         self.watch: DeploymentWatch | None = None
+        #: Ticked by the main loop's timer from `worker_ready` on (`/livez`).
+        self.tick = LoopTick()
+        #: Set on `worker_ready`, cleared when the warm shutdown begins (`/readyz`).
+        self.ready = False
         self.channel: OutcomeChannel | None = None
         #: The claim gate (made here, before the pool forks) and the shutdown grace.
         self.shutdown = WarmShutdown(
@@ -99,7 +108,9 @@ class WorkerServices:
             # deferred: prometheus_client is an optional dependency (extras `metrics`, `web`)
             from dex_celery.ops.metrics import serve_worker_metrics
 
-            serve_worker_metrics(self.source)
+            serve_worker_metrics(
+                self.source, health_routes(self.source, self.tick, lambda: self.ready)
+            )
 
     def on_worker_ready(self, sender: Any = None, **_: Any) -> None:
         if not self._ours(sender) or self.watch is not None:
@@ -107,12 +118,18 @@ class WorkerServices:
         node = getattr(sender, "hostname", None)
         if node:
             record_start(self.source, str(node))  # restarts show in `dex-celery status`
+        timer = getattr(sender, "timer", None)
+        if timer is not None:  # the consumer's timer: a prefork main process's event loop
+            self.tick.tick()
+            timer.call_repeatedly(TICK_INTERVAL, self.tick.tick)
+        self.ready = True
         self.watch = DeploymentWatch(self.source)
         self.watch.start()
 
     def on_worker_shutting_down(self, **_: Any) -> None:
         # Sent by the main process's signal handler: no broker I/O here; the consumer hands
         # back what it holds when it stops (`processes.consumer`).
+        self.ready = False
         self.shutdown.begin()
         watch, self.watch = self.watch, None
         if watch is not None:

@@ -23,6 +23,7 @@ import redis
 
 from dex_celery.errors import ConfigurationError
 from dex_celery.processes.localstack import free_port, redis_server_args
+from dex_celery.processes.parent_death import dies_with_parent
 from dex_celery.testing import leftovers
 
 
@@ -67,7 +68,13 @@ class RedisServer:
             appendfsync=self.appendfsync,
             extra=self.extra_args,
         )
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=dies_with_parent(),
+        )
         leftovers.note_started(self.process.pid, group=False)
         client = redis.Redis(port=self.port)
         # Loading a large append-only file after a restart takes a while.
@@ -116,6 +123,7 @@ class CeleryProcess:
             self.process = subprocess.Popen(
                 command, cwd=self.cwd, env={**os.environ, **self.env}, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=dies_with_parent(),
             )  # fmt: skip
         leftovers.note_started(self.process.pid, group=True)
         if wait:

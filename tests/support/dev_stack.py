@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import ROOT, wait_for
+from dex_celery.processes.parent_death import dies_with_parent
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
 
@@ -72,6 +73,7 @@ def dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[st
             stdout=f,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=dies_with_parent(),
         )
     try:
         yield process, out, env
@@ -100,6 +102,7 @@ def start_dev(app: str, env: dict[str, str], out: Path) -> subprocess.Popen[byte
             stdout=f,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=dies_with_parent(),
         )
 
 

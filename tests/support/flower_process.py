@@ -21,6 +21,7 @@ import pytest
 
 from devtools.processes import ROOT, free_port, wait_for
 from dex_celery import Dex
+from dex_celery.processes.parent_death import dies_with_parent
 
 
 class Flower:
@@ -49,6 +50,7 @@ class Flower:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=dies_with_parent(),
             )
         self.logfile = logfile
 

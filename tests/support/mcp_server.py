@@ -15,6 +15,7 @@ from typing import IO, Any
 from mcp import StdioServerParameters
 
 from devtools.processes import ROOT, free_port, wait_for
+from dex_celery.processes.parent_death import dies_with_parent
 
 #: The console script of the interpreter running the tests, whatever its virtual environment.
 DEX_CELERY = str(Path(sys.executable).parent / "dex-celery")
@@ -47,6 +48,7 @@ def _server(transport: str, env: dict[str, str], app: list[str] | None = None) -
             env={**os.environ, **full_env},
             stdout=subprocess.DEVNULL,
             stderr=errors,
+            preexec_fn=dies_with_parent(),
         )
         try:
             wait_for(

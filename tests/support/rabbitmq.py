@@ -23,6 +23,7 @@ import amqp
 import pytest
 
 from devtools.processes import free_port, wait_for
+from dex_celery.processes.parent_death import dies_with_parent
 
 #: The machine's shared RabbitMQ (guest/guest on loopback).
 SHARED_HOST = "127.0.0.1"
@@ -179,6 +180,7 @@ class RabbitNode:
             self.process = subprocess.Popen(
                 [SERVER_SCRIPT], env=self.environ, cwd=self.directory, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=dies_with_parent(),
             )  # fmt: skip
         wait_for(
             lambda: self.died() or _answers(self.port),

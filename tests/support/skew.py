@@ -24,6 +24,7 @@ from typing import Any
 from devtools import toolapp
 from devtools.processes import ROOT
 from dex_celery import CallRequest
+from dex_celery.processes.parent_death import dies_with_parent
 
 SHIM_DIR = Path(__file__).resolve().parent / "clock_skew"
 SKEW_ENV = "DEX_TEST_CLOCK_SKEW"
@@ -52,7 +53,12 @@ class SweeperProcess:
         args = [str(DEX_SCRIPT), "--app", "devtools.toolapp:dex", "sweep", "--loop"]
         with self.logfile.open("ab") as out:
             self.process = subprocess.Popen(
-                args, cwd=ROOT, env=_child_env(self.env), stdout=out, stderr=subprocess.STDOUT
+                args,
+                cwd=ROOT,
+                env=_child_env(self.env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=dies_with_parent(),
             )
         return self
 

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from devtools.processes import ROOT, free_port, wait_for
+from dex_celery.processes.parent_death import dies_with_parent
 
 #: Set to a folder to have the browser test save its screenshots there (docs/web/ in the repo).
 SCREENSHOTS_ENV = "DEX_WEB_SCREENSHOTS"
@@ -44,7 +45,7 @@ class WebServer:
         with self.log_path.open("wb") as out:
             self.process = subprocess.Popen(
                 self.command(), cwd=ROOT, env={**os.environ, **self.env},
-                stdout=out, stderr=subprocess.STDOUT,
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_parent(),
             )  # fmt: skip
         wait_for(self._healthy, timeout=30, what=f"the web app on port {self.port}")
         return self

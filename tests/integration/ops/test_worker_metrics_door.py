@@ -54,3 +54,34 @@ def test_worker_metrics_port_stays_on_loopback_without_credentials(env: dict[str
     with pytest.raises(ConfigurationError, match="without authentication"):
         serve_worker_metrics(dex)
     assert Settings().worker_metrics_host == "127.0.0.1"
+
+
+def test_the_health_paths_answer_without_a_token_but_check_the_host(env: dict[str, str]) -> None:
+    """`/readyz` and `/livez` (processes/health.py) are asked by a kubelet without credentials:
+    they answer without a token, after the `Host` check, and show no data; `/metrics` beside
+    them still wants its token (docs/operations.md, "Probes")."""
+    from dex_celery.ops.probes import LoopTick
+    from dex_celery.processes.health import health_routes
+
+    port = free_port()
+    settings = Settings.from_env(env, worker_metrics_port=port, web_tokens="prom:prom-tok")
+    _app, dex = make_app(settings)
+    dex.store.create_schema()
+    tick = LoopTick()
+    serve_worker_metrics(dex, health_routes(dex, tick, lambda: True))
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _up(base + "/livez"), timeout=10, what="the worker metrics port")
+
+    assert httpx.get(base + "/metrics").status_code == 401
+    starting = httpx.get(base + "/livez")
+    assert (starting.status_code, starting.text) == (
+        503,
+        "not alive: the worker's main loop has not started yet\n",
+    )
+    tick.tick()
+    assert httpx.get(base + "/livez").status_code == 200
+    ready = httpx.get(base + "/readyz")
+    assert (ready.status_code, ready.text) == (200, "ready (database, redis, broker)\n")
+    assert (
+        httpx.get(base + "/readyz", headers={"Host": "rebind.attacker.example"}).status_code == 421
+    )

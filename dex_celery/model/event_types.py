@@ -32,3 +32,6 @@ class EventType(StrEnum):
     #: person accepted: its calls wait for approval until someone accepts the new one. Not about
     #: a call (empty key); carries `server`, `tool`, `digest` and the accepted `pinned` digest.
     MCP_TOOL_DEFINITION_CHANGED = "mcp_tool_definition_changed"
+    #: An approver edited a waiting call's arguments when approving it (S13.3); carries `by`.
+    #: The record holds the edit (before, after); the model reads it in the TOOL message.
+    TOOL_CALL_ARGUMENTS_EDITED = "tool_call_arguments_edited"

@@ -107,6 +107,17 @@ tool_calls = Table(
     # retry or record made later by the sweeper joins the request's trace. Written by the
     # request's INSERT itself; NULL when the requester did not trace.
     Column("trace_context", Text, nullable=True),
+    # Approvals bound to what was approved (S13.3, docs/guardrails.md): set only for calls that
+    # wait for a person. The digests of the validated arguments and of the tool's definition
+    # (`tools/definition_digest.py`), the binding of both an approval was given for (consumed
+    # once by the worker's claim, which stamps `approval_used_at`), an approver's edit of the
+    # arguments (JSON: by, at, before, after; secrets `***`), and why a call waits again.
+    Column("definition_digest", String(64), nullable=True),
+    Column("arguments_digest", String(64), nullable=True),
+    Column("approved_digest", String(64), nullable=True),
+    Column("approval_used_at", Float, nullable=True),
+    Column("approval_edit", Text, nullable=True),
+    Column("rewait_reason", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,

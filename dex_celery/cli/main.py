@@ -40,6 +40,7 @@ from dex_celery.cli.mcp_servers import mcp_servers
 from dex_celery.cli.ops import db, demo, dev
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
+from dex_celery.cli.writes import writes
 from dex_celery.errors import DexError
 from dex_celery.settings import Settings
 
@@ -147,5 +148,6 @@ for _command in (
     webhooks,
     mcp,
     mcp_servers,
+    writes,
 ):
     main.add_command(_command)

@@ -31,6 +31,7 @@ from dex_celery.errors import (
 )
 from dex_celery.model.argument_shape import lone_surrogate
 from dex_celery.model.event_types import EventType
+from dex_celery.model.freeze import held_reason
 from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -38,6 +39,7 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatEvidence, held_rejection_note
 from dex_celery.model.times import format_utc
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
 from dex_celery.tools.redact import record_arguments
 
@@ -79,9 +81,16 @@ class PendingApproval:
     deadline: float
     #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
     repeat: RepeatEvidence | None = None
+    #: Held by a write freeze (S13.2): why, who froze writes and since when.
+    frozen: str | None = None
 
     @classmethod
-    def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
+    def of(
+        cls,
+        record: ToolCallRecord,
+        repeat: RepeatEvidence | None = None,
+        frozen: str | None = None,
+    ) -> PendingApproval:
         return cls(
             key=record.key,
             session_id=record.session_id,
@@ -93,6 +102,7 @@ class PendingApproval:
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
+            frozen=frozen,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,6 +117,7 @@ class PendingApproval:
             "requested_at": self.requested_at,
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
+            "frozen": self.frozen,
         }
 
 
@@ -171,6 +182,7 @@ class Approvals:
         self.epoch = epoch
         self.dispatcher = dispatcher
         self.settings = settings
+        self.freezes = WriteFreezes(lambda: store.engine)
 
     # --- decisions -----------------------------------------------------------------------------
 
@@ -195,7 +207,8 @@ class Approvals:
             # against this one (S5.4).
             self.store.take_repeat_slot(record)
         try:
-            self.dispatcher.start(record)
+            # A call a write freeze held may have reached a worker before (S13.2).
+            self.dispatcher.start(record, may_have_run=self.freezes.may_have_run(key))
         except Exception:
             # The approval is recorded; the call is pending with no ledger entry, which the
             # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
@@ -237,7 +250,15 @@ class Approvals:
         records = self.store.pending_approvals(
             self.store.clock(), session_id=session_id, limit=limit
         )
-        return [PendingApproval.of(r, repeat_evidence(self.store, r)) for r in records]
+        holders = self.freezes.holders([r.key for r in records])
+        return [
+            PendingApproval.of(
+                r,
+                repeat_evidence(self.store, r),
+                held_reason(holders[r.key]) if r.key in holders else None,
+            )
+            for r in records
+        ]
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ from dex_celery.web.auth import (
     safe_next,
     same_origin,
 )
+from dex_celery.web.freeze_pages import FreezePages
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -131,6 +132,7 @@ class WebApp:
         self.env.filters["utc"] = _utc
         self.env.filters["tojson_text"] = _json
         self.env.filters["tojson_inline"] = _json_inline
+        self.freeze_pages = FreezePages(dex, self.page, self.gate)
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -179,6 +181,8 @@ class WebApp:
     ) -> HTMLResponse:
         html = self.env.get_template(template).render(
             user=identity.name if identity else None,
+            # The write freeze's banner, on every page of a signed-in person (S13.2).
+            frozen=self.freeze_pages.banner() if identity else [],
             csrf=self.signer.csrf_token(identity) if identity else "",
             auth_required=self.credentials.required,
             path=request.url.path,
@@ -454,6 +458,7 @@ class WebApp:
             Route("/unknowns", gate(self._threaded(self.unknowns_page), read)),
             Route("/unknowns/reconcile", gate(self.reconcile, decide), methods=["POST"]),
             Route("/metrics", gate(self._threaded(self.metrics), Scope.METRICS)),
+            *self.freeze_pages.routes(),
         ]
         app = Starlette(routes=routes)
         app.add_middleware(HostGuard, allowlist=self.hosts, headers=SECURITY_HEADERS)

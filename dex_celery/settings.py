@@ -145,6 +145,11 @@ DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
 #: Calls removed per transaction by a prune: small, so running workers never wait long on it.
 DEFAULT_PRUNE_BATCH = 500
 
+# --- previews (docs/guardrails.md, "Previews") ---
+#: Seconds a tool's preview function may take on a worker (and its message may wait to be
+#: taken) before the approval shows "preview unavailable".
+DEFAULT_PREVIEW_TIMEOUT = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -201,6 +206,8 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # --- previews ---
+    preview_timeout: float = DEFAULT_PREVIEW_TIMEOUT
 
     def __post_init__(self) -> None:
         for name in DURATION_SETTINGS:  # `Settings(approval_timeout="2h")` in code, as in env
@@ -232,6 +239,7 @@ class Settings:
             "unknown_tool_requeue_delay",
             "retention_interval",
             "prune_batch",
+            "preview_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -344,6 +352,7 @@ DURATION_SETTINGS = (
     "shutdown_grace",
     "unknown_tool_requeue_delay",
     "retention_interval",
+    "preview_timeout",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import redis
 from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.held_back_evidence import repeat_evidence
 from dex_celery.engine.owners import parse_owner
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall
@@ -293,6 +295,9 @@ def call_details(
     )
     evidence = repeat_evidence(source.runtime.store, record)
     details["repeat"] = evidence.as_dict() if evidence is not None else None
+    runtime = source.runtime
+    now = time.time() if ledger_error is not None else runtime.ledger.now()
+    details["preview"] = shown_preview(record, runtime.tools, runtime.settings, now)
     details["cut"] = False if full else _cut_details(details)
     return details
 
@@ -359,6 +364,8 @@ def render_details(d: dict[str, Any], *, full: bool = False, app: str | None = N
     lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
         lines.append(_approval_line(d["approval_deadline"], d["approval"]))
+    if d.get("preview"):
+        lines.append(f"preview   {d['preview']}")
     if d.get("repeat"):
         lines.append(f"repeat    held back: {d['repeat']['reason']}")
         lines.append(f"          now: {d['repeat']['earlier_now']}")

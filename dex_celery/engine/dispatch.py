@@ -160,6 +160,9 @@ class Dispatcher:
                 traced.set("key", records[0].key)
                 traced.set("effect", records[0].effect)
                 traced.set("status", records[0].status)
+            sessions = {r.session_id for r in records} if traced.live else set()
+            if len(sessions) == 1:  # a turn's calls: one session, one timeline page
+                tracing.name_session(traced, sessions.pop(), self.settings.web_base_url)
             return records
 
     def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:

@@ -41,11 +41,15 @@ def shorten(text: str | None, width: int) -> str:
 VALUE_LIMIT = 2000
 
 
+#: What a cut value says where it was cut, before how much was.
+CUT_MARK = "… [cut: "
+
+
 def cut_text(text: str, limit: int = VALUE_LIMIT) -> tuple[str, bool]:
     """`text`, or its first `limit` characters and a marker saying how much was cut."""
     if len(text) <= limit:
         return text, False
-    return f"{text[:limit]}… [cut: {len(text) - limit:,} more characters]", True
+    return f"{text[:limit]}{CUT_MARK}{len(text) - limit:,} more characters]", True
 
 
 def cut_value(value: Any, limit: int = VALUE_LIMIT) -> tuple[Any, bool]:
@@ -132,7 +136,7 @@ def call_summary(record: ToolCallRecord, started: int | None = None) -> dict[str
     }
 
 
-def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str, Any]]:
+def attempt_history(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str, Any]]:
     """Finished attempts from the SQL attempt log (or the ledger's, if SQL has none yet), and
     the current attempt when the ledger still holds one in flight: `running` with its worker
     and claim time, or `enqueued` (waiting for a worker)."""
@@ -285,7 +289,7 @@ def call_details(
         policy=json.loads(record.policy.to_json()),
         approval_deadline=record.approval_deadline,
         approval=dataclasses.asdict(record.approval) if record.approval else None,
-        attempt_log=_attempts(record, entry),
+        attempt_log=attempt_history(record, entry),
         ledger=_ledger_view(entry),
         ledger_error=ledger_error,
         late_result=_late(record.late_result or (entry.late if entry else None)),

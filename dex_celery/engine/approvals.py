@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
 from dex_celery.engine.held_back_evidence import repeat_evidence
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -81,6 +82,9 @@ class PendingApproval:
     deadline: float
     #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
     repeat: RepeatEvidence | None = None
+    #: What the tool's preview function says the call would do (S13.5), "preview pending" or
+    #: "preview unavailable: ..."; None for a tool without a preview.
+    preview: str | None = None
     #: Held by a write freeze (S13.2): why, who froze writes and since when.
     frozen: str | None = None
 
@@ -89,6 +93,7 @@ class PendingApproval:
         cls,
         record: ToolCallRecord,
         repeat: RepeatEvidence | None = None,
+        preview: str | None = None,
         frozen: str | None = None,
     ) -> PendingApproval:
         return cls(
@@ -102,6 +107,7 @@ class PendingApproval:
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
+            preview=preview,
             frozen=frozen,
         )
 
@@ -117,6 +123,7 @@ class PendingApproval:
             "requested_at": self.requested_at,
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
+            "preview": self.preview,
             "frozen": self.frozen,
         }
 
@@ -247,14 +254,15 @@ class Approvals:
         if session_id is not None:
             validate_id("session id", session_id)
         check_list_limit(limit, InvalidDecision)
-        records = self.store.pending_approvals(
-            self.store.clock(), session_id=session_id, limit=limit
-        )
+        now = self.store.clock()
+        records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
+        tools, settings = self.dispatcher.tools, self.settings
         holders = self.freezes.holders([r.key for r in records])
         return [
             PendingApproval.of(
                 r,
                 repeat_evidence(self.store, r),
+                shown_preview(r, tools, settings, now),
                 held_reason(holders[r.key]) if r.key in holders else None,
             )
             for r in records

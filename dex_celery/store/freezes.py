@@ -38,6 +38,16 @@ def _freeze(row: RowMapping) -> WriteFreeze:
 
 
 @dataclass(frozen=True, slots=True)
+class FreezeHold:
+    """A call a freeze held: when, by which freeze, and when a thaw released it (None: not)."""
+
+    call_key: str
+    freeze: WriteFreeze
+    held_at: float
+    released_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class HeldCall:
     """A call a thaw released: its record (now `pending`) and whether it may have run."""
 
@@ -147,6 +157,23 @@ class WriteFreezes:
         )
         with self._engine().connect() as conn:
             return {r["call_key"]: _freeze(r) for r in conn.execute(query).mappings()}
+
+    def holds_of(self, keys: Sequence[str]) -> list[FreezeHold]:
+        """The holds of `keys` (the session timeline's source), released or not."""
+        if not keys:
+            return []
+        query = (
+            select(freeze_holds, *write_freezes.c)
+            .select_from(
+                freeze_holds.join(write_freezes, write_freezes.c.id == freeze_holds.c.freeze_id)
+            )
+            .where(freeze_holds.c.call_key.in_(list(keys)))
+        )
+        with self._engine().connect() as conn:
+            return [
+                FreezeHold(r["call_key"], _freeze(r), r["held_at"], r["released_at"])
+                for r in conn.execute(query).mappings()
+            ]
 
     def may_have_run(self, key: str) -> bool:
         """Whether an attempt of a held call had reached a worker before its hold."""

@@ -21,6 +21,7 @@ from dex_celery import CallStatus, Dex, MessageRole
 from dex_celery.client.dex_client import DexClient
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
+from dex_celery.ops.timeline import EntryKind, session_timeline
 from tests.support.cli_run import APP, one_error_line, run
 
 WRITE = "slow_non_idempotent_write"
@@ -252,6 +253,8 @@ def test_the_freeze_survives_redis_losing_it(
     out = thaw(env)
     assert "released 1 held call(s)" in out
     wait_status(dex, key, CallStatus.SUCCEEDED)
+    kinds = [e.kind for e in session_timeline(dex, "s1").entries if e.call_key == key]
+    assert kinds.index(EntryKind.HELD_BY_FREEZE) < kinds.index(EntryKind.RELEASED_BY_THAW)
 
 
 def test_cli_bad_input_is_one_error_line_and_writes_nothing(dex: Dex, env: dict[str, str]) -> None:

@@ -83,6 +83,8 @@ def _line(p: PendingApproval) -> str:
     )
     if p.repeat is not None:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
+    if p.preview is not None:
+        line += f"\n    preview: {p.preview}"
     return line
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
 from dex_celery.engine.held_back_evidence import repeat_evidence
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -79,9 +80,17 @@ class PendingApproval:
     deadline: float
     #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
     repeat: RepeatEvidence | None = None
+    #: What the tool's preview function says the call would do (S13.5), "preview pending" or
+    #: "preview unavailable: ..."; None for a tool without a preview.
+    preview: str | None = None
 
     @classmethod
-    def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
+    def of(
+        cls,
+        record: ToolCallRecord,
+        repeat: RepeatEvidence | None = None,
+        preview: str | None = None,
+    ) -> PendingApproval:
         return cls(
             key=record.key,
             session_id=record.session_id,
@@ -93,6 +102,7 @@ class PendingApproval:
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
+            preview=preview,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,6 +117,7 @@ class PendingApproval:
             "requested_at": self.requested_at,
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
+            "preview": self.preview,
         }
 
 
@@ -234,10 +245,15 @@ class Approvals:
         if session_id is not None:
             validate_id("session id", session_id)
         check_list_limit(limit, InvalidDecision)
-        records = self.store.pending_approvals(
-            self.store.clock(), session_id=session_id, limit=limit
-        )
-        return [PendingApproval.of(r, repeat_evidence(self.store, r)) for r in records]
+        now = self.store.clock()
+        records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
+        tools, settings = self.dispatcher.tools, self.settings
+        return [
+            PendingApproval.of(
+                r, repeat_evidence(self.store, r), shown_preview(r, tools, settings, now)
+            )
+            for r in records
+        ]
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -83,6 +83,9 @@ class ToolCallRecord:
     #: The request's trace context (JSON of the propagator's headers, `engine/tracing.py`), so
     #: retries and records made later by another process join the request's trace.
     trace_context: str | None = field(default=None, repr=False)
+    #: What the tool's preview function said of the call while it waited for approval, or
+    #: "preview unavailable: ..." (docs/guardrails.md, "Previews"); None until a worker ran it.
+    preview: str | None = None
 
     @property
     def effect(self) -> EffectClass:

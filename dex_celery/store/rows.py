@@ -63,6 +63,7 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         repeat_reason=row.get("repeat_reason"),
         repeat_digest=row.get("repeat_digest"),
         trace_context=row.get("trace_context"),
+        preview=row.get("preview"),
     )
 
 

@@ -85,6 +85,8 @@ def _line(p: PendingApproval) -> str:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
     if p.preview is not None:
         line += f"\n    preview: {p.preview}"
+    if p.frozen is not None:
+        line += f"\n    held: {p.frozen}"
     return line
 
 

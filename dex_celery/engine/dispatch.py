@@ -401,12 +401,16 @@ class Dispatcher:
             return
         # A call that waited for approval announced its request already.
         announce = record.approval is None
+        # A person's approval lets the call pass a write freeze begun before it (S13.2).
+        approval = record.approval
+        passed = approval.decided_at if approval and approval.decision == "approved" else None
         result = ledger.open(
             record.key,
             record.policy,
             epoch=self.epoch.current(),
             announce=announce,
             may_have_run=may_have_run,
+            passed=passed,
         )
         if result is OpenResult.EPOCH_CHANGED:
             # The ledger started a new life since this process last looked (the one place an
@@ -418,6 +422,7 @@ class Dispatcher:
                 epoch=self.epoch.current(refresh=True),
                 announce=announce,
                 may_have_run=may_have_run,
+                passed=passed,
             )
         if result is not OpenResult.OPENED:
             log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)

@@ -93,6 +93,10 @@ def _line(p: PendingApproval) -> str:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
     if p.waits_again is not None:
         line += f"\n    waits again: {p.waits_again}"
+    if p.preview is not None:
+        line += f"\n    preview: {p.preview}"
+    if p.frozen is not None:
+        line += f"\n    held: {p.frozen}"
     return line
 
 

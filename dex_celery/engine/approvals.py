@@ -22,6 +22,7 @@ from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
 from dex_celery.engine.approval_edit import edited_arguments
 from dex_celery.engine.held_back_evidence import repeat_evidence
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -33,6 +34,7 @@ from dex_celery.errors import (
 )
 from dex_celery.model.argument_shape import lone_surrogate
 from dex_celery.model.event_types import EventType
+from dex_celery.model.freeze import held_reason
 from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -41,6 +43,7 @@ from dex_celery.model.records import ApprovalDecision, ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatEvidence, held_rejection_note
 from dex_celery.model.times import format_utc
 from dex_celery.store.approval_binding import ArgumentsEdit
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
 from dex_celery.tools.definition_digest import binding_digest
 from dex_celery.tools.redact import record_arguments
@@ -86,9 +89,20 @@ class PendingApproval:
     repeat: RepeatEvidence | None = None
     #: Approved before, but its tool changed before it ran: why it waits again (S13.3).
     waits_again: str | None = None
+    #: What the tool's preview function says the call would do (S13.5), "preview pending" or
+    #: "preview unavailable: ..."; None for a tool without a preview.
+    preview: str | None = None
+    #: Held by a write freeze (S13.2): why, who froze writes and since when.
+    frozen: str | None = None
 
     @classmethod
-    def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
+    def of(
+        cls,
+        record: ToolCallRecord,
+        repeat: RepeatEvidence | None = None,
+        preview: str | None = None,
+        frozen: str | None = None,
+    ) -> PendingApproval:
         return cls(
             key=record.key,
             session_id=record.session_id,
@@ -101,6 +115,8 @@ class PendingApproval:
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
             waits_again=record.rewait_reason,
+            preview=preview,
+            frozen=frozen,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,6 +132,8 @@ class PendingApproval:
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
             "waits_again": self.waits_again,
+            "preview": self.preview,
+            "frozen": self.frozen,
         }
 
 
@@ -191,6 +209,7 @@ class Approvals:
         self.epoch = epoch
         self.dispatcher = dispatcher
         self.settings = settings
+        self.freezes = WriteFreezes(lambda: store.engine)
 
     # --- decisions -----------------------------------------------------------------------------
 
@@ -247,7 +266,8 @@ class Approvals:
             # against this one (S5.4).
             self.store.take_repeat_slot(record)
         try:
-            self.dispatcher.start(record)
+            # A call a write freeze held may have reached a worker before (S13.2).
+            self.dispatcher.start(record, may_have_run=self.freezes.may_have_run(key))
         except Exception:
             # The approval is recorded; the call is pending with no ledger entry, which the
             # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
@@ -293,10 +313,19 @@ class Approvals:
         if session_id is not None:
             validate_id("session id", session_id)
         check_list_limit(limit, InvalidDecision)
-        records = self.store.pending_approvals(
-            self.store.clock(), session_id=session_id, limit=limit
-        )
-        return [PendingApproval.of(r, repeat_evidence(self.store, r)) for r in records]
+        now = self.store.clock()
+        records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
+        tools, settings = self.dispatcher.tools, self.settings
+        holders = self.freezes.holders([r.key for r in records])
+        return [
+            PendingApproval.of(
+                r,
+                repeat_evidence(self.store, r),
+                shown_preview(r, tools, settings, now),
+                held_reason(holders[r.key]) if r.key in holders else None,
+            )
+            for r in records
+        ]
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
 from dex_celery.engine.decided import decided, outcome_of
+from dex_celery.engine.previews import request_previews
 from dex_celery.engine.publish_capture import can_capture, capture
 from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
@@ -163,6 +164,9 @@ class Dispatcher:
                 traced.set("key", records[0].key)
                 traced.set("effect", records[0].effect)
                 traced.set("status", records[0].status)
+            sessions = {r.session_id for r in records} if traced.live else set()
+            if len(sessions) == 1:  # a turn's calls: one session, one timeline page
+                tracing.name_session(traced, sessions.pop(), self.settings.web_base_url)
             return records
 
     def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
@@ -218,6 +222,9 @@ class Dispatcher:
             records = tuple(record for record, _ in results)
             created_keys = {record.key for record, created in results if created}
             raise recorded_not_started(records, created_keys, e, self.settings) from e
+        # A new call that waits for a person gets its tool's preview run on a worker (S13.5).
+        waiting = [r for r, created in results if created]
+        request_previews(self.celery, self.settings, self.tools, waiting)
         return [record for record, _ in results]
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
@@ -400,12 +407,16 @@ class Dispatcher:
             return
         # A call that waited for approval announced its request already.
         announce = record.approval is None
+        # A person's approval lets the call pass a write freeze begun before it (S13.2).
+        approval = record.approval
+        passed = approval.decided_at if approval and approval.decision == "approved" else None
         result = ledger.open(
             record.key,
             record.policy,
             epoch=self.epoch.current(),
             announce=announce,
             may_have_run=may_have_run,
+            passed=passed,
         )
         if result is OpenResult.EPOCH_CHANGED:
             # The ledger started a new life since this process last looked (the one place an
@@ -417,6 +428,7 @@ class Dispatcher:
                 epoch=self.epoch.current(refresh=True),
                 announce=announce,
                 may_have_run=may_have_run,
+                passed=passed,
             )
         if result is not OpenResult.OPENED:
             log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)

@@ -95,6 +95,9 @@ class ToolCallRecord:
     approval_edit: ApprovalEdit | None = None
     #: Why an approved call waits for a person again (its tool changed before it ran).
     rewait_reason: str | None = None
+    #: What the tool's preview function said of the call while it waited for approval, or
+    #: "preview unavailable: ..." (docs/guardrails.md, "Previews"); None until a worker ran it.
+    preview: str | None = None
 
     @property
     def effect(self) -> EffectClass:

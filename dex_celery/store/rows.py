@@ -70,6 +70,7 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         approval_used_at=row.get("approval_used_at"),
         approval_edit=ApprovalEdit.from_json(row.get("approval_edit")),
         rewait_reason=row.get("rewait_reason"),
+        preview=row.get("preview"),
     )
 
 

@@ -7,7 +7,7 @@ binding. An approver's edit of the arguments is kept (who, when, before, after, 
 and a call that waits again says why. Expand only: nullable columns.
 
 Revision ID: 0016
-Revises: 0013
+Revises: 0018
 Create Date: 2026-12-05
 """
 
@@ -21,7 +21,7 @@ from alembic import op
 from dex_celery.store.migrations.altering import table_schema
 
 revision: str = "0016"
-down_revision: str | None = "0013"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

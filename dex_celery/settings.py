@@ -144,6 +144,16 @@ DEFAULT_RETENTION_INTERVAL = 3600.0
 DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
 #: Calls removed per transaction by a prune: small, so running workers never wait long on it.
 DEFAULT_PRUNE_BATCH = 500
+# --- the session timeline (S13.6) ---
+#: Where people reach `dex-celery web` (`https://dex.example.com`): a call's trace names its
+#: session's page there (`dex.session_url`). None: spans carry only `dex.session_id`.
+DEFAULT_WEB_BASE_URL: str | None = None
+
+# --- previews (docs/guardrails.md, "Previews") ---
+#: Seconds a tool's preview function may take on a worker (and its message may wait to be
+#: taken) before the approval shows "preview unavailable".
+DEFAULT_PREVIEW_TIMEOUT = 10.0
+
 # --- readiness at start (docs/operations.md, "Probes") ---
 #: Seconds a worker or beat waits at start for its database and Redis to answer (a deployment
 #: starting all at once) before it refuses with the error and exits 1; a schema that is missing
@@ -206,6 +216,10 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # --- the session timeline (S13.6) ---
+    web_base_url: str | None = DEFAULT_WEB_BASE_URL
+    # --- previews ---
+    preview_timeout: float = DEFAULT_PREVIEW_TIMEOUT
     # --- readiness at start ---
     startup_wait: float = DEFAULT_STARTUP_WAIT
 
@@ -239,6 +253,7 @@ class Settings:
             "unknown_tool_requeue_delay",
             "retention_interval",
             "prune_batch",
+            "preview_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -270,6 +285,11 @@ class Settings:
                 parse_duration(self.retention, option=env_name("retention"))
             except InvalidRequest as e:
                 raise ConfigurationError(str(e)) from None
+        if self.web_base_url is not None and not _WEB_BASE_URL.fullmatch(self.web_base_url):
+            raise ConfigurationError(
+                f"setting web_base_url {self.web_base_url!r} must be an http:// or https:// "
+                "address with no query or fragment (where people reach `dex-celery web`)"
+            )
         if not self.retention_archive:
             raise ConfigurationError("setting retention_archive must name a directory")
         check_redis_url(env_name("redis_url"), self.redis_url)
@@ -355,6 +375,7 @@ DURATION_SETTINGS = (
     "shutdown_grace",
     "unknown_tool_requeue_delay",
     "retention_interval",
+    "preview_timeout",
     "startup_wait",
 )
 
@@ -371,6 +392,8 @@ def _duration(label: str, raw: str, name: str) -> float | int:
     return seconds
 
 
+#: `http(s)://host[:port][/path]`, nothing after the path (a session's path is appended).
+_WEB_BASE_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 #: The prefix of dex-celery's keys in a Celery app's configuration.
 APP_PREFIX = "dex_"

@@ -39,8 +39,10 @@ from dex_celery.cli.mcp import mcp
 from dex_celery.cli.mcp_servers import mcp_servers
 from dex_celery.cli.ops import db, demo, dev
 from dex_celery.cli.probe import probe
+from dex_celery.cli.sessions import sessions
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
+from dex_celery.cli.writes import writes
 from dex_celery.errors import DexError
 from dex_celery.settings import Settings
 
@@ -136,6 +138,7 @@ def main(ctx: click.Context, app_path: str | None) -> None:
 
 for _command in (
     calls,
+    sessions,
     approvals,
     sweep,
     reconcile,
@@ -148,6 +151,7 @@ for _command in (
     webhooks,
     mcp,
     mcp_servers,
+    writes,
     probe,
 ):
     main.add_command(_command)

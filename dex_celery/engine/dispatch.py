@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
 from dex_celery.engine.decided import decided, outcome_of
+from dex_celery.engine.previews import request_previews
 from dex_celery.engine.publish_capture import can_capture, capture
 from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
@@ -43,6 +44,7 @@ from dex_celery.store.repeat_guards import RepeatCheck
 from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.tools.call_identity import identify, identity_text
+from dex_celery.tools.definition_digest import definition_digest
 from dex_celery.tools.redact import redacted_kwargs_repr
 from dex_celery.tools.sealing import seal
 from dex_celery.tools.sealing import split as split_secrets
@@ -87,6 +89,9 @@ class AttemptMessage:
     #: The request's trace context, for a message published outside its spans (the sweeper's
     #: retries and starts); a publisher inside a live span sends its own (`_send`).
     trace: Mapping[str, str] | None = None
+    #: A person approved the call: its worker's claim consumes the approval, bound to the
+    #: tool and arguments it was given for (S13.3, `Worker._claim_approved`).
+    approved: bool = False
 
 
 def parse_arguments(
@@ -159,6 +164,9 @@ class Dispatcher:
                 traced.set("key", records[0].key)
                 traced.set("effect", records[0].effect)
                 traced.set("status", records[0].status)
+            sessions = {r.session_id for r in records} if traced.live else set()
+            if len(sessions) == 1:  # a turn's calls: one session, one timeline page
+                tracing.name_session(traced, sessions.pop(), self.settings.web_base_url)
             return records
 
     def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
@@ -214,6 +222,9 @@ class Dispatcher:
             records = tuple(record for record, _ in results)
             created_keys = {record.key for record, created in results if created}
             raise recorded_not_started(records, created_keys, e, self.settings) from e
+        # A new call that waits for a person gets its tool's preview run on a worker (S13.5).
+        waiting = [r for r, created in results if created]
+        request_previews(self.celery, self.settings, self.tools, waiting)
         return [record for record, _ in results]
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
@@ -233,7 +244,8 @@ class Dispatcher:
         stored = arguments_json(shown)
 
         policy = tool.policy
-        if tool.approval_gate is not None and tool.approval_gate() is not None:
+        pin = tool.approval_gate() if tool.approval_gate is not None else None
+        if pin is not None:
             # The tool changed since a person accepted it: ask one before this call runs.
             policy = replace(policy, requires_approval=True)
 
@@ -250,6 +262,7 @@ class Dispatcher:
             sealed=token,
             repeat_digest=identity.fingerprint,
             identity=identity.text,
+            definition_digest=definition_digest(tool, pin),
         )
         return new, shown
 
@@ -394,12 +407,16 @@ class Dispatcher:
             return
         # A call that waited for approval announced its request already.
         announce = record.approval is None
+        # A person's approval lets the call pass a write freeze begun before it (S13.2).
+        approval = record.approval
+        passed = approval.decided_at if approval and approval.decision == "approved" else None
         result = ledger.open(
             record.key,
             record.policy,
             epoch=self.epoch.current(),
             announce=announce,
             may_have_run=may_have_run,
+            passed=passed,
         )
         if result is OpenResult.EPOCH_CHANGED:
             # The ledger started a new life since this process last looked (the one place an
@@ -411,6 +428,7 @@ class Dispatcher:
                 epoch=self.epoch.current(refresh=True),
                 announce=announce,
                 may_have_run=may_have_run,
+                passed=passed,
             )
         if result is not OpenResult.OPENED:
             log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)
@@ -424,6 +442,7 @@ class Dispatcher:
             record.policy,
             record.sealed_arguments,
             tracing.loads(record.trace_context),
+            approved=record.approved_digest is not None,
         )
         self.publish(message, attempt=1)
 
@@ -480,6 +499,8 @@ class Dispatcher:
             "arguments": arguments_json(message.arguments),
             "sealed": message.sealed,
         }
+        if message.approved:  # only then: a message of any other call is unchanged
+            kwargs["approved"] = True
         # The trace context travels in the message's headers: the live span's (the request's,
         # or the attempt's whose retry this is), else the one kept with the call (a sweeper's
         # retry); none without tracing.
@@ -582,6 +603,7 @@ class Dispatcher:
             record.policy,
             record.sealed_arguments,
             tracing.loads(record.trace_context),
+            approved=record.approved_digest is not None,
         )
 
 

@@ -107,6 +107,20 @@ tool_calls = Table(
     # retry or record made later by the sweeper joins the request's trace. Written by the
     # request's INSERT itself; NULL when the requester did not trace.
     Column("trace_context", Text, nullable=True),
+    # Approvals bound to what was approved (S13.3, docs/guardrails.md): set only for calls that
+    # wait for a person. The digests of the validated arguments and of the tool's definition
+    # (`tools/definition_digest.py`), the binding of both an approval was given for (consumed
+    # once by the worker's claim, which stamps `approval_used_at`), an approver's edit of the
+    # arguments (JSON: by, at, before, after; secrets `***`), and why a call waits again.
+    Column("definition_digest", String(64), nullable=True),
+    Column("arguments_digest", String(64), nullable=True),
+    Column("approved_digest", String(64), nullable=True),
+    Column("approval_used_at", Float, nullable=True),
+    Column("approval_edit", Text, nullable=True),
+    Column("rewait_reason", Text, nullable=True),
+    # The text of the tool's preview function for a call waiting for approval, or "preview
+    # unavailable: ..." (docs/guardrails.md, "Previews"); written by the worker that ran it.
+    Column("preview", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,
@@ -237,4 +251,42 @@ mcp_tool_pins = Table(
     Column("digest", String(64), nullable=False),
     Column("accepted_at", Float, nullable=False),
     Column("accepted_by", String(200), nullable=False),
+)
+
+# The write freeze (S13.2, `store/freezes.py`): one row per freeze an operator began, kept after
+# its thaw as the durable record of who stopped writes, when and why. Rows with `thawed_at` NULL
+# are the freezes in force; the ledger holds a copy of them for the claim (`ledger/freeze.py`)
+# that is re-asserted from here whenever Redis may have lost it. `tool` is a tool's name or `*`.
+write_freezes = Table(
+    "dex_write_freezes",
+    metadata,
+    Column("id", _id, primary_key=True, autoincrement=True),
+    Column("tool", String(200), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("frozen_by", String(200), nullable=False),
+    Column("frozen_at", Float, nullable=False),
+    Column("thawed_by", String(200), nullable=True),
+    Column("thawed_at", Float, nullable=True),
+    Index(
+        "ix_dex_write_freezes_active",
+        "tool",
+        sqlite_where=text("thawed_at IS NULL"),
+        postgresql_where=text("thawed_at IS NULL"),
+    ),
+)
+
+# The calls a freeze held for approval: which freeze, when, and whether an attempt of the call
+# had reached a worker before (a retried idempotent write), so that its reopening counts its
+# attempts as having reached one (S4.2). A thaw releases the rows of calls still waiting, in
+# request order; the row stays as the record of the hold.
+freeze_holds = Table(
+    "dex_freeze_holds",
+    metadata,
+    Column("call_key", String(620), primary_key=True),
+    Column("freeze_id", BigInteger, nullable=False),
+    Column("held_at", Float, nullable=False),
+    Column("may_have_run", Integer, nullable=False, default=0),
+    Column("released_at", Float, nullable=True),
+    Index("ix_dex_freeze_holds_freeze", "freeze_id"),
 )

@@ -20,6 +20,9 @@ local retry, lost, lost_reason = ARGV[13], ARGV[14], ARGV[15]
 -- with target `KEYS[5 + i]` and value `ARGV[16 + 2i]`. Run only when the entry is opened, so a
 -- message exists exactly when its entry does, and never one for a call that was open already.
 local sends = tonumber(ARGV[16] or '0')
+-- After the broker's commands, optionally: when a person approved the call (the ledger's
+-- clock), so that a write freeze begun before that approval does not hold it again (claim.lua).
+local passed = ARGV[17 + 2 * sends]
 for i = 1, sends do  -- checked before anything is written: a refused open writes nothing
   local command = ARGV[15 + 2 * i]
   if command ~= 'lpush' and command ~= 'publish' and command ~= 'pexpire' then
@@ -45,6 +48,9 @@ redis.call('HSET', call, 'status', 'active', 'n', 1, 'state', 'enqueued',
   'bmax', backoff_max, 's2s', s2s, 's2c', s2c, 'hb', heartbeat_timeout,
   'reached', may_have_run == '1' and 1 or 0, 'opened_at', now, 'epoch', expected_epoch,
   'retry', retry, 'lost', lost, 'lost_reason', lost_reason)
+if passed and passed ~= '' then
+  redis.call('HSET', call, 'passed', passed)
+end
 redis.call('ZADD', queue, deadline, key)
 if announce == '1' then
   redis.call('XADD', events, 'MAXLEN', '~', events_maxlen, '*',

@@ -201,6 +201,12 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # The audit log (docs/audit.md): the Ed25519 signing key, by value or by file, and the
+    # public keys `audit verify` accepts (comma-separated keys or files; old keys kept there
+    # after a rotation). Without a signing key entries are chained but unsigned.
+    audit_key: str | None = dataclasses.field(default=None, repr=False)
+    audit_key_file: str | None = None
+    audit_public_keys: str | None = None
 
     def __post_init__(self) -> None:
         for name in DURATION_SETTINGS:  # `Settings(approval_timeout="2h")` in code, as in env

@@ -23,6 +23,7 @@ import click
 
 from dex_celery.backend_errors import translate
 from dex_celery.cli.approvals import approvals
+from dex_celery.cli.audit import audit
 from dex_celery.cli.calls import calls
 from dex_celery.cli.context import (
     APP_ENV,
@@ -139,6 +140,7 @@ for _command in (
     sweep,
     reconcile,
     history,
+    audit,
     status,
     dev,
     demo,

@@ -19,6 +19,8 @@ from sqlalchemy import (
     update,
 )
 
+from dex_celery.audit import call_entries
+from dex_celery.audit.entries import Entry
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -119,6 +121,9 @@ class CallRecords(StoreBase):
                 for new in new_calls:
                     if new.key.key in known:
                         check(new, known[new.key.key])
+            entries = [e for r in rows if r["key"] in created for e in call_entries.requested(r)]
+            appended = self.audit.append(conn, *entries)
+        appended.committed()
         fresh = {r["key"]: call_record(r) for r in rows if r["key"] in created}
         out: list[tuple[ToolCallRecord, bool]] = []
         for key in keys:
@@ -221,16 +226,25 @@ class CallRecords(StoreBase):
                     tool_calls.c.arguments,
                     tool_calls.c.effect,
                     tool_calls.c.attempts,
+                    tool_calls.c.claimed_attempt,
+                    tool_calls.c.claimed_at,
+                    tool_calls.c.claimed_by,
                 )
             ).first()
             if row is None:
                 return False
-            message = tool_message_row(
-                CallKey.parse(key), row.tool_name, row.arguments, outcome, now
-            )
+            call = CallKey.parse(key)
+            message = tool_message_row(call, row.tool_name, row.arguments, outcome, now)
             conn.execute(insert(messages).values(**message))
             ended = (row.tool_name, row.effect, outcome.status.value, int(row.attempts or 0))
             count_ended(conn, hot_statements(self.engine), [ended])
+            entries: list[Entry] = []
+            if decision is not None:
+                entries.append(call_entries.decided(key, decision, None))
+            claim = row._mapping
+            entries += call_entries.ended(call, outcome, values["finished_at"], claim)
+            appended = self.audit.append(conn, *entries)
+        appended.committed()
         return True
 
     def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
@@ -251,6 +265,7 @@ class CallRecords(StoreBase):
         with driver_cursor(self.engine) as conn:  # the recorder's path: `store/hot.py`
             mine: list[dict[str, Any]] = []
             ended: list[Ended] = []
+            entries: list[Entry] = []
             for r in rows:
                 got = hot.end_pending.first(
                     conn,
@@ -269,9 +284,14 @@ class CallRecords(StoreBase):
                     continue
                 mine.append(tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now))
                 ended.append((r.tool_name, got[0], r.outcome.status.value, r.outcome.attempts))
+                claim = {"claimed_attempt": got[1], "claimed_at": got[2], "claimed_by": got[3]}
+                finished = r.outcome.decided_at or now
+                entries += call_entries.ended(r.key, r.outcome, finished, claim)
             if mine:
                 hot.insert_message.execute_many(conn, mine)
             count_ended(conn, hot, ended)
+            appended = self.audit.append(conn, *entries)  # the batch carries its entries
+        appended.committed()
 
     def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
         """The write fence: commit this attempt's claim before any tool code runs.
@@ -299,6 +319,8 @@ class CallRecords(StoreBase):
         """Evidence from a fenced attempt (S5.2); never touches status, error or result."""
         with self.engine.begin() as conn:
             conn.execute(update(tool_calls).where(tool_calls.c.key == key).values(late_result=late))
+            appended = self.audit.append(conn, call_entries.late_result(key, late))
+        appended.committed()
 
     def decide(
         self, key: str, decision: ApprovalDecision, *, now: float, epoch: str | None = None
@@ -326,7 +348,12 @@ class CallRecords(StoreBase):
                 .where(tool_calls.c.approval_deadline > now)
                 .values(**values)
             )
-            return bool(result.rowcount == 1)
+            if result.rowcount != 1:
+                return False
+            status = CallStatus.PENDING.value
+            appended = self.audit.append(conn, call_entries.decided(key, decision, status))
+        appended.committed()
+        return True
 
     def pending_approvals(
         self, now: float, *, session_id: str | None = None, limit: int = 100

@@ -37,6 +37,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, delete, exists, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from dex_celery.audit import call_entries
+from dex_celery.audit.chain import NOTHING, AuditLog
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.repeat_rule import judge_repeat
 from dex_celery.store.counts import count_ended
@@ -257,10 +259,16 @@ def _attempts(log: str | None) -> list[Any]:
 _waiting = tool_calls.alias("waiting")
 
 
-def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
+def delete_calls(
+    engine: Engine,
+    records: list[dict[str, Any]],
+    audit: AuditLog | None = None,
+    cutoff: float = 0.0,
+) -> Removed:
     """Delete the archived calls, their TOOL messages, reconcile rows and guard slots, and take
     them off the counts, in one transaction. A call whose row changed since it was archived (a
-    late result arrived; a call waiting for approval now repeats it) stays."""
+    late result arrived; a call waiting for approval now repeats it) stays. `audit`: the log the
+    batch's `history_pruned` entry is appended to, naming the calls removed (S13.4.5)."""
     if not records:
         return Removed()
     keys = [r["key"] for r in records]
@@ -316,6 +324,10 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
                 .where(one_of(conn, repeat_guards.c.holder, [k for _, k in chunk]))
             )
         _uncount(conn, engine, [(t, e, st, a) for _, _, t, e, st, a in gone])
+        appended = NOTHING
+        if audit is not None and gone_keys:
+            appended = audit.append(conn, call_entries.pruned(gone_keys, cutoff))
+    appended.committed()
     return Removed(calls=len(gone), messages=dropped)
 
 

@@ -238,3 +238,56 @@ mcp_tool_pins = Table(
     Column("accepted_at", Float, nullable=False),
     Column("accepted_by", String(200), nullable=False),
 )
+
+# The audit log (docs/audit.md, S13.4): every decision as an entry of its writer's hash chain.
+# A writer is one thread of one process (`audit/chain.py`); `seq` numbers its entries from 1 and
+# each entry's `hash` covers the one before it (`prev`), so an edit, a deletion, an insertion or
+# a reordering breaks the chain. The last entry of each transaction carries an Ed25519
+# `signature` of its hash, made with the key `key_id` names. `id` is storage order only: nothing
+# trusts it. Entries hold no secret values (the display rule, docs/secrets.md).
+audit_log = Table(
+    "dex_audit_log",
+    metadata,
+    Column("id", _id, primary_key=True, autoincrement=True),
+    Column("writer", String(40), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("call_key", String(620), nullable=True),
+    Column("session_id", String(200), nullable=True),
+    Column("body", Text, nullable=False),
+    Column("prev", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("signature", String(100), nullable=True),
+    Column("key_id", String(16), nullable=True),
+    Index("uq_dex_audit_log_chain", "writer", "seq", unique=True),
+    Index("ix_dex_audit_log_call", "call_key"),
+    Index("ix_dex_audit_log_at", "at"),
+)
+
+# Each writer's chain head, signed, upserted in the transaction that appends (one row per
+# writer, written only by it: no lock is shared between writers). A chain whose last entry is
+# not its head was cut or extended behind the writer's back.
+audit_heads = Table(
+    "dex_audit_heads",
+    metadata,
+    Column("writer", String(40), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("signature", String(100), nullable=True),
+    Column("key_id", String(16), nullable=True),
+)
+
+# Where `history prune` cut each chain: the last removed entry's seq and hash, signed by the
+# pruning process; the chain left in SQL continues from it, and the archive ends with it.
+audit_checkpoints = Table(
+    "dex_audit_checkpoints",
+    metadata,
+    Column("writer", String(40), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("cut_at", Float, nullable=False),
+    Column("signature", String(100), nullable=True),
+    Column("key_id", String(16), nullable=True),
+)

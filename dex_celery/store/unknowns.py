@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
+from dex_celery.audit import call_entries
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.store.dialect import insert_ignore
@@ -150,6 +151,9 @@ class UnknownOutcomes:
                     created_at=now,
                 )
             )
+            sent = call_entries.report_sent(record.key, record.session_id, text, now)
+            appended = self.store.audit.append(conn, sent)
+        appended.committed()
         return True
 
     def mark_reported(self, key: str, *, now: float) -> bool:

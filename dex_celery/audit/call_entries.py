@@ -9,7 +9,6 @@ in, which `audit verify` compares with the live record.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ def requested(row: Mapping[str, Any]) -> list[Entry]:
             {
                 "tool": row["tool_name"],
                 "arguments": digest(row["arguments"]),
-                "policy": json.loads(row["policy"]),
+                "policy": row["policy"],  # the snapshot's own canonical JSON text
                 "status": row["status"],
             },
             key,

@@ -89,7 +89,7 @@ class AuditLog:
         if head is None or not head.committed or head.pid != pid:
             head = _Head(new_writer(), 0, GENESIS, pid, True)
         writer, seq, prev = head.writer, head.seq, head.hash
-        now = self.clock()
+        now = float(self.clock())
         rows: list[dict[str, Any]] = []
         for entry in entries:
             seq += 1

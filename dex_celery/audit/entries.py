@@ -119,8 +119,12 @@ class Chained:
         return f"{self.writer}#{self.seq} ({self.kind}{about})"
 
 
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """JSON with sorted keys and no spaces: one text per value, so one hash."""
+    return _ENCODE(value)
 
 
 def entry_hash(
@@ -133,7 +137,12 @@ def entry_hash(
     session_id: str | None,
     body: str,
 ) -> str:
-    text = canonical([prev, writer, seq, at, kind, call_key, session_id, body])
+    """SHA-256 of the entry's fields, `|`-separated (the call key and session, which may hold
+    any character, prefixed by their length; `at` as `repr` writes it, exactly), a newline,
+    then its body."""
+    key = "-" if call_key is None else f"{len(call_key)}:{call_key}"
+    session = "-" if session_id is None else f"{len(session_id)}:{session_id}"
+    text = f"{prev}|{writer}|{seq}|{at!r}|{kind}|{key}|{session}\n{body}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from devtools.history_seed import seed_history
 from devtools.processes import ROOT
+from dex_celery.audit.keys import Signer
 from dex_celery.store.archive import read_archive
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import tool_calls
@@ -119,11 +120,14 @@ def test_dry_run_reads_sql_only(tmp_path: Path) -> None:
         ["calls", "show", "s/t/c"],
         ["mcp-servers", "list"],
         ["history", "prune", "--before", "30d", "--dry-run"],
+        ["audit", "verify"],
+        ["audit", "export", "--since", "1d"],
     ],
     ids=" ".join,
 )
 def test_sql_only_commands_run_with_redis_down(tmp_path: Path, args: list[str]) -> None:
-    env = migrated(tmp_path, calls=0)
+    # A signing key: `audit export` signs (docs/audit.md); nothing else reads it.
+    env = {**migrated(tmp_path, calls=0), "DEX_AUDIT_KEY": Signer.generate().private_text()}
     result = run("-A", APP, *args, env=env)
     assert "cannot use Redis" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
@@ -133,7 +137,7 @@ def test_sql_only_commands_run_with_redis_down(tmp_path: Path, args: list[str]) 
 
 
 #: The command groups (their second word names the command).
-GROUPS = {"calls", "approvals", "history", "webhooks", "mcp-servers", "db"}
+GROUPS = {"calls", "approvals", "history", "webhooks", "mcp-servers", "db", "audit"}
 #: Every command that loads the app, as a person might run it against a mistyped URL.
 EVERY_COMMAND = [
     ["calls", "list"],
@@ -145,6 +149,8 @@ EVERY_COMMAND = [
     ["reconcile"],
     ["history", "prune", "--before", "30d"],
     ["history", "prune", "--before", "30d", "--dry-run"],
+    ["audit", "verify"],
+    ["audit", "export", "--since", "1d"],
     ["webhooks", "status"],
     ["mcp-servers", "list"],
     ["mcp-servers", "refresh"],
@@ -159,6 +165,9 @@ EVERY_COMMAND = [
 
 #: The commands that may create the database, or report a missing one as part of their output.
 MAY_CREATE_OR_REPORT = {"db upgrade", "dev", "demo", "status"}
+#: The commands that never open the database: `audit keygen` writes a key file only
+#: (`tests/integration/cli/test_audit_cli.py`).
+NO_DATABASE = {"audit keygen"}
 
 
 def test_every_command_is_covered() -> None:
@@ -177,7 +186,7 @@ def test_every_command_is_covered() -> None:
         return [" ".join(path)]
 
     covered = {" ".join(args[:2]) if args[0] in GROUPS else args[0] for args in EVERY_COMMAND}
-    assert set(leaves(main)) == covered | MAY_CREATE_OR_REPORT
+    assert set(leaves(main)) == covered | MAY_CREATE_OR_REPORT | NO_DATABASE
 
 
 @pytest.mark.parametrize("args", EVERY_COMMAND, ids=" ".join)

@@ -19,7 +19,12 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 
 from dex_celery.errors import AuditKeyError
 
@@ -66,8 +71,6 @@ class Signer:
         return base64.b64encode(self.private.sign(bytes.fromhex(digest_hex))).decode()
 
     def private_text(self) -> str:
-        from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
-
         raw = self.private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
         return PRIVATE_PREFIX + base64.b64encode(raw).decode()
 

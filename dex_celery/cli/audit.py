@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from dex_celery.audit.check import Findings
+from dex_celery.audit.export import export, verify_file
 from dex_celery.audit.keys import (
     Signer,
     Verifier,
@@ -22,6 +23,7 @@ from dex_celery.audit.keys import (
     load_verifier,
     write_private_key,
 )
+from dex_celery.audit.verify import verify_database
 from dex_celery.cli.calls import emit_json
 from dex_celery.cli.context import EXIT_REFUSED, DexContext, pass_context
 from dex_celery.errors import AuditKeyError, InvalidRequest
@@ -79,16 +81,12 @@ def verify(
             raise InvalidRequest("--since applies to the database, not to --file")
         if given is None:
             raise AuditKeyError("--file needs --public-key: an export is checked offline")
-        from dex_celery.audit.export import verify_file
-
         _report(verify_file(file, given), f"{file}", as_json)
         return
     cutoff = parse_since(since, option="--since") if since is not None else None
     dex = ctx.dex
     settings = dex.settings
     verifier = given or load_verifier(settings.audit_public_keys, dex.store.audit.signer)
-    from dex_celery.audit.verify import verify_database
-
     findings = verify_database(dex.store, verifier, cutoff)
     if verifier is None:
         click.echo("note: no audit key configured: chains checked, signatures not", err=True)
@@ -112,8 +110,6 @@ def export_command(ctx: DexContext, session_id: str | None, since: str | None) -
         raise AuditKeyError(
             "an export is signed: set audit_key_file (DEX_AUDIT_KEY_FILE) or audit_key"
         )
-    from dex_celery.audit.export import export
-
     started = time.monotonic()
     count = export(dex.store, signer, sys.stdout, session_id=session_id, since=cutoff)
     click.echo(f"exported {count} entries in {time.monotonic() - started:.1f}s", err=True)

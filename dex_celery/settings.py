@@ -24,6 +24,7 @@ from typing import Any
 
 from dex_celery.backend_errors import check_database_url, check_redis_url
 from dex_celery.errors import ConfigurationError, InvalidRequest
+from dex_celery.model.budgets import Budget, parse_budgets
 from dex_celery.model.times import DURATION_FORMS, parse_duration, parse_seconds
 
 #: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside
@@ -145,6 +146,12 @@ DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
 #: Calls removed per transaction by a prune: small, so running workers never wait long on it.
 DEFAULT_PRUNE_BATCH = 500
 
+# --- write budgets (S13.1, docs/guardrails.md "Budgets") ---
+#: Write budgets declared by the deployment: `;`-separated `NAME: key=value ...` entries, e.g.
+#: `refunds: tools=refund_order+credit_note limit=3 scope=session window=session`
+#: (`model/budgets.py`, `parse_budgets`). None: only the budgets tools' policies declare.
+DEFAULT_BUDGETS: str | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -201,6 +208,8 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # --- write budgets ---
+    budgets: str | None = DEFAULT_BUDGETS
 
     def __post_init__(self) -> None:
         for name in DURATION_SETTINGS:  # `Settings(approval_timeout="2h")` in code, as in env
@@ -277,6 +286,13 @@ class Settings:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"
             )
+        if self.budgets is not None:
+            parse_budgets(self.budgets)
+            if self.ledger_shards > 1:
+                raise ConfigurationError(
+                    "write budgets need a ledger of one shard (a budget's scope and the calls "
+                    "it admits share one slot): set ledger_shards to 1 or remove budgets"
+                )
         if self.ledger_cluster and self.claim_replicas > 0:
             raise ConfigurationError(
                 "claim_replicas is not supported with the ledger on a Redis Cluster yet (its WAIT "
@@ -292,6 +308,11 @@ class Settings:
     def ledger_cluster(self) -> bool:
         """Whether the ledger's Redis is a Redis Cluster (`redis_cluster`, or the URL says so)."""
         return self.redis_cluster or self.redis_url.partition("://")[0].endswith("+cluster")
+
+    @property
+    def budget_list(self) -> tuple[Budget, ...]:
+        """The budgets the settings declare (`budgets`, parsed)."""
+        return parse_budgets(self.budgets)
 
     @property
     def retention_seconds(self) -> float | None:

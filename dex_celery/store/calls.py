@@ -19,6 +19,7 @@ from sqlalchemy import (
     update,
 )
 
+from dex_celery.model.budgets import BudgetCharge, charges_json
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -28,6 +29,7 @@ from dex_celery.model.records import (
     ToolCallRecord,
 )
 from dex_celery.store.base import StoreBase
+from dex_celery.store.budgets import insert_charges
 from dex_celery.store.commit import transaction
 from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
@@ -75,6 +77,7 @@ class CallRecords(StoreBase):
             defaults: dict[str, EffectClass | None] = {}
             rows: list[dict[str, Any]] = []
             batched: set[str] = set()
+            charged: dict[str, tuple[BudgetCharge, ...]] = {}
             for new in new_calls:
                 if new.key.key in batched:
                     continue
@@ -105,12 +108,20 @@ class CallRecords(StoreBase):
                         trace_context=new.trace_context,
                     )
                 )
+                if new.charges:  # only then: the common request keeps its compiled insert
+                    rows[-1]["budgets"] = charges_json(new.charges)
+                    charged[new.key.key] = new.charges
+            if charged:  # one batch, one set of columns
+                for row in rows:
+                    row.setdefault("budgets", None)
             if hot is not None and len(rows) == 1 and tuple(rows[0]) == REQUEST_COLUMNS:
                 # One call, the common request: its driver SQL (`store/hot_request.py`).
                 inserted = hot.insert_call.first(conn, rows[0])
                 created = {str(inserted[0])} if inserted is not None else set()
             else:
                 created = insert_many_ignore(conn, tool_calls, rows)
+            for key in created & charged.keys():
+                insert_charges(conn, key, charged[key], now)
             if repeats is not None:
                 self._guard_repeats(conn, [r for r in rows if r["key"] in created], repeats, now)
             # Recorded before, or by a concurrent request of the same calls that won (S2.3).

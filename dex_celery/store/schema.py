@@ -107,6 +107,10 @@ tool_calls = Table(
     # retry or record made later by the sweeper joins the request's trace. Written by the
     # request's INSERT itself; NULL when the requester did not trace.
     Column("trace_context", Text, nullable=True),
+    # Write budgets (S13.1, `model/budgets.py`): the charges the call drew on as fixed at its
+    # request (JSON), and why it waits for a person (or was rejected) when one had too little.
+    Column("budgets", Text, nullable=True),
+    Column("budget_reason", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,
@@ -180,8 +184,24 @@ unknown_outcomes = Table(
     Column("last_error", Text, nullable=True),
     Column("report", Text, nullable=True),
     Column("reported_at", Float, nullable=True),
+    # What the check said became of the call, where it could tell (`engine/reconcile.py`):
+    # `went_through` or `did_not_run`; it settles the call's write budgets (S13.1).
+    Column("verdict", String(16), nullable=True),
     # The runs read only open rows of tools that have a check.
     Index("ix_dex_unknown_outcomes_open", "state", "tool_name"),
+)
+
+# Each call's charge to each write budget scope (S13.1), written with the call: after Redis went
+# back in time or lost a scope, the scope is counted again from these rows and their calls'
+# statuses (`store/budgets.py`), conservatively. The primary key is that count's one lookup.
+budget_charges = Table(
+    "dex_budget_charges",
+    metadata,
+    Column("budget", String(64), primary_key=True),
+    Column("scope", String(220), primary_key=True),
+    Column("call_key", String(620), primary_key=True),
+    Column("amount", BigInteger, nullable=False),
+    Column("requested_at", Float, nullable=False),
 )
 
 # The ledger this database belongs to (one row). A process whose Redis holds another ledger

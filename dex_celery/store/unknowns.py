@@ -128,7 +128,9 @@ class UnknownOutcomes:
                 )
             )
 
-    def report(self, record: ToolCallRecord, text: str, *, now: float) -> bool:
+    def report(
+        self, record: ToolCallRecord, text: str, *, now: float, verdict: str | None = None
+    ) -> bool:
         """Send `text` to the session as a user message and mark the call reported, atomically.
 
         False (and nothing sent) if another runner reported it first.
@@ -138,7 +140,9 @@ class UnknownOutcomes:
                 update(unknown_outcomes)
                 .where(unknown_outcomes.c.call_key == record.key)
                 .where(unknown_outcomes.c.state == OPEN)
-                .values(state=REPORTED, report=text, reported_at=now, last_error=None)
+                .values(
+                    state=REPORTED, report=text, reported_at=now, last_error=None, verdict=verdict
+                )
             )
             if claimed.rowcount != 1:
                 return False

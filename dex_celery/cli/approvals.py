@@ -83,6 +83,8 @@ def _line(p: PendingApproval) -> str:
     )
     if p.repeat is not None:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
+    if p.budget_reason is not None:
+        line += f"\n    over budget: {p.budget_reason}"
     return line
 
 

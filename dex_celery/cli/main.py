@@ -23,6 +23,7 @@ import click
 
 from dex_celery.backend_errors import translate
 from dex_celery.cli.approvals import approvals
+from dex_celery.cli.budgets import budgets
 from dex_celery.cli.calls import calls
 from dex_celery.cli.context import (
     APP_ENV,
@@ -147,5 +148,6 @@ for _command in (
     webhooks,
     mcp,
     mcp_servers,
+    budgets,
 ):
     main.add_command(_command)

@@ -79,6 +79,8 @@ class PendingApproval:
     deadline: float
     #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
     repeat: RepeatEvidence | None = None
+    #: Waits because a write budget had too little left (S13.1): why.
+    budget_reason: str | None = None
 
     @classmethod
     def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
@@ -93,6 +95,7 @@ class PendingApproval:
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
+            budget_reason=record.budget_reason,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,6 +110,7 @@ class PendingApproval:
             "requested_at": self.requested_at,
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
+            "budget_reason": self.budget_reason,
         }
 
 

@@ -300,6 +300,8 @@ class WebhookSender:
                 # Held back by the repeat guard (S5.4): why, and the earlier call it repeats.
                 body["repeat_of"] = record.repeat_of
                 body["repeat_reason"] = record.repeat_reason
+                # Waits because a write budget had too little left (S13.1): why.
+                body["budget_reason"] = record.budget_reason
             if kind is WebhookEvent.OUTCOME_UNKNOWN:
                 body["error"] = record.error
         if kind is WebhookEvent.RECONCILIATION_REPORT:

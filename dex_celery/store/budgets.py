@@ -3,8 +3,9 @@
 The ledger decides admission (`ledger/scripts/open.lua`); SQL keeps what a recount needs after
 Redis lost a budget scope or went back in time: each call's charge (`dex_budget_charges`,
 written in the request's transaction) and the call's status. A recount is conservative
-(docs/guardrails.md, "Budgets"): every call not ended is reserved (it may be claimed), every
-unknown outcome without a verdict is held, every success (or "went through" verdict) within the
+(docs/guardrails.md, "Budgets"): every call not ended is reserved (a pending call not claimed
+yet is judged again when it is opened, without itself), every unknown outcome without a verdict
+is held, every success (or "went through" verdict) within the
 window is spent; only a call that ended otherwise is released.
 """
 
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 
 from dex_celery.model.budgets import BudgetCharge
 from dex_celery.model.outcomes import CallStatus
@@ -31,7 +33,8 @@ BUDGET_DECIDER = "system: budget"
 
 @dataclass(frozen=True, slots=True)
 class CountedCharge:
-    """One call's charge as a recount sees it: state r (reserved), s (spent), h (held)."""
+    """One call's charge as a recount sees it: state r (reserved: claimed), p (pending, not
+    claimed: reserved until the ledger judges it again), s (spent), h (held)."""
 
     key: str
     state: str
@@ -70,6 +73,7 @@ class BudgetRecords(StoreBase):
                 budget_charges.c.amount,
                 tool_calls.c.status,
                 tool_calls.c.finished_at,
+                tool_calls.c.claim_fence,
                 unknown_outcomes.c.verdict,
                 unknown_outcomes.c.reported_at,
             )
@@ -130,6 +134,18 @@ class BudgetRecords(StoreBase):
             )
             return bool(result.rowcount == 1)
 
+    def calls_waiting_for_budget(self) -> int:
+        """Calls waiting for a person because a budget had too little left (the awaiting
+        index, then the reason)."""
+        query = (
+            select(func.count())
+            .select_from(tool_calls)
+            .where(tool_calls.c.status == CallStatus.AWAITING_APPROVAL.value)
+            .where(tool_calls.c.budget_reason.is_not(None))
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
     def budget_scopes(
         self, *, budget: str | None = None, scope: str | None = None
     ) -> list[tuple[str, str]]:
@@ -143,13 +159,13 @@ class BudgetRecords(StoreBase):
             return sorted((r.budget, r.scope) for r in conn.execute(query.limit(1000)))
 
 
-def _judged(row: object, now: float) -> tuple[str, float] | None:
+def _judged(row: Any, now: float) -> tuple[str, float] | None:
     """(state, when spent) of one charge from its call's record; None: released."""
     status = CallStatus(row.status)
     verdict = row.verdict
     finished = row.finished_at or now
-    if status in (CallStatus.PENDING,):
-        return "r", now
+    if status is CallStatus.PENDING:
+        return ("r" if row.claim_fence is not None else "p"), now
     if status is CallStatus.SUCCEEDED:
         return "s", finished
     if status is CallStatus.OUTCOME_UNKNOWN:

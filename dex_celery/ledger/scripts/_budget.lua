@@ -7,8 +7,11 @@
 -- `bk .. '#spent'` (call key -> when it was spent, for a rolling window). The hash holds
 --   epoch        the ledger life it was built in; another life's (or none) is rebuilt from SQL
 --   r, s, h      the amounts reserved, spent (within the window) and held
---   c:<key>      one call's charge: '<state> <amount>', state r | s | h; released = gone
--- A call's charges move only forward: r -> s | h | released, h -> s | released.
+--   c:<key>      one call's charge: '<state> <amount>', state r | s | h | p; released = gone
+-- A call's charges move only forward: r -> s | h | released, h -> s | released. State p is a
+-- charge a rebuild counted for a call SQL shows pending and unclaimed, which this life has not
+-- judged: counted as reserved (conservatively) until its call is opened and judged like any
+-- other (`open.lua`), never admitted for having been counted.
 
 -- Whether the ledger's marker `dataset_key` (`<run_id>:<evicted_keys>`, written by the
 -- rollback guard) names the server running this script: false after a restart from an older
@@ -78,8 +81,9 @@ local function budget_move(bk, epoch, key, to, now)
     return nil
   end
   local t = {r = tonumber(g[3]) or 0, s = tonumber(g[4]) or 0, h = tonumber(g[5]) or 0}
-  t[from] = t[from] - amount
-  local w = {from, t[from]}
+  local total = from == 'p' and 'r' or from
+  t[total] = t[total] - amount
+  local w = {total, t[total]}
   if to == '' then
     redis.call('HDEL', bk, 'c:' .. key)
   else

@@ -59,6 +59,7 @@ end
 local charges, scopes = {}, {}
 if budgets and budgets ~= '' then
   charges = cjson.decode(budgets)
+  local over = nil
   for j, b in ipairs(charges) do
     local bk = KEYS[5 + sends + j]
     local t = budget_load(bk, epoch, now, b[3])
@@ -66,19 +67,39 @@ if budgets and budgets ~= '' then
       return {'kind', 'rebuild', 'budget', tostring(j)}
     end
     local mine = redis.call('HGET', bk, 'c:' .. key)
-    if not mine and b[4] ~= 1 and t.r + t.s + t.h + b[2] > b[1] then
-      return {'kind', 'over', 'budget', tostring(j), 'reserved', tostring(t.r),
+    -- Judged already in this life (reserved, held or spent): counted, not judged again. A
+    -- charge a rebuild counted (p) is judged without itself.
+    local counted = 0
+    if mine and string.sub(mine, 1, 1) == 'p' then
+      counted = tonumber(string.sub(mine, 3))
+    elseif mine then
+      b[7] = true
+    end
+    if not b[7] and not over and b[4] ~= 1 and t.r - counted + t.s + t.h + b[2] > b[1] then
+      over = {'kind', 'over', 'budget', tostring(j), 'reserved', tostring(t.r - counted),
         'spent', tostring(t.s), 'held', tostring(t.h)}
     end
-    charges[j][5], charges[j][6] = t, mine
+    b[5], b[6] = t, counted
     scopes[#scopes + 1] = bk
+  end
+  if over then
+    -- Not admitted: a charge a rebuild counted for it is no longer in flight.
+    for j, b in ipairs(charges) do
+      if b[6] > 0 then
+        local bk, t = KEYS[5 + sends + j], b[5]
+        t.r = t.r - b[6]
+        redis.call('HDEL', bk, 'c:' .. key)
+        redis.call('HSET', bk, 'r', t.r)
+        budget_keep(bk, t, b[3])
+      end
+    end
+    return over
   end
 end
 for j, b in ipairs(charges) do
-  -- A charge the scope holds already (rebuilt from SQL while this call was in flight) stays.
-  if not b[6] then
+  if not b[7] then
     local bk, t = KEYS[5 + sends + j], b[5]
-    t.r = t.r + b[2]
+    t.r = t.r - b[6] + b[2]
     redis.call('HSET', bk, 'c:' .. key, 'r ' .. b[2], 'r', t.r, 'window', b[3])
     budget_keep(bk, t, b[3])
   end

@@ -133,7 +133,7 @@ def test_sql_only_commands_run_with_redis_down(tmp_path: Path, args: list[str]) 
 
 
 #: The command groups (their second word names the command).
-GROUPS = {"calls", "approvals", "history", "webhooks", "mcp-servers", "db"}
+GROUPS = {"calls", "approvals", "history", "webhooks", "mcp-servers", "db", "budgets"}
 #: Every command that loads the app, as a person might run it against a mistyped URL.
 EVERY_COMMAND = [
     ["calls", "list"],
@@ -154,6 +154,7 @@ EVERY_COMMAND = [
     ["db", "rebind-ledger"],
     ["web", "--port", "1"],
     ["mcp"],
+    ["budgets", "show"],
 ]
 
 

@@ -20,7 +20,7 @@ from dex_celery import CallStatus, Dex, Settings
 from tests.support.budget_requester import order
 from tests.support.crash import lines, wait_finished
 
-ROUNDS = 6
+ROUNDS = 5
 N = 3
 #: The amount each `charge` asks for, and the amount budget: room for exactly N of them.
 AMOUNT = 250

@@ -213,3 +213,21 @@ def test_a_server_that_went_back_in_time_admits_nothing(brig: Rig) -> None:
     assert reply.result is OpenResult.EPOCH_CHANGED
     assert brig.hash("s/t/2") == {}
     assert totals(brig) == (1.0, 0.0, 0.0)
+
+
+def test_a_pending_call_a_rebuild_counted_is_judged_again_without_itself(brig: Rig) -> None:
+    """A rebuild counts every call SQL shows pending and unclaimed as reserved (p), but such a
+    call is not admitted for having been counted: its open judges it against the others. Of
+    three such calls under a budget of two, the first judged waits and the other two run."""
+    seed = [(f"s/t/{n}", "p", 1, T0) for n in (1, 2, 3)]
+    assert brig.ledger.seed_budget(scope(brig), epoch=brig.epoch, window=0.0, charges=seed) == (
+        "seeded"
+    )
+    assert totals(brig) == (3.0, 0.0, 0.0)
+    over = open_charged(brig, "s/t/1")
+    assert over == OpenReply(OpenResult.OVER_BUDGET, 0, reserved=2.0, spent=0.0, held=0.0)
+    assert totals(brig) == (2.0, 0.0, 0.0)  # no longer in flight
+    assert open_charged(brig, "s/t/2").result is OpenResult.OPENED
+    assert open_charged(brig, "s/t/3").result is OpenResult.OPENED
+    assert open_charged(brig, "s/t/4").result is OpenResult.OVER_BUDGET
+    assert totals(brig) == (2.0, 0.0, 0.0)

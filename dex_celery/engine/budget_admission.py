@@ -15,6 +15,7 @@ from dex_celery.errors import LedgerError
 from dex_celery.ledger.ledger import BudgetArg, Ledger, OpenReply
 from dex_celery.model.budgets import BudgetCharge, OverBudget, charges_of_json
 from dex_celery.model.event_types import EventType
+from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.repository import Store
 
@@ -71,9 +72,16 @@ def over_budget(
     charge = charges_of_json(record.budgets)[reply.budget]
     reason = charge.over_text(reply.reserved + reply.spent, reply.held)
     events = ledger.events
+    # The open that would have announced the request opened nothing: announce it here, once
+    # (only a call never approved reaches this; the first to move it announces).
+    announce = record.approval is None and record.status is CallStatus.PENDING
     if charge.over is OverBudget.REJECT:
         text = rejected_text(charge, reason)
         if store.hold_for_budget(record.key, reason, deadline=0.0, reject=text):
+            if announce:
+                events.publish(
+                    EventType.TOOL_CALL_REQUESTED, record.key, effect=record.effect.value
+                )
             events.publish(
                 EventType.TOOL_CALL_DECIDED, record.key, decision="rejected", by="budget"
             )
@@ -81,6 +89,10 @@ def over_budget(
     else:
         deadline = ledger.now() + record.policy.approval_timeout
         if store.hold_for_budget(record.key, reason, deadline=deadline):
+            if announce:
+                events.publish(
+                    EventType.TOOL_CALL_REQUESTED, record.key, effect=record.effect.value
+                )
             events.publish(
                 EventType.TOOL_CALL_AWAITING_APPROVAL,
                 record.key,

@@ -131,3 +131,18 @@ def test_web_pages_and_metrics_show_the_budgets(budgeted: Dex, state: dict[str, 
     assert 'dex_budget_left{budget="spend",scope="principal:acme"} 400.0' in metrics
     assert "dex_budget_calls_waiting 1.0" in metrics
     assert "session:s1" not in metrics  # one series per session would have no end
+
+
+def test_a_persons_approval_admits_a_call_over_its_budget(
+    budgeted: Dex, state: dict[str, str]
+) -> None:
+    """S13.1.4: the person was told why it waits; their approval admits it over the limit."""
+    events = [
+        e.type for e in budgeted.client().events(session_id="s1") if e.key == state["waiting"]
+    ]
+    assert events[:2] == ["tool_call_requested", "tool_call_awaiting_approval"], events
+    approved = budgeted.client().approve(state["waiting"], "ann", "one more is fine")
+    assert approved.status is CallStatus.PENDING
+    writes = json.loads(cli("budgets", "show", "--scope", "session:s1", "--json").output)
+    (scope,) = writes["scopes"]
+    assert (scope["used"], scope["left"]) == (3.0, 0.0)

@@ -37,6 +37,8 @@ class UnknownOutcome:
     last_error: str | None
     report: str | None
     reported_at: float | None
+    #: What the check said became of the call (`went_through`, `did_not_run`), if it told.
+    verdict: str | None = None
 
 
 class UnknownOutcomes:
@@ -189,4 +191,5 @@ def _row(row: Any) -> UnknownOutcome:
         last_error=row["last_error"],
         report=row["report"],
         reported_at=row["reported_at"],
+        verdict=row.get("verdict"),
     )

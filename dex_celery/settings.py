@@ -145,6 +145,15 @@ DEFAULT_RETENTION_INTERVAL = 3600.0
 DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
 #: Calls removed per transaction by a prune: small, so running workers never wait long on it.
 DEFAULT_PRUNE_BATCH = 500
+# --- the session timeline (S13.6) ---
+#: Where people reach `dex-celery web` (`https://dex.example.com`): a call's trace names its
+#: session's page there (`dex.session_url`). None: spans carry only `dex.session_id`.
+DEFAULT_WEB_BASE_URL: str | None = None
+
+# --- previews (docs/guardrails.md, "Previews") ---
+#: Seconds a tool's preview function may take on a worker (and its message may wait to be
+#: taken) before the approval shows "preview unavailable".
+DEFAULT_PREVIEW_TIMEOUT = 10.0
 
 # --- write budgets (S13.1, docs/guardrails.md "Budgets") ---
 #: Write budgets declared by the deployment: `;`-separated `NAME: key=value ...` entries, e.g.
@@ -208,6 +217,10 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # --- the session timeline (S13.6) ---
+    web_base_url: str | None = DEFAULT_WEB_BASE_URL
+    # --- previews ---
+    preview_timeout: float = DEFAULT_PREVIEW_TIMEOUT
     # --- write budgets ---
     budgets: str | None = DEFAULT_BUDGETS
 
@@ -241,6 +254,7 @@ class Settings:
             "unknown_tool_requeue_delay",
             "retention_interval",
             "prune_batch",
+            "preview_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -268,6 +282,11 @@ class Settings:
                 parse_duration(self.retention, option=env_name("retention"))
             except InvalidRequest as e:
                 raise ConfigurationError(str(e)) from None
+        if self.web_base_url is not None and not _WEB_BASE_URL.fullmatch(self.web_base_url):
+            raise ConfigurationError(
+                f"setting web_base_url {self.web_base_url!r} must be an http:// or https:// "
+                "address with no query or fragment (where people reach `dex-celery web`)"
+            )
         if not self.retention_archive:
             raise ConfigurationError("setting retention_archive must name a directory")
         check_redis_url(env_name("redis_url"), self.redis_url)
@@ -365,6 +384,7 @@ DURATION_SETTINGS = (
     "shutdown_grace",
     "unknown_tool_requeue_delay",
     "retention_interval",
+    "preview_timeout",
 )
 
 
@@ -380,6 +400,8 @@ def _duration(label: str, raw: str, name: str) -> float | int:
     return seconds
 
 
+#: `http(s)://host[:port][/path]`, nothing after the path (a session's path is appended).
+_WEB_BASE_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 #: The prefix of dex-celery's keys in a Celery app's configuration.
 APP_PREFIX = "dex_"

@@ -85,6 +85,8 @@ def _line(p: PendingApproval) -> str:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
     if p.budget_reason is not None:
         line += f"\n    over budget: {p.budget_reason}"
+    if p.preview is not None:
+        line += f"\n    preview: {p.preview}"
     return line
 
 

@@ -39,6 +39,7 @@ from dex_celery.cli.maintenance import reconcile, sweep
 from dex_celery.cli.mcp import mcp
 from dex_celery.cli.mcp_servers import mcp_servers
 from dex_celery.cli.ops import db, demo, dev
+from dex_celery.cli.sessions import sessions
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
 from dex_celery.errors import DexError
@@ -136,6 +137,7 @@ def main(ctx: click.Context, app_path: str | None) -> None:
 
 for _command in (
     calls,
+    sessions,
     approvals,
     sweep,
     reconcile,

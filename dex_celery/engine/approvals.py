@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
 from dex_celery.engine.held_back_evidence import repeat_evidence
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -81,9 +82,17 @@ class PendingApproval:
     repeat: RepeatEvidence | None = None
     #: Waits because a write budget had too little left (S13.1): why.
     budget_reason: str | None = None
+    #: What the tool's preview function says the call would do (S13.5), "preview pending" or
+    #: "preview unavailable: ..."; None for a tool without a preview.
+    preview: str | None = None
 
     @classmethod
-    def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
+    def of(
+        cls,
+        record: ToolCallRecord,
+        repeat: RepeatEvidence | None = None,
+        preview: str | None = None,
+    ) -> PendingApproval:
         return cls(
             key=record.key,
             session_id=record.session_id,
@@ -96,6 +105,7 @@ class PendingApproval:
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
             budget_reason=record.budget_reason,
+            preview=preview,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -111,6 +121,7 @@ class PendingApproval:
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
             "budget_reason": self.budget_reason,
+            "preview": self.preview,
         }
 
 
@@ -238,10 +249,15 @@ class Approvals:
         if session_id is not None:
             validate_id("session id", session_id)
         check_list_limit(limit, InvalidDecision)
-        records = self.store.pending_approvals(
-            self.store.clock(), session_id=session_id, limit=limit
-        )
-        return [PendingApproval.of(r, repeat_evidence(self.store, r)) for r in records]
+        now = self.store.clock()
+        records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
+        tools, settings = self.dispatcher.tools, self.settings
+        return [
+            PendingApproval.of(
+                r, repeat_evidence(self.store, r), shown_preview(r, tools, settings, now)
+            )
+            for r in records
+        ]
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dex_celery.engine import tracing
 from dex_celery.engine.budget_admission import charge_args, needs_rebuild, over_budget
 from dex_celery.engine.decided import decided, outcome_of
+from dex_celery.engine.previews import request_previews
 from dex_celery.engine.publish_capture import can_capture, capture
 from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
@@ -164,6 +165,9 @@ class Dispatcher:
                 traced.set("key", records[0].key)
                 traced.set("effect", records[0].effect)
                 traced.set("status", records[0].status)
+            sessions = {r.session_id for r in records} if traced.live else set()
+            if len(sessions) == 1:  # a turn's calls: one session, one timeline page
+                tracing.name_session(traced, sessions.pop(), self.settings.web_base_url)
             return records
 
     def _request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
@@ -220,7 +224,11 @@ class Dispatcher:
             created_keys = {record.key for record, created in results if created}
             raise recorded_not_started(records, created_keys, e, self.settings) from e
         # A call over its budget waits for a person or was rejected (S13.1): as it is now.
-        return [moved.get(record.key, record) for record, _ in results]
+        now = [moved.get(record.key, record) for record, _ in results]
+        # A new call that waits for a person gets its tool's preview run on a worker (S13.5).
+        waiting = [r for r, (_, created) in zip(now, results, strict=True) if created]
+        request_previews(self.celery, self.settings, self.tools, waiting)
+        return now
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
         """Everything about one request that can be refused without writing (S9.3): ids, tool,

@@ -351,6 +351,7 @@ class Worker:
             parent = tracing.from_request(getattr(current_task, "request", None))
         with span(tracing.ATTEMPT, parent, key=key, attempt=attempt, tool=tool.name) as traced:
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
+            tracing.name_session(traced, call.session_id, self.settings.web_base_url)
             fence = _fences.next()
             pause_at(PausePoint.BEFORE_CLAIM, key)  # crash tests only (engine/pause_points.py)
             claim, refused = self._claim(key, attempt, fence, traced)

@@ -330,7 +330,8 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         if record.status is CallStatus.AWAITING_APPROVAL:
             if self.decide is None:
                 return pending_text(record)
-            decision = Decision.parse(self.decide(shown_request(record, tool, arguments)))
+            shown = shown_request(record, tool, arguments, self.decisions.preview(record))
+            decision = Decision.parse(self.decide(shown))
             who = decision.decided_by or self.approver
             if decision.approved:
                 record = self.decisions.approve(record, who)

@@ -164,7 +164,9 @@ class DexAdkTool(BaseTool):
                 tool_context.request_confirmation(
                     hint=f"dex-celery: {self.tool.name} waits for a person's approval "
                     f"({record.key})",
-                    payload=shown_request(record, self.tool, args),
+                    payload=shown_request(
+                        record, self.tool, args, await self.decisions.apreview(record)
+                    ),
                 )
                 return pending_text(record)
             record = await self._decide(record, args, confirmation.confirmed, confirmation.payload)

@@ -295,3 +295,8 @@ class KeySpace:
     @property
     def worker_starts(self) -> str:
         return self._global("worker_starts")
+
+    def preview_lock(self, key: str) -> str:
+        """Held while a worker runs the preview of call `key`: one run at a time per call
+        (docs/guardrails.md, "Previews")."""
+        return self._global(f"preview:{key}")

@@ -88,6 +88,9 @@ class ToolCallRecord:
     budgets: str | None = None
     #: Why it waits for a person (or was rejected): a budget had too little left (S13.1).
     budget_reason: str | None = None
+    #: What the tool's preview function said of the call while it waited for approval, or
+    #: "preview unavailable: ..." (docs/guardrails.md, "Previews"); None until a worker ran it.
+    preview: str | None = None
 
     @property
     def effect(self) -> EffectClass:

@@ -65,6 +65,7 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         trace_context=row.get("trace_context"),
         budgets=row.get("budgets"),
         budget_reason=row.get("budget_reason"),
+        preview=row.get("preview"),
     )
 
 

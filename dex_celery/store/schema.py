@@ -111,6 +111,9 @@ tool_calls = Table(
     # request (JSON), and why it waits for a person (or was rejected) when one had too little.
     Column("budgets", Text, nullable=True),
     Column("budget_reason", Text, nullable=True),
+    # The text of the tool's preview function for a call waiting for approval, or "preview
+    # unavailable: ..." (docs/guardrails.md, "Previews"); written by the worker that ran it.
+    Column("preview", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,

@@ -169,6 +169,16 @@ class UnknownOutcomes:
             )
             return bool(result.rowcount == 1)
 
+    def of_session(self, session_id: str) -> list[UnknownOutcome]:
+        """The surfaced calls of one session, in the order they were surfaced (its timeline)."""
+        query = (
+            select(unknown_outcomes)
+            .where(unknown_outcomes.c.session_id == session_id)
+            .order_by(unknown_outcomes.c.surfaced_at, unknown_outcomes.c.call_key)
+        )
+        with self.store.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(query).mappings()]
+
     def get(self, key: str) -> UnknownOutcome | None:
         with self.store.engine.connect() as conn:
             row = (

@@ -35,6 +35,7 @@ from dex_celery.access import (
 )
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.model.ids import CallKey
+from dex_celery.model.links import SESSIONS_PATH, session_path
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.times import format_utc
 from dex_celery.ops.budgets import declared_budgets, scope_views
@@ -46,6 +47,7 @@ from dex_celery.ops.present import (
     decision_banner,
     started_counts,
 )
+from dex_celery.ops.timeline import session_timeline
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.views import CallSearch, OperatorViews
 from dex_celery.web.auth import (
@@ -132,6 +134,8 @@ class WebApp:
         self.env.filters["utc"] = _utc
         self.env.filters["tojson_text"] = _json
         self.env.filters["tojson_inline"] = _json_inline
+        self.env.filters["utc_millis"] = format_utc
+        self.env.filters["session_path"] = session_path
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -397,6 +401,21 @@ class WebApp:
             **extra,
         )
 
+    # --- one session as one story (S13.6) ------------------------------------------------------
+
+    def session_page(self, request: Request, identity: Identity) -> Response:
+        """The session's timeline (`ops/timeline.py`, as `sessions show`); it refreshes while a
+        call of the session is open. No such session, or an id no call could have: 404."""
+        session_id = request.path_params["session_id"]
+        full = request.query_params.get("full") == "1"
+        try:
+            timeline = session_timeline(
+                self.dex, session_id, checked_tools=self.dex.outcome_checks.tool_names, full=full
+            )
+        except DexError as e:
+            return self.page(request, "error.html", identity, 404, error=str(e))
+        return self.page(request, "session.html", identity, t=timeline, full=full)
+
     # --- unknown outcomes ----------------------------------------------------------------------
 
     def unknowns_page(self, request: Request, identity: Identity) -> HTMLResponse:
@@ -460,6 +479,7 @@ class WebApp:
             Route("/approvals/decide", gate(self.decide, decide), methods=["POST"]),
             Route("/calls", gate(self._threaded(self.calls_page), read)),
             Route("/calls/{key:path}", gate(self._threaded(self.call_page), read)),
+            Route(SESSIONS_PATH + "{session_id}", gate(self._threaded(self.session_page), read)),
             Route("/unknowns", gate(self._threaded(self.unknowns_page), read)),
             Route("/budgets", gate(self._threaded(self.budgets_page), read)),
             Route("/unknowns/reconcile", gate(self.reconcile, decide), methods=["POST"]),

@@ -19,6 +19,7 @@ from devtools.processes import Worker
 from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, DidNotRun, OutcomeChecks, Settings, WentThrough
+from dex_celery.ops.timeline import EntryKind, session_timeline
 from tests.support.crash import lines, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
@@ -84,6 +85,18 @@ def test_a_killed_write_holds_its_budget_until_reconciled(
     assert report.reported == 1, report
     expected = (0.0, 1.0, 0.0) if went_through else (0.0, 0.0, 0.0)
     assert _totals(dex, session) == expected
+    # The session's story says so too (S13.6.5).
+    settled = [
+        e.summary
+        for e in session_timeline(dex, session).entries
+        if e.kind is EntryKind.BUDGET_SETTLED and e.call_key == key
+    ]
+    verdict_text = (
+        "spent (reconciled: went_through)"
+        if went_through
+        else ("released (reconciled: did_not_run)")
+    )
+    assert settled == ["budget writes: held until reconciled", f"budget writes: {verdict_text}"]
 
     start_worker(concurrency=1)
     later = dex.client().request_call(session, "t3", "w3", TOOL, {"seconds": 0.05})

@@ -17,6 +17,7 @@ from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.cli.main import main
 from dex_celery.ops.metrics import registry_for
+from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
 from tests.support.databases import ON_BOTH_DATABASES
@@ -146,3 +147,19 @@ def test_a_persons_approval_admits_a_call_over_its_budget(
     writes = json.loads(cli("budgets", "show", "--scope", "session:s1", "--json").output)
     (scope,) = writes["scopes"]
     assert (scope["used"], scope["left"]) == (3.0, 0.0)
+
+
+def test_the_session_timeline_shows_charges_and_the_call_over_budget(
+    budgeted: Dex, state: dict[str, str]
+) -> None:
+    """S13.6.5: budget decisions join the session's story."""
+    entries = session_timeline(budgeted, "s1").entries
+    charged = [e for e in entries if e.kind is EntryKind.BUDGET_CHARGED]
+    assert len(charged) == 2
+    assert charged[0].summary == "charged 1 to budget writes (session:s1, limit 2): reserved"
+    (over,) = [e for e in entries if e.kind is EntryKind.BUDGET_OVER]
+    assert over.call_key == state["waiting"] and over.summary == f"over budget: {WAITING}"
+    rejected = session_timeline(budgeted, "s2").entries
+    assert next(e.summary for e in rejected if e.kind is EntryKind.BUDGET_OVER).startswith(
+        "over budget: 600 of 1000 amount (refunds) for acme"
+    )

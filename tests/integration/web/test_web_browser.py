@@ -11,7 +11,6 @@ Set `DEX_WEB_SCREENSHOTS=docs/web` to refresh the README's screenshots from this
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from tests.support.web import SCREENSHOTS_ENV, WebServer, chromium
+from tests.support.web import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password,bob:bob-password"
 
@@ -36,23 +35,6 @@ def web(env: dict[str, str], dex: Dex, tmp_path: Path) -> Iterator[WebServer]:
     ).start()
     yield server
     server.stop()
-
-
-def shot(driver: Any, name: str) -> None:
-    folder = os.environ.get(SCREENSHOTS_ENV)
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(Path(folder) / f"{name}.png"))
-
-
-def texts(driver: Any, element_id: str) -> list[str]:
-    """Texts of the elements with this id on the page now (none while a page is loading)."""
-    from selenium.common.exceptions import WebDriverException  # deferred: test-only dependency
-
-    try:
-        return [e.text for e in driver.find_elements("id", element_id)]
-    except WebDriverException:  # the page changed under us (a refresh): look again
-        return []
 
 
 def swept_unknown(dex: Dex, key: str) -> bool:

@@ -211,7 +211,7 @@ def _dex(setup: Setup) -> Any:
             database_url=setup.database_url,
             key_prefix="bench",
             task_events=setup.task_events,
-            # Write budgets on the `noop` calls (docs/benchmarks.md, section 19): their cost.
+            # Write budgets on the `noop` calls (docs/benchmarks.md, section 20): their cost.
             budgets=os.environ.get(BUDGETS_ENV) or None,
         )
         _app, dx = build(settings, "bench_client")

@@ -22,6 +22,7 @@ from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.client.dex_client import DexClient
 from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.freeze import WriteFreezeControl
 from dex_celery.engine.preview_worker import register_preview_task
 from dex_celery.engine.previews import check_preview
 from dex_celery.engine.reconcile import (
@@ -270,6 +271,11 @@ class Dex:
     def approvals(self) -> Approvals:
         """This process's approvals (built once, with the runtime)."""
         return self.runtime.approvals
+
+    @property
+    def writes(self) -> WriteFreezeControl:
+        """This process's write freeze: freeze, thaw, status (S13.2, docs/guardrails.md)."""
+        return self.runtime.freeze
 
     @property
     def reconciler(self) -> Reconciler:

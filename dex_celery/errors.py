@@ -163,6 +163,19 @@ class InvalidDecision(InvalidRequest):
     """A decision without a usable approver name, or with an oversized note or reason."""
 
 
+# --- the write freeze (S13.2) --------------------------------------------------------------
+
+
+class InvalidFreeze(InvalidRequest):
+    """A freeze or thaw without a reason or operator name, or naming a tool the app lacks;
+    nothing was written."""
+
+
+class FreezeNotInLedger(DexError):
+    """A freeze or thaw is recorded in SQL, but Redis could not be told yet; the sweeper makes
+    the ledger agree with SQL at its next sweep."""
+
+
 # --- infrastructure ------------------------------------------------------------------------
 
 

@@ -87,6 +87,8 @@ def _line(p: PendingApproval) -> str:
         line += f"\n    over budget: {p.budget_reason}"
     if p.preview is not None:
         line += f"\n    preview: {p.preview}"
+    if p.frozen is not None:
+        line += f"\n    held: {p.frozen}"
     return line
 
 

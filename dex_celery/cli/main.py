@@ -42,6 +42,7 @@ from dex_celery.cli.ops import db, demo, dev
 from dex_celery.cli.sessions import sessions
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
+from dex_celery.cli.writes import writes
 from dex_celery.errors import DexError
 from dex_celery.settings import Settings
 
@@ -151,5 +152,6 @@ for _command in (
     mcp,
     mcp_servers,
     budgets,
+    writes,
 ):
     main.add_command(_command)

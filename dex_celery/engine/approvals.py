@@ -32,6 +32,7 @@ from dex_celery.errors import (
 )
 from dex_celery.model.argument_shape import lone_surrogate
 from dex_celery.model.event_types import EventType
+from dex_celery.model.freeze import held_reason
 from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -39,6 +40,7 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatEvidence, held_rejection_note
 from dex_celery.model.times import format_utc
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
 from dex_celery.tools.redact import record_arguments
 
@@ -85,6 +87,8 @@ class PendingApproval:
     #: What the tool's preview function says the call would do (S13.5), "preview pending" or
     #: "preview unavailable: ..."; None for a tool without a preview.
     preview: str | None = None
+    #: Held by a write freeze (S13.2): why, who froze writes and since when.
+    frozen: str | None = None
 
     @classmethod
     def of(
@@ -92,6 +96,7 @@ class PendingApproval:
         record: ToolCallRecord,
         repeat: RepeatEvidence | None = None,
         preview: str | None = None,
+        frozen: str | None = None,
     ) -> PendingApproval:
         return cls(
             key=record.key,
@@ -106,6 +111,7 @@ class PendingApproval:
             repeat=repeat,
             budget_reason=record.budget_reason,
             preview=preview,
+            frozen=frozen,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -122,6 +128,7 @@ class PendingApproval:
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
             "budget_reason": self.budget_reason,
             "preview": self.preview,
+            "frozen": self.frozen,
         }
 
 
@@ -186,6 +193,7 @@ class Approvals:
         self.epoch = epoch
         self.dispatcher = dispatcher
         self.settings = settings
+        self.freezes = WriteFreezes(lambda: store.engine)
 
     # --- decisions -----------------------------------------------------------------------------
 
@@ -210,7 +218,8 @@ class Approvals:
             # against this one (S5.4).
             self.store.take_repeat_slot(record)
         try:
-            self.dispatcher.start(record)
+            # A call a write freeze held may have reached a worker before (S13.2).
+            self.dispatcher.start(record, may_have_run=self.freezes.may_have_run(key))
         except Exception:
             # The approval is recorded; the call is pending with no ledger entry, which the
             # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
@@ -252,9 +261,13 @@ class Approvals:
         now = self.store.clock()
         records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
         tools, settings = self.dispatcher.tools, self.settings
+        holders = self.freezes.holders([r.key for r in records])
         return [
             PendingApproval.of(
-                r, repeat_evidence(self.store, r), shown_preview(r, tools, settings, now)
+                r,
+                repeat_evidence(self.store, r),
+                shown_preview(r, tools, settings, now),
+                held_reason(holders[r.key]) if r.key in holders else None,
             )
             for r in records
         ]

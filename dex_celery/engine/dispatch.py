@@ -454,6 +454,9 @@ class Dispatcher:
         record = current
         # A call that waited for approval announced its request already.
         announce = record.approval is None
+        # A person's approval lets the call pass a write freeze begun before it (S13.2).
+        approval = record.approval
+        passed = approval.decided_at if approval and approval.decision == "approved" else None
         budgets = charge_args(ledger, record) if record.budgets else ()
         refresh = False
         for _ in range(4):
@@ -464,6 +467,7 @@ class Dispatcher:
                 announce=announce,
                 may_have_run=may_have_run,
                 budgets=[budgets] if budgets else None,
+                passed=passed,
             )
             if reply.result is OpenResult.EPOCH_CHANGED:
                 # The ledger started a new life since this process last looked (the one place an

@@ -11,6 +11,7 @@ threads. Who calls whom (docs/architecture.md):
     (forward: a prefork pool process's outcomes to its main process's writer, `OutcomeChannel`;
     gate: shut when the worker's warm shutdown begins, `ShutdownGate`)
     Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
+    WriteFreezeControl(store, ledger, dispatcher, tools)        the write freeze (S13.2)
     Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
     Retention(store, ledger, settings)                          bounded history (S12.4)
 """
@@ -25,6 +26,7 @@ from celery import Celery
 from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.engine.freeze import WriteFreezeControl
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.reconcile import OutcomeChecks, Reconciler
 from dex_celery.engine.retention import Retention
@@ -84,8 +86,17 @@ class Runtime:
         self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
         self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
+        self.freeze = WriteFreezeControl(store, self.ledger, self.dispatcher, tools)
         self.worker = Worker(
-            celery, self.ledger, store, self.dispatcher, settings, self.writer, forward, gate
+            celery,
+            self.ledger,
+            store,
+            self.dispatcher,
+            settings,
+            self.writer,
+            forward,
+            gate,
+            on_frozen=self.freeze.on_frozen,
         )
         self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
         self.reconciler = Reconciler(store, self.events, checks, settings, self._settle_budgets)

@@ -279,10 +279,12 @@ def claim_attempt(
     owner: str,
     fence: str,
     gate: ShutdownGate | None = None,
+    tool: str = "*",
 ) -> Claim | None:
     """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`). None:
-    the worker's shutdown began while the backoff was waited out, and nothing was claimed."""
-    claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    the worker's shutdown began while the backoff was waited out, and nothing was claimed.
+    `tool`: the call's tool, for a write freeze of some tools (S13.2)."""
+    claim = ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
     for _ in range(_EARLY_WAITS):
         if claim.kind is not ClaimKind.EARLY:
             break
@@ -291,7 +293,7 @@ def claim_attempt(
                 return None
         else:
             time.sleep(claim.wait)
-        claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+        claim = ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
     return claim
 
 
@@ -319,6 +321,7 @@ class Worker:
         writer: OutcomeWriter,
         forward: Callable[[OutcomeRow], bool] | None = None,
         gate: ShutdownGate | None = None,
+        on_frozen: Callable[[str, Claim], None] | None = None,
     ) -> None:
         self.celery = celery
         self.ledger = ledger
@@ -332,6 +335,8 @@ class Worker:
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
         #: Shut when the worker's warm shutdown begins: deliveries are then handed back unclaimed.
         self.gate = gate or ShutdownGate()
+        #: Holds or rejects a call whose claim a write freeze refused (`engine/freeze.py`).
+        self.on_frozen = on_frozen
 
     def run(
         self,
@@ -354,7 +359,7 @@ class Worker:
             tracing.name_session(traced, call.session_id, self.settings.web_base_url)
             fence = _fences.next()
             pause_at(PausePoint.BEFORE_CLAIM, key)  # crash tests only (engine/pause_points.py)
-            claim, refused = self._claim(key, attempt, fence, traced)
+            claim, refused = self._claim(key, attempt, fence, traced, tool.name)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
                 lease_until = time.monotonic() + claim.heartbeat_timeout
@@ -371,21 +376,28 @@ class Worker:
                 # Only after a late result is in SQL: the guard must never see neither (S5.4).
                 self.pump.release(key)
 
-    def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
+    def _claim(
+        self, key: str, attempt: int, fence: str, traced: Span, tool: str
+    ) -> tuple[Claim, str]:
         """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
         replica shortfall's text ('' if none) when the claim does not count: the tool then
-        does not run."""
+        does not run. A claim a write freeze refused (S13.2) holds or rejects the call first."""
         owner = owner_id()
         if self.gate.shut_already:
             traced.set("outcome", "handed_back")
             raise hand_back(key, attempt, "the worker is shutting down")
         with span(tracing.CLAIM, key=key, attempt=attempt):
             claim = claim_attempt(
-                self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate
+                self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate, tool=tool
             )
         if claim is None:
             traced.set("outcome", "handed_back")
             raise hand_back(key, attempt, "the worker began shutting down during its backoff")
+        if claim.kind is ClaimKind.FROZEN:
+            self._frozen(key, attempt, claim)
+            traced.set("outcome", "frozen")
+            refuse_delivery(self.settings, key, attempt, claim.reason)
+            raise Ignore()
         if not claim.ok:
             log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
             count_refused_claim(self.ledger, claim.reason)
@@ -406,6 +418,23 @@ class Worker:
             refuse_delivery(self.settings, key, attempt, "write_fence")
             raise Ignore()
         return claim, refused or ""
+
+    def _frozen(self, key: str, attempt: int, claim: Claim) -> None:
+        """Hold or reject the call whose claim a write freeze refused; if that fails (the
+        database is away), the call is `pending` without a ledger entry and the sweeper's orphan
+        check opens it again, to meet the freeze again. No tool code runs either way."""
+        log.info("attempt %d of %s not run: writes are frozen", attempt, key)
+        count_refused_claim(self.ledger, claim.reason)
+        if self.on_frozen is None:
+            return
+        try:
+            self.on_frozen(key, claim)
+        except Exception as e:
+            log.warning(
+                "could not hold %s for the write freeze (%s); the sweeper opens it again",
+                key,
+                first_line(e),
+            )
 
     def _execute(
         self,

@@ -25,6 +25,9 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:replayed:<epoch>`       | string | set once the finished events lost with an older life    |
 |                              |        | of the ledger were announced again (one process does it)|
 | `dex:events`                 | stream | AgentEvents (S7.3)                                      |
+| `dex:freeze`                 | string | the write freezes in force, JSON: tool name (or `*`) -> |
+|                              |        | the freeze (`model/freeze.py`); read by `claim.lua` in  |
+|                              |        | its MGET, re-asserted from SQL (`ledger/freeze.py`)     |
 | `dex:cursor:orphans`         | string | where the orphan check's paging through calls in flight |
 |                              |        | stopped: `<requested_at>|<key>`                         |
 | `dex:stats`                  | hash   | counters of rare events for metrics, e.g.               |
@@ -47,8 +50,9 @@ tag of the single-node layout above.
 Shards (`Settings.ledger_shards`, a Redis Cluster: docs/redis.md, "Redis Cluster"): every key
 of the table that a script touches exists once per shard, under the shard's hash tag:
 `dex:{<tag>}:call:<key>`, `dex:{<tag>}:idx:queue`, `dex:{<tag>}:events`, `dex:{<tag>}:epoch`,
-`dex:{<tag>}:dataset`, `dex:{<tag>}:clock`, `dex:{<tag>}:replayed:<epoch>`,
-`dex:{<tag>}:running:<key>`, `dex:{<tag>}:budget:<name>:<scope>`. A call belongs to shard `crc32(key) % shards`, so every script
+`dex:{<tag>}:dataset`, `dex:{<tag>}:clock`, `dex:{<tag>}:freeze`, `dex:{<tag>}:replayed:<epoch>`,
+`dex:{<tag>}:running:<key>`, `dex:{<tag>}:budget:<name>:<scope>`. A call belongs to shard
+`crc32(key) % shards`, so every script
 (which touches one call, or one worker's calls of one shard) reads and writes one slot. The
 deployment-wide keys (`ledger`, `cursor:orphans`, `stats`, `sweep_stats`, `webhooks:*`,
 `worker_starts`) share the tag `{dex}`: `{dex}:ledger`. With one shard and no cluster the names
@@ -133,6 +137,12 @@ class ShardKeys:
     @property
     def events(self) -> str:
         return self._name("events")
+
+    @property
+    def freeze(self) -> str:
+        """The write freezes in force (S13.2), one copy per shard so that `claim.lua` reads
+        them in the call's own slot."""
+        return self._name("freeze")
 
     def replayed(self, epoch: str) -> str:
         return self._name(f"replayed:{epoch}")

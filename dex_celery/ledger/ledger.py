@@ -146,6 +146,8 @@ class ClaimKind(StrEnum):
     CLAIMED = "claimed"
     EARLY = "early"  # a retry whose backoff has not passed yet on the ledger's clock
     REFUSED = "refused"
+    #: A write freeze holds the call (S13.2): its entry left the ledger; hold or reject it.
+    FROZEN = "frozen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,10 @@ class Claim:
     start_to_close: float = 0.0
     effect: str = ""
     wait: float = 0.0
+    #: FROZEN: the freeze's JSON (`model/freeze.parse_entry`), and whether an earlier attempt of
+    #: the call had reached a worker (a retried idempotent write).
+    freeze: str = ""
+    reached: bool = False
 
     @property
     def ok(self) -> bool:
@@ -239,15 +245,16 @@ _SCRIPTS = (
     "budget_settle",
     "budget_seed",
     "budget_read",
+    "freeze",
 )
 #: Scripts that use none of `_common.lua`'s helpers run without them: Redis runs a script's
 #: whole text on every call, helper definitions included (docs/benchmarks.md).
-_STANDALONE = frozenset({"recorded", "rotate", "budget_seed"})
+_STANDALONE = frozenset({"recorded", "rotate", "freeze", "budget_seed"})
 #: Scripts that reserve, settle, rebuild or read write budgets get `_budget.lua` (S13.1).
 _BUDGETED = frozenset({"open", "recorded", "budget_settle", "budget_seed", "budget_read"})
 
 
-def _text(name: str, common: str, budget: str) -> str:
+def _script_text(name: str, common: str, budget: str) -> str:
     parts = [] if name in _STANDALONE else [common]
     if name in _BUDGETED:
         parts.append(budget)
@@ -337,7 +344,7 @@ class Ledger:
         )
         common, budget = _load("_common.lua"), _load("_budget.lua")
         self._scripts = {
-            name: client.register_script(_text(name, common, budget)) for name in _SCRIPTS
+            name: client.register_script(_script_text(name, common, budget)) for name in _SCRIPTS
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
@@ -415,15 +422,39 @@ class Ledger:
     # --- epoch ----------------------------------------------------------------------------------
 
     def rotate(
-        self, *, expected_dataset: str, dataset: str, epoch: str, shard: int = 0
+        self,
+        *,
+        expected_dataset: str,
+        dataset: str,
+        epoch: str,
+        shard: int = 0,
+        seen_epoch: str | None = None,
     ) -> tuple[bool, str]:
-        """Start a new life of one shard of the ledger (compare-and-set on its dataset marker).
+        """Start a new life of one shard of the ledger (compare-and-set on its dataset marker,
+        and on the epoch `seen_epoch` the caller saw, '' for none, when given).
 
         Returns (whether this call rotated, the shard's epoch in force afterwards).
         """
         s = self.keys.shard(shard)
-        f = self._run("rotate", (s.epoch, s.dataset), (expected_dataset, dataset, epoch))
+        args = (expected_dataset, dataset, epoch, *(() if seen_epoch is None else (seen_epoch,)))
+        f = self._run("rotate", (s.epoch, s.dataset), args)
         return f["kind"] == "rotated", f["epoch"]
+
+    # --- the write freeze (S13.2) ---------------------------------------------------------------
+
+    def set_freezes(self, freezes: str) -> None:
+        """Make every shard's copy of the write freezes hold `freezes` (one JSON object, scope
+        -> freeze; '' for none), one atomic script per shard; `claim.lua` of any call then reads
+        it (`ledger/freeze.py`)."""
+        for shard in self.keys.all_shards:
+            self._run("freeze", (shard.freeze,), (freezes,))
+
+    def read_freezes(self) -> list[str | None]:
+        """Each shard's copy of the write freezes as it is (one round trip on one Redis)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.keys.all_shards:
+            pipe.get(shard.freeze)
+        return [None if v is None else _text(v) for v in pipe.execute()]
 
     # --- transitions ----------------------------------------------------------------------------
 
@@ -435,15 +466,21 @@ class Ledger:
         epoch: str,
         announce: bool = True,
         may_have_run: bool = False,
+        passed: float | None = None,
     ) -> OpenResult:
         """Create the call's entry with attempt 1 enqueued.
 
         `may_have_run`: a lost ledger may have handed this call to a worker already (a reopen
         after Redis went back in time); its attempts then count as having reached one (S4.2,
-        S4.3).
+        S4.3). `passed`: when a person approved the call (the ledger's clock); a write freeze
+        begun before then holds it again, one begun later does not (S13.2).
         """
         return self.open_many(
-            [(key, snapshot)], epoch=epoch, announce=announce, may_have_run=may_have_run
+            [(key, snapshot)],
+            epoch=epoch,
+            announce=announce,
+            may_have_run=may_have_run,
+            passed=passed,
         )[0]
 
     def open_many(
@@ -454,10 +491,16 @@ class Ledger:
         announce: bool = True,
         may_have_run: bool = False,
         sends: Sequence[Sequence[BrokerCommand]] | None = None,
+        passed: float | None = None,
     ) -> list[OpenResult]:
         """`open` for the calls of one turn in one round trip (each open is still atomic)."""
         replies = self.open_replies(
-            calls, epoch=epoch, announce=announce, may_have_run=may_have_run, sends=sends
+            calls,
+            epoch=epoch,
+            announce=announce,
+            may_have_run=may_have_run,
+            sends=sends,
+            passed=passed,
         )
         return [reply.result for reply in replies]
 
@@ -470,6 +513,7 @@ class Ledger:
         may_have_run: bool = False,
         sends: Sequence[Sequence[BrokerCommand]] | None = None,
         budgets: Sequence[Sequence[BudgetArg]] | None = None,
+        passed: float | None = None,
     ) -> list[OpenReply]:
         """`open_many` with write budgets and what each open said of them.
 
@@ -517,6 +561,7 @@ class Ledger:
                         _budgets_arg(charged),
                         len(send),
                         *(part for command, _, value in send for part in (command, value)),
+                        *(() if passed is None else (repr(float(passed)),)),
                     ),
                 )
                 for (key, snapshot), k, send, charged in zip(
@@ -526,10 +571,12 @@ class Ledger:
         )
         return [OpenReply.from_fields(reply) for reply in replies]
 
-    def claim(self, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
+    def claim(self, key: str, attempt: int, *, owner: str, fence: str, tool: str = "*") -> Claim:
+        """Claim attempt `attempt` of `key` (S3.3); `tool` is the call's tool, for a write
+        freeze of some tools (S13.2)."""
         hot = self.hot
         if hot is not None:
-            f = hot.run(hot.claim, key, (key, attempt, owner, fence, self.events_maxlen))
+            f = hot.run(hot.claim, key, (key, attempt, owner, fence, self.events_maxlen, tool))
         else:
             k = self.keys.of(key)
             f = self._run(
@@ -542,8 +589,9 @@ class Ledger:
                     k.events,
                     k.epoch,
                     k.clock,
+                    k.freeze,
                 ),
-                (key, attempt, owner, fence, self.events_maxlen),
+                (key, attempt, owner, fence, self.events_maxlen, tool),
             )
         kind = ClaimKind(f["kind"])
         if kind is ClaimKind.CLAIMED:
@@ -555,6 +603,14 @@ class Ledger:
             )
         if kind is ClaimKind.EARLY:
             return Claim(kind, wait=float(f["wait"]))
+        if kind is ClaimKind.FROZEN:
+            return Claim(
+                kind,
+                reason="frozen",
+                effect=f.get("effect", ""),
+                freeze=f["freeze"],
+                reached=f.get("reached") == "1",
+            )
         return Claim(kind, reason=f["reason"])
 
     def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
@@ -817,3 +873,7 @@ class Ledger:
             and (mine is None or mine == epochs[self.keys.shard_of(key)] or status != "active")
             for key, (status, mine) in zip(keys, entries, strict=True)
         }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

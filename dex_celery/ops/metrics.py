@@ -22,6 +22,9 @@ Metrics (all prefixed `dex_`):
 | `dex_approval_oldest_age_seconds` | gauge | | how long the oldest of them has waited |
 | `dex_approval_nearest_deadline_seconds` | gauge | | time left to the soonest deadline among them (`+Inf` if none waits) |
 | `dex_unknown_outcome_oldest_age_seconds` | gauge | | since when the oldest surfaced, unreported `outcome_unknown` call has waited (0 if none) |
+| `dex_writes_frozen` | gauge | | write freezes in force (0: writes are not frozen; S13.2) |
+| `dex_write_freeze_info` | gauge | tool, mode, frozen_by | 1 per freeze in force: its scope (`*` every tool), `hold` or `reject`, who froze |
+| `dex_write_freeze_since_seconds` | gauge | tool | when each freeze in force began (Unix time, the ledger's clock) |
 | `dex_mcp_server_up` | gauge | server | 1 if the last fetch of the server's tools answered, 0 if it failed |
 | `dex_ledger_in_flight` | gauge | state | attempts in the ledger: `enqueued`, `running` |
 | `dex_ledger_unrecorded` | gauge | | outcomes decided but not yet in SQL |
@@ -66,6 +69,7 @@ from dex_celery.engine import counters
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops.budgets import declared_budgets, scope_views
 from dex_celery.ops.webhooks import delivery_status
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.views import OperatorViews
 
@@ -201,6 +205,8 @@ class DexCollector(Collector):
         unknown_age.add_metric([], 0.0 if ended_at is None else max(0.0, now - ended_at))
         yield unknown_age
 
+        yield from self._freezes()
+
         mcp_up = GaugeMetricFamily(
             "dex_mcp_server_up",
             "1 if the last fetch of the MCP server's tools answered, 0 if it failed",
@@ -210,6 +216,26 @@ class DexCollector(Collector):
             if state.state in _MCP_REACHED:
                 mcp_up.add_metric([name], _MCP_REACHED[state.state])
         yield mcp_up
+
+    def _freezes(self) -> Iterator[Metric]:
+        """The write freeze (S13.2), from SQL's record: how many, by whom, since when."""
+        active = WriteFreezes(lambda: self.source.runtime.store.engine).active()
+        frozen = GaugeMetricFamily("dex_writes_frozen", "Write freezes in force (0: none)")
+        frozen.add_metric([], len(active))
+        info = GaugeMetricFamily(
+            "dex_write_freeze_info",
+            "1 per write freeze in force: scope, mode and who froze",
+            labels=["tool", "mode", "frozen_by"],
+        )
+        since = GaugeMetricFamily(
+            "dex_write_freeze_since_seconds",
+            "When each write freeze in force began (Unix time)",
+            labels=["tool"],
+        )
+        for f in active:
+            info.add_metric([f.tool, f.mode.value, f.frozen_by], 1)
+            since.add_metric([f.tool], f.since)
+        yield from (frozen, info, since)
 
     def _redis(self) -> Iterator[Metric]:
         source, keys = self.source, self.source.runtime.keys

@@ -42,6 +42,7 @@ from dex_celery.ops.present import (
     cut_value,
 )
 from dex_celery.store.budgets import WENT_THROUGH
+from dex_celery.store.freezes import FreezeHold, WriteFreezes
 from dex_celery.store.unknowns import REPORTED, UnknownOutcome, UnknownOutcomes
 from dex_celery.tools.redact import record_arguments
 
@@ -59,6 +60,9 @@ class EntryKind(StrEnum):
     BUDGET_OVER = "budget_over"
     APPROVAL_ASKED = "approval_asked"
     APPROVAL_DECIDED = "approval_decided"
+    #: A write freeze held the call at its claim (S13.2), and a thaw let it run.
+    HELD_BY_FREEZE = "held_by_freeze"
+    RELEASED_BY_THAW = "released_by_thaw"
     ATTEMPT_CLAIMED = "attempt_claimed"
     ATTEMPT_ENDED = "attempt_ended"
     CALL_ENDED = "call_ended"
@@ -126,6 +130,8 @@ class SessionFacts:
     unknowns: tuple[UnknownOutcome, ...]
     checked_tools: frozenset[str]
     full: bool
+    #: The write freeze's holds of the session's calls (S13.2).
+    holds: tuple[FreezeHold, ...] = ()
 
     def cut(self, text: str | None) -> str | None:
         """A long text cut (`present.cut_text`) unless the timeline is read whole."""
@@ -378,6 +384,32 @@ def _reconcile_entries(facts: SessionFacts) -> Iterator[Entry]:
             )
 
 
+def _freeze_entries(facts: SessionFacts) -> Iterator[Entry]:
+    """The write freeze (S13.2): a call held at its claim, with the freeze's reason, and the
+    thaw that let it run. A call a `--reject` freeze ended shows as its decision."""
+    for hold in facts.holds:
+        freeze = hold.freeze
+        yield Entry(
+            hold.held_at,
+            EntryKind.HELD_BY_FREEZE,
+            f"held by a write freeze of {freeze.scope_text} (frozen by {freeze.frozen_by} "
+            f"since {format_utc(freeze.since)})",
+            call_key=hold.call_key,
+            actor=freeze.frozen_by,
+            text=facts.cut(freeze.reason),
+            state=CallStatus.AWAITING_APPROVAL.value,
+        )
+        if hold.released_at is not None:
+            by = freeze.thawed_by or "a thaw"
+            yield Entry(
+                hold.released_at,
+                EntryKind.RELEASED_BY_THAW,
+                f"released to run: writes of {freeze.scope_text} thawed by {by}",
+                call_key=hold.call_key,
+                actor=freeze.thawed_by,
+            )
+
+
 #: Every kind of thing that happens to a session. A new one joins here (and reads its rows in
 #: `gather`): the CLI and the web page show it with no change of their own.
 SOURCES: tuple[EntrySource, ...] = (
@@ -387,6 +419,7 @@ SOURCES: tuple[EntrySource, ...] = (
     _budget_entries,
     _attempt_entries,
     _reconcile_entries,
+    _freeze_entries,
 )
 
 
@@ -456,6 +489,7 @@ def gather(
         unknowns=tuple(UnknownOutcomes(store).of_session(session.id)),
         checked_tools=frozenset(checked_tools),
         full=full,
+        holds=tuple(WriteFreezes(lambda: store.engine).holds_of([c.key for c in calls])),
     )
     return facts, ledger_error
 

@@ -21,6 +21,9 @@ Each table, and what a prune does to it (docs/operations.md, "Retention"):
   behind `/metrics` equal a grouped scan of the calls in SQL at every commit (`store/counts.py`).
 - `dex_ledger_binding`, `dex_mcp_servers`, `dex_mcp_tool_pins`: configuration, not history;
   never touched.
+- `dex_write_freezes`, `dex_freeze_holds`: the record of who froze writes, when and why, and of
+  the calls a freeze held (S13.2); a few rows per incident, kept as the audit trail, never
+  touched.
 
 Rows are read in key order (the primary key: a scan that continues where the last batch ended,
 so one prune reads each call once), archived by the caller, and deleted with conditions that

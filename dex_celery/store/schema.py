@@ -261,3 +261,41 @@ mcp_tool_pins = Table(
     Column("accepted_at", Float, nullable=False),
     Column("accepted_by", String(200), nullable=False),
 )
+
+# The write freeze (S13.2, `store/freezes.py`): one row per freeze an operator began, kept after
+# its thaw as the durable record of who stopped writes, when and why. Rows with `thawed_at` NULL
+# are the freezes in force; the ledger holds a copy of them for the claim (`ledger/freeze.py`)
+# that is re-asserted from here whenever Redis may have lost it. `tool` is a tool's name or `*`.
+write_freezes = Table(
+    "dex_write_freezes",
+    metadata,
+    Column("id", _id, primary_key=True, autoincrement=True),
+    Column("tool", String(200), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("frozen_by", String(200), nullable=False),
+    Column("frozen_at", Float, nullable=False),
+    Column("thawed_by", String(200), nullable=True),
+    Column("thawed_at", Float, nullable=True),
+    Index(
+        "ix_dex_write_freezes_active",
+        "tool",
+        sqlite_where=text("thawed_at IS NULL"),
+        postgresql_where=text("thawed_at IS NULL"),
+    ),
+)
+
+# The calls a freeze held for approval: which freeze, when, and whether an attempt of the call
+# had reached a worker before (a retried idempotent write), so that its reopening counts its
+# attempts as having reached one (S4.2). A thaw releases the rows of calls still waiting, in
+# request order; the row stays as the record of the hold.
+freeze_holds = Table(
+    "dex_freeze_holds",
+    metadata,
+    Column("call_key", String(620), primary_key=True),
+    Column("freeze_id", BigInteger, nullable=False),
+    Column("held_at", Float, nullable=False),
+    Column("may_have_run", Integer, nullable=False, default=0),
+    Column("released_at", Float, nullable=True),
+    Index("ix_dex_freeze_holds_freeze", "freeze_id"),
+)

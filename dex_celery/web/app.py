@@ -61,6 +61,7 @@ from dex_celery.web.auth import (
     safe_next,
     same_origin,
 )
+from dex_celery.web.freeze_pages import FreezePages
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -136,6 +137,7 @@ class WebApp:
         self.env.filters["tojson_inline"] = _json_inline
         self.env.filters["utc_millis"] = format_utc
         self.env.filters["session_path"] = session_path
+        self.freeze_pages = FreezePages(dex, self.page, self.gate)
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -184,6 +186,8 @@ class WebApp:
     ) -> HTMLResponse:
         html = self.env.get_template(template).render(
             user=identity.name if identity else None,
+            # The write freeze's banner, on every page of a signed-in person (S13.2).
+            frozen=self.freeze_pages.banner() if identity else [],
             csrf=self.signer.csrf_token(identity) if identity else "",
             auth_required=self.credentials.required,
             path=request.url.path,
@@ -484,6 +488,7 @@ class WebApp:
             Route("/budgets", gate(self._threaded(self.budgets_page), read)),
             Route("/unknowns/reconcile", gate(self.reconcile, decide), methods=["POST"]),
             Route("/metrics", gate(self._threaded(self.metrics), Scope.METRICS)),
+            *self.freeze_pages.routes(),
         ]
         app = Starlette(routes=routes)
         app.add_middleware(HostGuard, allowlist=self.hosts, headers=SECURITY_HEADERS)

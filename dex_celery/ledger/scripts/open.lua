@@ -27,6 +27,9 @@ local budgets = ARGV[16]
 -- with target `KEYS[5 + i]` and value `ARGV[17 + 2i]`. Run only when the entry is opened, so a
 -- message exists exactly when its entry does, and never one for a call that was open already.
 local sends = tonumber(ARGV[17] or '0')
+-- After the broker's commands, optionally: when a person approved the call (the ledger's
+-- clock), so that a write freeze begun before that approval does not hold it again (claim.lua).
+local passed = ARGV[18 + 2 * sends]
 for i = 1, sends do  -- checked before anything is written: a refused open writes nothing
   local command = ARGV[16 + 2 * i]
   if command ~= 'lpush' and command ~= 'publish' and command ~= 'pexpire' then
@@ -112,6 +115,9 @@ redis.call('HSET', call, 'status', 'active', 'n', 1, 'state', 'enqueued',
   'retry', retry, 'lost', lost, 'lost_reason', lost_reason)
 if #scopes > 0 then
   redis.call('HSET', call, 'budgets', table.concat(scopes, ' '))
+end
+if passed and passed ~= '' then
+  redis.call('HSET', call, 'passed', passed)
 end
 redis.call('ZADD', queue, deadline, key)
 if announce == '1' then

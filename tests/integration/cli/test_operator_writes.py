@@ -135,7 +135,17 @@ def test_sql_only_commands_run_with_redis_down(tmp_path: Path, args: list[str]) 
 
 
 #: The command groups (their second word names the command).
-GROUPS = {"calls", "sessions", "approvals", "history", "webhooks", "mcp-servers", "db", "budgets"}
+GROUPS = {
+    "calls",
+    "sessions",
+    "approvals",
+    "history",
+    "webhooks",
+    "mcp-servers",
+    "db",
+    "writes",
+    "budgets",
+}
 #: Every command that loads the app, as a person might run it against a mistyped URL.
 EVERY_COMMAND = [
     ["calls", "list"],
@@ -157,6 +167,9 @@ EVERY_COMMAND = [
     ["db", "rebind-ledger"],
     ["web", "--port", "1"],
     ["mcp"],
+    ["writes", "freeze", "--reason", "incident", "--by", "ann"],
+    ["writes", "thaw", "--by", "ann"],
+    ["writes", "status"],
     ["budgets", "show"],
 ]
 

@@ -6,10 +6,12 @@ that names the web app's address on a call's spans."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from dex_celery.errors import ConfigurationError
+from dex_celery.model.freeze import ALL_TOOLS, FreezeMode, WriteFreeze
 from dex_celery.model.links import session_path, session_url
 from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import SessionRecord
@@ -22,6 +24,7 @@ from dex_celery.ops.timeline import (
     assemble,
 )
 from dex_celery.settings import Settings
+from dex_celery.store.freezes import FreezeHold
 
 FACTS = SessionFacts(
     session=SessionRecord("s", EffectClass.READ, 100.0),
@@ -82,3 +85,22 @@ def test_the_web_base_url_must_be_an_http_address(url: str) -> None:
     with pytest.raises(ConfigurationError, match="web_base_url"):
         Settings(web_base_url=url)
     assert Settings(web_base_url="https://dex.example.com:8443/ops").web_base_url
+
+
+def test_a_write_freeze_joins_the_timeline_as_one_more_source() -> None:
+    """S13.6.5 with S13.2: a call held at its claim, then released by a thaw."""
+    freeze = WriteFreeze(1, ALL_TOOLS, FreezeMode.HOLD, "incident 42", "ann", 102.0, "bob", 104.0)
+    facts = replace(FACTS, holds=(FreezeHold("s/t/c", freeze, 103.0, 104.5),))
+    held, released = assemble(facts)[1:]
+    assert (held.kind, held.at, held.actor, held.text) == (
+        EntryKind.HELD_BY_FREEZE,
+        103.0,
+        "ann",
+        "incident 42",
+    )
+    assert "write freeze of every tool" in held.summary and held.call_name == "t/c"
+    assert (released.kind, released.at, released.actor) == (
+        EntryKind.RELEASED_BY_THAW,
+        104.5,
+        "bob",
+    )

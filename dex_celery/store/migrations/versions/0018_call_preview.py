@@ -6,7 +6,7 @@ for a person and writes its text (or "preview unavailable: ...") here, for the a
 "Previews"). Expand only: one nullable column; rows of the previous release have no preview.
 
 Revision ID: 0018
-Revises: 0013
+Revises: 0015
 Create Date: 2026-12-05
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 from dex_celery.store.migrations.altering import table_schema
 
 revision: str = "0018"
-down_revision: str | None = "0013"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -6,7 +6,7 @@ the ledger's copy is re-asserted from after Redis lost data. `dex_freeze_holds` 
 freeze held for approval, so a thaw releases them in request order. Expand only: two new tables.
 
 Revision ID: 0015
-Revises: 0018
+Revises: 0013
 Create Date: 2026-12-05
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0015"
-down_revision: str | None = "0018"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -147,9 +147,13 @@ class Dex:
         self._tools[tool.name] = tool
 
         def execute(
-            key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
+            key: str,
+            attempt: int,
+            arguments: str | dict[str, Any],
+            sealed: str | None = None,
+            approved: bool = False,
         ) -> str | None:
-            return self.runtime.worker.run(tool, key, attempt, arguments, sealed)
+            return self.runtime.worker.run(tool, key, attempt, arguments, sealed, approved)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description

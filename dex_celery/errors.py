@@ -163,6 +163,11 @@ class InvalidDecision(InvalidRequest):
     """A decision without a usable approver name, or with an oversized note or reason."""
 
 
+class InvalidEdit(InvalidDecision):
+    """An approver's edit of a call's arguments that the tool's schema (or the argument rules
+    of S9.3) refuses; nothing was stored and the call still waits (S13.3)."""
+
+
 # --- the write freeze (S13.2) --------------------------------------------------------------
 
 

@@ -302,9 +302,18 @@ class DexClient:
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 
-    def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
-        """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
-        return self.source.runtime.approvals.approve(key, approver, note)
+    def approve(
+        self,
+        key: str,
+        approver: str,
+        note: str | None = None,
+        *,
+        edit: Mapping[str, Any] | str | None = None,
+    ) -> ToolCallRecord:
+        """Approve a waiting call; it is dispatched under its recorded policy (S6.2), bound to
+        what was approved (S13.3). `edit`: the arguments it should run with instead, checked
+        against the tool's schema (`InvalidEdit`, nothing stored) and recorded (S13.3)."""
+        return self.source.runtime.approvals.approve(key, approver, note, edit=edit)
 
     def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
@@ -384,8 +393,15 @@ class AsyncDexClient:
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 
-    async def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
-        return await asyncio.to_thread(self.sync.approve, key, approver, note)
+    async def approve(
+        self,
+        key: str,
+        approver: str,
+        note: str | None = None,
+        *,
+        edit: Mapping[str, Any] | str | None = None,
+    ) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.approve, key, approver, note, edit=edit)
 
     async def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         return await asyncio.to_thread(self.sync.reject, key, approver, reason)

@@ -47,6 +47,7 @@ from dex_celery.store.repeat_guards import RepeatCheck
 from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.tools.call_identity import identify, identity_text
+from dex_celery.tools.definition_digest import definition_digest
 from dex_celery.tools.redact import redacted_kwargs_repr
 from dex_celery.tools.sealing import seal
 from dex_celery.tools.sealing import split as split_secrets
@@ -93,6 +94,9 @@ class AttemptMessage:
     #: The request's trace context, for a message published outside its spans (the sweeper's
     #: retries and starts); a publisher inside a live span sends its own (`_send`).
     trace: Mapping[str, str] | None = None
+    #: A person approved the call: its worker's claim consumes the approval, bound to the
+    #: tool and arguments it was given for (S13.3, `Worker._claim_approved`).
+    approved: bool = False
 
 
 def parse_arguments(
@@ -247,7 +251,8 @@ class Dispatcher:
         stored = arguments_json(shown)
 
         policy = tool.policy
-        if tool.approval_gate is not None and tool.approval_gate() is not None:
+        pin = tool.approval_gate() if tool.approval_gate is not None else None
+        if pin is not None:
             # The tool changed since a person accepted it: ask one before this call runs.
             policy = replace(policy, requires_approval=True)
 
@@ -265,6 +270,7 @@ class Dispatcher:
             repeat_digest=identity.fingerprint,
             identity=identity.text,
             charges=self._charges(tool, identity.received, req),
+            definition_digest=definition_digest(tool, pin),
         )
         return new, shown
 
@@ -494,6 +500,7 @@ class Dispatcher:
             record.policy,
             record.sealed_arguments,
             tracing.loads(record.trace_context),
+            approved=record.approved_digest is not None,
         )
         self.publish(message, attempt=1)
         return None
@@ -552,6 +559,8 @@ class Dispatcher:
             "arguments": arguments_json(message.arguments),
             "sealed": message.sealed,
         }
+        if message.approved:  # only then: a message of any other call is unchanged
+            kwargs["approved"] = True
         # The trace context travels in the message's headers: the live span's (the request's,
         # or the attempt's whose retry this is), else the one kept with the call (a sweeper's
         # retry); none without tracing.
@@ -654,6 +663,7 @@ class Dispatcher:
             record.policy,
             record.sealed_arguments,
             tracing.loads(record.trace_context),
+            approved=record.approved_digest is not None,
         )
 
 

@@ -41,6 +41,7 @@ from dex_celery.errors import (
     RequestInFlight,
 )
 from dex_celery.integrations.conversation import Conversation
+from dex_celery.model.approval_binding import edited_note, with_note
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.times import format_utc
@@ -108,7 +109,11 @@ def pending_text(record: ToolCallRecord) -> str:
         if record.approval_deadline is not None
         else ""
     )
-    return f"The call {record.key} is waiting for a person's approval{deadline} and has not run."
+    text = f"The call {record.key} is waiting for a person's approval{deadline} and has not run."
+    if record.rewait_reason:
+        # Approved once, but its tool changed before it ran (S13.3): the model reads why.
+        text += f" It waits again: {record.rewait_reason}."
+    return text
 
 
 def in_flight_text(record: ToolCallRecord, timeout: float) -> str:
@@ -173,7 +178,8 @@ def refused_request_text(error: InvalidRequest | RequestInFlight) -> str:
 
 def record_text(record: ToolCallRecord) -> str:
     """The TOOL message of an ended call: exactly what the session history keeps (S4.4)."""
-    return tool_output(record.status, record.result, record.error or "")
+    text = tool_output(record.status, record.result, record.error or "")
+    return with_note(edited_note(record.approval_edit, record.status), text)
 
 
 @dataclass(frozen=True, slots=True)

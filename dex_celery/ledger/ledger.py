@@ -245,6 +245,7 @@ _SCRIPTS = (
     "budget_settle",
     "budget_seed",
     "budget_read",
+    "withdraw",
     "freeze",
 )
 #: Scripts that use none of `_common.lua`'s helpers run without them: Redis runs a script's
@@ -259,6 +260,9 @@ def _script_text(name: str, common: str, budget: str) -> str:
     if name in _BUDGETED:
         parts.append(budget)
     return "\n".join([*parts, _load(f"{name}.lua")])
+
+
+_STANDALONE = frozenset({"recorded", "rotate", "withdraw", "freeze"})
 
 
 #: Joins the epochs of a sharded ledger's shards into the one epoch string this process passes
@@ -714,6 +718,17 @@ class Ledger:
         k = self.keys.of(key)
         f = self._run("note", (k.call(key), k.epoch, k.clock), (attempt, note))
         return f["kind"] == "noted"
+
+    def withdraw(self, key: str, attempt: int, *, fence: str) -> bool:
+        """Remove the call's entry whose attempt `attempt` this worker (`fence`) claimed and
+        will not run: the call waits for a person again (S13.3). True if it was removed."""
+        k = self.keys.of(key)
+        f = self._run(
+            "withdraw",
+            (k.call(key), k.queue_index, k.lease_index, k.close_index),
+            (key, attempt, fence),
+        )
+        return f["kind"] == "withdrawn"
 
     # --- fenced attempts still running (the repeat guard, S5.4) ----------------------------------
 

@@ -290,6 +290,9 @@ def call_details(
         policy=json.loads(record.policy.to_json()),
         approval_deadline=record.approval_deadline,
         approval=dataclasses.asdict(record.approval) if record.approval else None,
+        # Bound to what was approved (S13.3): an approver's edit, and why it waits again.
+        edit=record.approval_edit.as_dict() if record.approval_edit else None,
+        waits_again=record.rewait_reason,
         attempt_log=attempt_history(record, entry),
         ledger=_ledger_view(entry),
         ledger_error=ledger_error,
@@ -373,6 +376,15 @@ def render_details(d: dict[str, Any], *, full: bool = False, app: str | None = N
     lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
         lines.append(_approval_line(d["approval_deadline"], d["approval"]))
+    if d.get("edit"):
+        edit = d["edit"]
+        lines.append(
+            f"edited    by {edit['by']} at {format_time(edit['at'])}: "
+            f"{json.dumps(edit['before'], ensure_ascii=False)} -> "
+            f"{json.dumps(edit['after'], ensure_ascii=False)}"
+        )
+    if d.get("waits_again"):
+        lines.append(f"waits     again: {d['waits_again']}")
     if d.get("preview"):
         lines.append(f"preview   {d['preview']}")
     if d.get("repeat"):

@@ -323,6 +323,8 @@ class WebhookSender:
                 body["repeat_reason"] = record.repeat_reason
                 # Waits because a write budget had too little left (S13.1): why.
                 body["budget_reason"] = record.budget_reason
+                # Approved once, but its tool changed before it ran: why it waits again (S13.3).
+                body["waits_again"] = record.rewait_reason
                 # What the call would do, from the tool's preview function (S13.5).
                 runtime = self.source.runtime
                 body["preview"] = shown_preview(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
+from dex_celery.store.approval_binding import ApprovalBinding
 from dex_celery.store.budgets import BudgetRecords
 from dex_celery.store.calls import CallRecords
 from dex_celery.store.schema import metadata
@@ -21,7 +22,7 @@ from dex_celery.store.sessions import SessionsAndMessages
 from dex_celery.store.sql_engine import EngineHandle
 
 
-class Store(CallRecords, SessionsAndMessages, BudgetRecords):
+class Store(CallRecords, SessionsAndMessages, ApprovalBinding, BudgetRecords):
     """Repository over one database. Safe to share between threads; re-made after a fork."""
 
     def __init__(

@@ -111,6 +111,17 @@ tool_calls = Table(
     # request (JSON), and why it waits for a person (or was rejected) when one had too little.
     Column("budgets", Text, nullable=True),
     Column("budget_reason", Text, nullable=True),
+    # Approvals bound to what was approved (S13.3, docs/guardrails.md): set only for calls that
+    # wait for a person. The digests of the validated arguments and of the tool's definition
+    # (`tools/definition_digest.py`), the binding of both an approval was given for (consumed
+    # once by the worker's claim, which stamps `approval_used_at`), an approver's edit of the
+    # arguments (JSON: by, at, before, after; secrets `***`), and why a call waits again.
+    Column("definition_digest", String(64), nullable=True),
+    Column("arguments_digest", String(64), nullable=True),
+    Column("approved_digest", String(64), nullable=True),
+    Column("approval_used_at", Float, nullable=True),
+    Column("approval_edit", Text, nullable=True),
+    Column("rewait_reason", Text, nullable=True),
     # The text of the tool's preview function for a call waiting for approval, or "preview
     # unavailable: ..." (docs/guardrails.md, "Previews"); written by the worker that ran it.
     Column("preview", Text, nullable=True),

@@ -51,6 +51,9 @@ class NewCall:
     trace_context: str | None = None
     #: The write budgets it draws on (S13.1), fixed now and recorded with it.
     charges: tuple[BudgetCharge, ...] = ()
+    #: The digest of the tool's definition (`tools/definition_digest.py`); kept only for a
+    #: call that waits for a person, with `repeat_digest` as its arguments' digest (S13.3).
+    definition_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ class OutcomeRow:
     outcome: Outcome
     #: The trace context of the attempt that decided it (`engine/tracing.py`); None untraced.
     trace: Mapping[str, str] | None = None
+    #: The call's `approval_edit` (JSON) when a person edited its arguments (S13.3).
+    edit: str | None = None
 
 
 def arguments_json(arguments: object) -> str:

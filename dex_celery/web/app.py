@@ -8,6 +8,7 @@ the thread pool too.
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -313,6 +314,8 @@ class WebApp:
             {
                 "item": p,
                 "arguments": _json(cut_value(p.arguments)[0]),  # shown_arguments (PendingApproval)
+                # The whole arguments, to edit (secrets `***`: kept unless replaced, S13.3).
+                "editable": json.dumps(p.arguments, indent=2, sort_keys=True, ensure_ascii=False),
                 "left": time_left(p.deadline, now),
                 "context": context,
             }
@@ -332,6 +335,15 @@ class WebApp:
             if action == "approve":
                 record = await run_in_threadpool(
                     self.dex.approvals.approve, key, identity.name, note
+                )
+            elif action == "edit":
+                # Approve with the edited arguments (S13.3): checked against the tool's schema,
+                # a refusal stores nothing and is shown on the page (409).
+                edit = str(form.get("arguments", ""))
+                record = await run_in_threadpool(
+                    functools.partial(
+                        self.dex.approvals.approve, key, identity.name, note, edit=edit
+                    )
                 )
             elif action == "reject":
                 record = await run_in_threadpool(

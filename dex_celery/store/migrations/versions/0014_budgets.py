@@ -7,7 +7,7 @@ keeps what reconciliation said (went through, did not run). Expand only: nullabl
 new table, so the previous release runs on beside it.
 
 Revision ID: 0014
-Revises: 0018
+Revises: 0016
 Create Date: 2026-12-05
 """
 
@@ -21,7 +21,7 @@ from alembic import op
 from dex_celery.store.migrations.altering import table_schema
 
 revision: str = "0014"
-down_revision: str | None = "0018"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

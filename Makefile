@@ -38,7 +38,7 @@ $(CREWAI_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(CREWAI_VENV)
 	$(CREWAI_VENV)/bin/pip install --quiet --upgrade pip
 	$(CREWAI_VENV)/bin/pip install --quiet -e '.[crewai]' 'pytest>=8.0' 'pytest-timeout>=2.3' \
-		'mypy>=1.11'
+		'hypothesis>=6.100' 'mypy>=1.11'
 	touch $(CREWAI_STAMP)
 
 install: $(STAMP) $(CREWAI_STAMP)

@@ -220,6 +220,7 @@ def make_app(
 
     _async_tools(dex)
     _edge_tools(dex)
+    _preview_tools(dex)
 
     # Clock skew (S10.1, tests/crash/clock/test_clock_skew.py): tools whose outcome would change if
     # any decision used a host's clock instead of Redis's.
@@ -274,6 +275,61 @@ def make_app(
     if NEW_TOOL not in without:
         dex.tool(NEW_TOOL, policy=new_tool_policy)(slow)
     return app, dex
+
+
+def previews_run(order: str) -> list[str]:
+    """The preview functions' own log of one order: `start <pid>` / `end <pid>` per run."""
+    path = log_dir() / f"preview-{order}.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _preview_note(order: str, what: str) -> None:
+    with (log_dir() / f"preview-{order}.log").open("a") as f:
+        f.write(f"{what} {os.getpid()}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _preview_tools(dex: Dex) -> None:
+    """Writes that wait for approval with a preview (docs/guardrails.md, "Previews"): one that
+    says what the refund would do (naming the secret card, which every output must hide), one
+    whose preview raises, one whose preview hangs past `preview_timeout`."""
+
+    def refund_preview(order: str, amount: Decimal, card: str, hold: float = 0.0) -> str:
+        _preview_note(order, "start")
+        time.sleep(hold)
+        _preview_note(order, "end")
+        return f"Refund {amount:.2f} EUR to Ada Lovelace for order {order} (card {card})"
+
+    @dex.tool(
+        policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, secret_arguments=("card",)),
+        preview=refund_preview,
+    )
+    def previewed_refund(
+        ctx: ToolContext, order: str, amount: Decimal, card: str, hold: float = 0.0
+    ) -> Any:
+        """Refunds `amount` of `order` to `card`; waits for approval."""
+        _note(ctx, "start")
+        return {"refunded": order, "amount": str(amount)}
+
+    def failing_preview(order: str) -> str:
+        _preview_note(order, "start")
+        raise LookupError(f"order {order} is not in the shop's database")
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), preview=failing_preview)
+    def preview_raises(ctx: ToolContext, order: str) -> Any:
+        _note(ctx, "start")
+        return {"done": order}
+
+    def hanging_preview(order: str) -> str:
+        _preview_note(order, "start")
+        time.sleep(60)
+        return "never shown"
+
+    @dex.tool(policy=ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), preview=hanging_preview)
+    def preview_hangs(ctx: ToolContext, order: str) -> Any:
+        _note(ctx, "start")
+        return {"done": order}
 
 
 async def _ahold(ctx: ToolContext, seconds: float) -> None:

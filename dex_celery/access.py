@@ -51,6 +51,8 @@ class Scope(enum.StrEnum):
     APPROVALS_DECIDE = "approvals:decide"
     #: List and call tools through `dex-celery mcp`.
     TOOLS_CALL = "tools:call"
+    #: Freeze and thaw every write of the deployment (S13.2; web POSTs).
+    WRITES_FREEZE = "writes:freeze"
 
 
 #: A token entry without scopes: it may read, never act.

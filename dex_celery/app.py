@@ -23,6 +23,9 @@ from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.client.dex_client import DexClient
 from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.freeze import WriteFreezeControl
+from dex_celery.engine.preview_worker import register_preview_task
+from dex_celery.engine.previews import check_preview
 from dex_celery.engine.reconcile import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
@@ -47,7 +50,7 @@ from dex_celery.store.repository import Store
 from dex_celery.tools.arguments import prepare_tool
 from dex_celery.tools.catalog import ToolCatalog, ToolSource
 from dex_celery.tools.definitions import tool_definitions
-from dex_celery.tools.tool import Tool, ToolFunction, find_tool
+from dex_celery.tools.tool import PreviewFunction, Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.reconcile import _F
@@ -96,6 +99,7 @@ class Dex:
         #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.engine.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
+        register_preview_task(celery, lambda: self.runtime)
         #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
         self._reconcile_interval: float | None = None
         #: Every Celery signal, one place per process role (`dex_celery/processes/`).
@@ -112,10 +116,13 @@ class Dex:
         *,
         policy: ToolPolicy | None = None,
         annotations: Mapping[str, Any] | None = None,
+        preview: PreviewFunction | None = None,
     ) -> Callable[[ToolFunction], ToolFunction]:
         """Register a function as a tool: `fn(ctx: ToolContext, **arguments) -> JSON value`.
 
         The Celery task is `dex.tool.<name>`. Configuration errors (S1.6) raise here, at import.
+        `preview`: a read-only function of the same arguments returning short text, shown
+        wherever the call waits for approval (docs/guardrails.md, "Previews").
         """
 
         def register(fn: ToolFunction) -> ToolFunction:
@@ -125,6 +132,7 @@ class Dex:
                 policy=policy or ToolPolicy(),
                 annotations=MappingProxyType(dict(annotations or {})),
                 description=(fn.__doc__ or "").strip(),
+                preview=preview,
             )
             self.add_tool(tool)
             return fn
@@ -135,14 +143,19 @@ class Dex:
         """Register a `Tool` built by hand (what `tool()` does for a decorated function)."""
         check_registration(tool.name, tool.policy, tool.annotations)
         tool = prepare_tool(tool)  # arguments schema, secret names (dex_celery/tools/arguments.py)
+        check_preview(tool)
         if tool.name in self._tools:
             raise DuplicateTool(f"a tool named {tool.name!r} is registered already")
         self._tools[tool.name] = tool
 
         def execute(
-            key: str, attempt: int, arguments: str | dict[str, Any], sealed: str | None = None
+            key: str,
+            attempt: int,
+            arguments: str | dict[str, Any],
+            sealed: str | None = None,
+            approved: bool = False,
         ) -> str | None:
-            return self.runtime.worker.run(tool, key, attempt, arguments, sealed)
+            return self.runtime.worker.run(tool, key, attempt, arguments, sealed, approved)
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description
@@ -264,6 +277,11 @@ class Dex:
     def approvals(self) -> Approvals:
         """This process's approvals (built once, with the runtime)."""
         return self.runtime.approvals
+
+    @property
+    def writes(self) -> WriteFreezeControl:
+        """This process's write freeze: freeze, thaw, status (S13.2, docs/guardrails.md)."""
+        return self.runtime.freeze
 
     @property
     def reconciler(self) -> Reconciler:

@@ -163,6 +163,24 @@ class InvalidDecision(InvalidRequest):
     """A decision without a usable approver name, or with an oversized note or reason."""
 
 
+class InvalidEdit(InvalidDecision):
+    """An approver's edit of a call's arguments that the tool's schema (or the argument rules
+    of S9.3) refuses; nothing was stored and the call still waits (S13.3)."""
+
+
+# --- the write freeze (S13.2) --------------------------------------------------------------
+
+
+class InvalidFreeze(InvalidRequest):
+    """A freeze or thaw without a reason or operator name, or naming a tool the app lacks;
+    nothing was written."""
+
+
+class FreezeNotInLedger(DexError):
+    """A freeze or thaw is recorded in SQL, but Redis could not be told yet; the sweeper makes
+    the ledger agree with SQL at its next sweep."""
+
+
 # --- infrastructure ------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from dex_celery.backend_errors import check_database_url, check_redis_url
 from dex_celery.errors import ConfigurationError, InvalidRequest
+from dex_celery.model.budgets import Budget, parse_budgets
 from dex_celery.model.times import DURATION_FORMS, parse_duration, parse_seconds
 
 #: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside
@@ -144,6 +145,21 @@ DEFAULT_RETENTION_INTERVAL = 3600.0
 DEFAULT_RETENTION_ARCHIVE = "dex-celery-archive"
 #: Calls removed per transaction by a prune: small, so running workers never wait long on it.
 DEFAULT_PRUNE_BATCH = 500
+# --- the session timeline (S13.6) ---
+#: Where people reach `dex-celery web` (`https://dex.example.com`): a call's trace names its
+#: session's page there (`dex.session_url`). None: spans carry only `dex.session_id`.
+DEFAULT_WEB_BASE_URL: str | None = None
+
+# --- previews (docs/guardrails.md, "Previews") ---
+#: Seconds a tool's preview function may take on a worker (and its message may wait to be
+#: taken) before the approval shows "preview unavailable".
+DEFAULT_PREVIEW_TIMEOUT = 10.0
+
+# --- write budgets (S13.1, docs/guardrails.md "Budgets") ---
+#: Write budgets declared by the deployment: `;`-separated `NAME: key=value ...` entries, e.g.
+#: `refunds: tools=refund_order+credit_note limit=3 scope=session window=session`
+#: (`model/budgets.py`, `parse_budgets`). None: only the budgets tools' policies declare.
+DEFAULT_BUDGETS: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +223,12 @@ class Settings:
     audit_key: str | None = dataclasses.field(default=None, repr=False)
     audit_key_file: str | None = None
     audit_public_keys: str | None = None
+    # --- the session timeline (S13.6) ---
+    web_base_url: str | None = DEFAULT_WEB_BASE_URL
+    # --- previews ---
+    preview_timeout: float = DEFAULT_PREVIEW_TIMEOUT
+    # --- write budgets ---
+    budgets: str | None = DEFAULT_BUDGETS
 
     def __post_init__(self) -> None:
         for name in DURATION_SETTINGS:  # `Settings(approval_timeout="2h")` in code, as in env
@@ -238,6 +260,7 @@ class Settings:
             "unknown_tool_requeue_delay",
             "retention_interval",
             "prune_batch",
+            "preview_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -265,6 +288,11 @@ class Settings:
                 parse_duration(self.retention, option=env_name("retention"))
             except InvalidRequest as e:
                 raise ConfigurationError(str(e)) from None
+        if self.web_base_url is not None and not _WEB_BASE_URL.fullmatch(self.web_base_url):
+            raise ConfigurationError(
+                f"setting web_base_url {self.web_base_url!r} must be an http:// or https:// "
+                "address with no query or fragment (where people reach `dex-celery web`)"
+            )
         if not self.retention_archive:
             raise ConfigurationError("setting retention_archive must name a directory")
         check_redis_url(env_name("redis_url"), self.redis_url)
@@ -283,6 +311,13 @@ class Settings:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"
             )
+        if self.budgets is not None:
+            parse_budgets(self.budgets)
+            if self.ledger_shards > 1:
+                raise ConfigurationError(
+                    "write budgets need a ledger of one shard (a budget's scope and the calls "
+                    "it admits share one slot): set ledger_shards to 1 or remove budgets"
+                )
         if self.ledger_cluster and self.claim_replicas > 0:
             raise ConfigurationError(
                 "claim_replicas is not supported with the ledger on a Redis Cluster yet (its WAIT "
@@ -298,6 +333,11 @@ class Settings:
     def ledger_cluster(self) -> bool:
         """Whether the ledger's Redis is a Redis Cluster (`redis_cluster`, or the URL says so)."""
         return self.redis_cluster or self.redis_url.partition("://")[0].endswith("+cluster")
+
+    @property
+    def budget_list(self) -> tuple[Budget, ...]:
+        """The budgets the settings declare (`budgets`, parsed)."""
+        return parse_budgets(self.budgets)
 
     @property
     def retention_seconds(self) -> float | None:
@@ -350,6 +390,7 @@ DURATION_SETTINGS = (
     "shutdown_grace",
     "unknown_tool_requeue_delay",
     "retention_interval",
+    "preview_timeout",
 )
 
 
@@ -365,6 +406,8 @@ def _duration(label: str, raw: str, name: str) -> float | int:
     return seconds
 
 
+#: `http(s)://host[:port][/path]`, nothing after the path (a session's path is appended).
+_WEB_BASE_URL = re.compile(r"https?://[^\s/?#]+(/[^\s?#]*)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 #: The prefix of dex-celery's keys in a Celery app's configuration.
 APP_PREFIX = "dex_"

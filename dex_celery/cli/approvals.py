@@ -1,7 +1,7 @@
 """`dex-celery approvals`: list, approve and reject the calls that wait for a person (S6).
 
     dex-celery approvals list [--session ID] [--limit N] [--json]
-    dex-celery approvals approve KEY --by NAME [--note TEXT]
+    dex-celery approvals approve KEY --by NAME [--note TEXT] [--edit JSON]
     dex-celery approvals reject KEY --by NAME [--reason TEXT]
 
 Exit codes (see `cli.py`): 0 done, 1 refused (unknown or malformed key, decided already, not
@@ -55,11 +55,19 @@ def list_approvals(ctx: DexContext, session_id: str | None, limit: int, as_json:
 @click.argument("key")
 @click.option("--by", "approver", required=True, help="Who approves (recorded).")
 @click.option("--note", default=None, help="Why, recorded with the decision.")
+@click.option(
+    "--edit",
+    default=None,
+    metavar="JSON",
+    help="Run it with these arguments instead (the whole JSON object; a secret given as *** "
+    "keeps its value). Checked against the tool's schema and recorded; the model reads it.",
+)
 @pass_context
-def approve(ctx: DexContext, key: str, approver: str, note: str | None) -> None:
+def approve(ctx: DexContext, key: str, approver: str, note: str | None, edit: str | None) -> None:
     """Approve KEY (session/turn/call); it is dispatched under its recorded policy."""
-    record = ctx.dex.approvals.approve(key, approver, note)
-    click.echo(f"approved {record.key} by {approver}; dispatched ({_state(record)})")
+    record = ctx.dex.approvals.approve(key, approver, note, edit=edit)
+    edited = " with edited arguments" if record.approval_edit is not None and edit else ""
+    click.echo(f"approved {record.key} by {approver}{edited}; dispatched ({_state(record)})")
 
 
 @approvals.command("reject")
@@ -83,6 +91,14 @@ def _line(p: PendingApproval) -> str:
     )
     if p.repeat is not None:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
+    if p.budget_reason is not None:
+        line += f"\n    over budget: {p.budget_reason}"
+    if p.waits_again is not None:
+        line += f"\n    waits again: {p.waits_again}"
+    if p.preview is not None:
+        line += f"\n    preview: {p.preview}"
+    if p.frozen is not None:
+        line += f"\n    held: {p.frozen}"
     return line
 
 

@@ -24,6 +24,7 @@ import click
 from dex_celery.backend_errors import translate
 from dex_celery.cli.approvals import approvals
 from dex_celery.cli.audit import audit
+from dex_celery.cli.budgets import budgets
 from dex_celery.cli.calls import calls
 from dex_celery.cli.context import (
     APP_ENV,
@@ -39,8 +40,10 @@ from dex_celery.cli.maintenance import reconcile, sweep
 from dex_celery.cli.mcp import mcp
 from dex_celery.cli.mcp_servers import mcp_servers
 from dex_celery.cli.ops import db, demo, dev
+from dex_celery.cli.sessions import sessions
 from dex_celery.cli.status import status
 from dex_celery.cli.web import web, webhooks
+from dex_celery.cli.writes import writes
 from dex_celery.errors import DexError
 from dex_celery.settings import Settings
 
@@ -136,6 +139,7 @@ def main(ctx: click.Context, app_path: str | None) -> None:
 
 for _command in (
     calls,
+    sessions,
     approvals,
     sweep,
     reconcile,
@@ -149,5 +153,7 @@ for _command in (
     webhooks,
     mcp,
     mcp_servers,
+    budgets,
+    writes,
 ):
     main.add_command(_command)

@@ -3,7 +3,8 @@
 Redis, the database and its schema revision, the workers that answer (their Celery node names,
 as Flower shows them, main pids, uptimes and restarts under the same name, and the nodes that
 were started but no longer answer), the last sweep, and the calls in flight, waiting for
-approval and ended `outcome_unknown` but not reported yet. Exit code 0 when nothing failed
+approval and ended `outcome_unknown` but not reported yet, and whether writes are frozen (by
+whom, since when, why: S13.2). Exit code 0 when nothing failed
 (warnings included), 1 when a section failed (one `error:` line names them).
 """
 
@@ -24,7 +25,7 @@ MARK = {State.OK: "ok  ", State.WARN: "WARN", State.FAIL: "FAIL"}
 @pass_context
 def status(ctx: DexContext, as_json: bool) -> None:
     """Redis, database, schema revision, workers, last sweep, calls in flight, approvals
-    waiting, unknown outcomes unreported."""
+    waiting, unknown outcomes unreported, the write freeze."""
     ctx.database_may_be_missing = True  # its database section says so (and creates nothing)
     report = health_report(
         ctx.dex, mcp_servers=[s.name for s in ctx.dex.tool_sources], app=ctx.app_path

@@ -86,8 +86,13 @@ class DexClient:
         tool_call_id: str,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
+        *,
+        principal: str | None = None,
     ) -> ToolCallRecord:
         """Record and dispatch one call; the same ids twice are one call (S2.3).
+
+        `principal`: the user or tenant the app acts for, the scope of write budgets kept per
+        principal (S13.1).
 
         Raises `RequestInFlight` (`CallRecordedNotStarted`, `RecordingUnconfirmed`) when the
         call is recorded, or may be, but could not be started: it will run or be judged once
@@ -95,7 +100,7 @@ class DexClient:
         means nothing was recorded.
         """
         return self.request_calls(
-            [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments)]
+            [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments, principal)]
         )[0]
 
     def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
@@ -297,9 +302,18 @@ class DexClient:
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 
-    def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
-        """Approve a waiting call; it is dispatched under its recorded policy (S6.2)."""
-        return self.source.runtime.approvals.approve(key, approver, note)
+    def approve(
+        self,
+        key: str,
+        approver: str,
+        note: str | None = None,
+        *,
+        edit: Mapping[str, Any] | str | None = None,
+    ) -> ToolCallRecord:
+        """Approve a waiting call; it is dispatched under its recorded policy (S6.2), bound to
+        what was approved (S13.3). `edit`: the arguments it should run with instead, checked
+        against the tool's schema (`InvalidEdit`, nothing stored) and recorded (S13.3)."""
+        return self.source.runtime.approvals.approve(key, approver, note, edit=edit)
 
     def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         """Reject a waiting call; it ends `rejected` and never runs (S6.2)."""
@@ -379,8 +393,15 @@ class AsyncDexClient:
 
     # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
 
-    async def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
-        return await asyncio.to_thread(self.sync.approve, key, approver, note)
+    async def approve(
+        self,
+        key: str,
+        approver: str,
+        note: str | None = None,
+        *,
+        edit: Mapping[str, Any] | str | None = None,
+    ) -> ToolCallRecord:
+        return await asyncio.to_thread(self.sync.approve, key, approver, note, edit=edit)
 
     async def reject(self, key: str, approver: str, reason: str | None = None) -> ToolCallRecord:
         return await asyncio.to_thread(self.sync.reject, key, approver, reason)

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
+from dex_celery.engine.approval_edit import edited_arguments
 from dex_celery.engine.held_back_evidence import repeat_evidence
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -31,6 +34,7 @@ from dex_celery.errors import (
 )
 from dex_celery.model.argument_shape import lone_surrogate
 from dex_celery.model.event_types import EventType
+from dex_celery.model.freeze import held_reason
 from dex_celery.model.ids import MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -38,8 +42,12 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatEvidence, held_rejection_note
 from dex_celery.model.times import format_utc
+from dex_celery.store.approval_binding import ArgumentsEdit
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
+from dex_celery.tools.definition_digest import binding_digest
 from dex_celery.tools.redact import record_arguments
+from dex_celery.tools.tool import find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.dispatch import Dispatcher
@@ -79,9 +87,24 @@ class PendingApproval:
     deadline: float
     #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
     repeat: RepeatEvidence | None = None
+    #: Waits because a write budget had too little left (S13.1): why.
+    budget_reason: str | None = None
+    #: Approved before, but its tool changed before it ran: why it waits again (S13.3).
+    waits_again: str | None = None
+    #: What the tool's preview function says the call would do (S13.5), "preview pending" or
+    #: "preview unavailable: ..."; None for a tool without a preview.
+    preview: str | None = None
+    #: Held by a write freeze (S13.2): why, who froze writes and since when.
+    frozen: str | None = None
 
     @classmethod
-    def of(cls, record: ToolCallRecord, repeat: RepeatEvidence | None = None) -> PendingApproval:
+    def of(
+        cls,
+        record: ToolCallRecord,
+        repeat: RepeatEvidence | None = None,
+        preview: str | None = None,
+        frozen: str | None = None,
+    ) -> PendingApproval:
         return cls(
             key=record.key,
             session_id=record.session_id,
@@ -93,6 +116,10 @@ class PendingApproval:
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
+            budget_reason=record.budget_reason,
+            waits_again=record.rewait_reason,
+            preview=preview,
+            frozen=frozen,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,7 +134,22 @@ class PendingApproval:
             "requested_at": self.requested_at,
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
+            "budget_reason": self.budget_reason,
+            "waits_again": self.waits_again,
+            "preview": self.preview,
+            "frozen": self.frozen,
         }
+
+
+def _binding(record: ToolCallRecord | None, edit: ArgumentsEdit | None) -> str | None:
+    """The binding the approval holds (S13.3); None for a call recorded without digests (before
+    they were kept), which is approved unbound, as then."""
+    if record is None or record.definition_digest is None:
+        return None
+    arguments = edit.arguments_digest if edit is not None else record.arguments_digest
+    if arguments is None:
+        return None
+    return binding_digest(arguments, record.definition_digest)
 
 
 def rejection_error(approver: str, reason: str | None) -> str:
@@ -171,23 +213,56 @@ class Approvals:
         self.epoch = epoch
         self.dispatcher = dispatcher
         self.settings = settings
+        self.freezes = WriteFreezes(lambda: store.engine)
 
     # --- decisions -----------------------------------------------------------------------------
 
-    def approve(self, key: str, approver: str, note: str | None = None) -> ToolCallRecord:
+    def approve(
+        self,
+        key: str,
+        approver: str,
+        note: str | None = None,
+        *,
+        edit: Mapping[str, Any] | str | None = None,
+    ) -> ToolCallRecord:
         """Approve a waiting call and dispatch it under its recorded policy snapshot (S6.2).
+
+        The approval is bound to the digests of the call's arguments and of its tool's
+        definition (S13.3): a worker whose tool changed since claims nothing, and the call waits
+        again. `edit`: the arguments the call should run with instead (a JSON object or its
+        text; secrets may be given as `***` to keep theirs), checked like a request's and
+        recorded with who, before and after (S13.3); the model reads that they were edited.
 
         Returns the call as recorded after the approval (`pending`, or already further along
         if a worker was quick). Raises `UnknownCall`, `InvalidId`, `InvalidDecision`,
-        `AlreadyDecided`, `NotAwaitingApproval` or `ApprovalDeadlinePassed`; then nothing
-        changed, except that a call found past its deadline is ended `rejected` at once.
+        `InvalidEdit`, `AlreadyDecided`, `NotAwaitingApproval` or `ApprovalDeadlinePassed`; then
+        nothing changed, except that a call found past its deadline is ended `rejected` at once.
         """
         key, approver, note = self._check(key, approver, note, "note")
         now = self.store.clock()
+        changed = None
+        held = self.store.get_call(key)
+        if edit is not None:
+            if held is None or held.status is not CallStatus.AWAITING_APPROVAL:
+                raise self._refusal(key, now)
+            tool = find_tool(self.dispatcher.tools, held.tool_name)
+            changed = edited_arguments(
+                held, tool, edit, by=approver, now=now, settings=self.settings
+            )
         decision = ApprovalDecision(Decision.APPROVED.value, approver, now, note)
         epoch = self.epoch.recorded(self.epoch.current(refresh=True))
-        if not self.store.decide(key, decision, now=now, epoch=epoch):
+        if not self.store.approve_bound(
+            key,
+            decision,
+            now=now,
+            epoch=epoch,
+            binding=_binding(held, changed),
+            edit=changed,
+            expected_arguments=held.arguments if changed is not None and held else None,
+        ):
             raise self._refusal(key, now)
+        if changed is not None:
+            self._announce_edit(key, approver)
         self._announce(key, Decision.APPROVED, approver, note)
         record = self._get(key)
         if record.repeat_of is not None:
@@ -195,7 +270,8 @@ class Approvals:
             # against this one (S5.4).
             self.store.take_repeat_slot(record)
         try:
-            self.dispatcher.start(record)
+            # A call a write freeze held may have reached a worker before (S13.2).
+            self.dispatcher.start(record, may_have_run=self.freezes.may_have_run(key))
         except Exception:
             # The approval is recorded; the call is pending with no ledger entry, which the
             # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
@@ -225,6 +301,13 @@ class Approvals:
         self._announce(key, Decision.REJECTED, approver, reason, finished_error=error)
         return self._get(key)
 
+    def _announce_edit(self, key: str, approver: str) -> None:
+        """`tool_call_arguments_edited` on the events stream (the record holds the edit)."""
+        try:
+            self.ledger.events.publish(EventType.TOOL_CALL_ARGUMENTS_EDITED, key, by=approver)
+        except Exception:
+            log.exception("could not announce the edit of %s", key)
+
     # --- listing -------------------------------------------------------------------------------
 
     def pending(
@@ -234,10 +317,19 @@ class Approvals:
         if session_id is not None:
             validate_id("session id", session_id)
         check_list_limit(limit, InvalidDecision)
-        records = self.store.pending_approvals(
-            self.store.clock(), session_id=session_id, limit=limit
-        )
-        return [PendingApproval.of(r, repeat_evidence(self.store, r)) for r in records]
+        now = self.store.clock()
+        records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
+        tools, settings = self.dispatcher.tools, self.settings
+        holders = self.freezes.holders([r.key for r in records])
+        return [
+            PendingApproval.of(
+                r,
+                repeat_evidence(self.store, r),
+                shown_preview(r, tools, settings, now),
+                held_reason(holders[r.key]) if r.key in holders else None,
+            )
+            for r in records
+        ]
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -179,6 +179,7 @@ def encode_row(row: OutcomeRow) -> bytes:
             outcome.did_not_run,
             outcome.decided_at,
             None if row.trace is None else dict(row.trace),
+            row.edit,
         )
     )
 
@@ -199,11 +200,12 @@ def decode_row(data: bytes) -> OutcomeRow:
         did_not_run,
         decided_at,
         trace,
+        edit,
     ) = marshal.loads(data)
     outcome = Outcome(
         CallStatus(status), error, result, attempts, attempt_log, did_not_run, decided_at
     )
-    return OutcomeRow(CallKey(session, turn, call), tool, arguments, outcome, trace)
+    return OutcomeRow(CallKey(session, turn, call), tool, arguments, outcome, trace, edit)
 
 
 def _frames(buffered: bytes) -> tuple[list[OutcomeRow], bytes]:

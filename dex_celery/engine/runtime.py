@@ -11,6 +11,7 @@ threads. Who calls whom (docs/architecture.md):
     (forward: a prefork pool process's outcomes to its main process's writer, `OutcomeChannel`;
     gate: shut when the worker's warm shutdown begins, `ShutdownGate`)
     Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
+    WriteFreezeControl(store, ledger, dispatcher, tools)        the write freeze (S13.2)
     Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
     Retention(store, ledger, settings)                          bounded history (S12.4)
 """
@@ -25,6 +26,7 @@ from celery import Celery
 from dex_celery.engine.approvals import Approvals
 from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.engine.freeze import WriteFreezeControl
 from dex_celery.engine.outcome_writer import OutcomeWriter
 from dex_celery.engine.reconcile import OutcomeChecks, Reconciler
 from dex_celery.engine.retention import Retention
@@ -35,6 +37,8 @@ from dex_celery.ledger.connection import ledger_client
 from dex_celery.ledger.guard import ledger_location
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
+from dex_celery.model.budgets import charges_of_json
+from dex_celery.model.records import ToolCallRecord
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.store.values import OutcomeRow
@@ -82,12 +86,28 @@ class Runtime:
         self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
         self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
+        self.freeze = WriteFreezeControl(store, self.ledger, self.dispatcher, tools)
         self.worker = Worker(
-            celery, self.ledger, store, self.dispatcher, settings, self.writer, forward, gate
+            celery,
+            self.ledger,
+            store,
+            self.dispatcher,
+            settings,
+            self.writer,
+            forward,
+            gate,
+            on_frozen=self.freeze.on_frozen,
         )
         self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
-        self.reconciler = Reconciler(store, self.events, checks, settings)
+        self.reconciler = Reconciler(store, self.events, checks, settings, self._settle_budgets)
         self.retention = Retention(store, self.ledger, settings)
+
+    def _settle_budgets(self, record: ToolCallRecord, went_through: bool) -> None:
+        """Reconciliation said what became of `record`: settle its held budgets (S13.1)."""
+        scopes = [
+            self.ledger.keys.budget(c.name, c.scope_id) for c in charges_of_json(record.budgets)
+        ]
+        self.ledger.settle_budgets(record.key, scopes, went_through=went_through)
 
 
 class RuntimeSource(Protocol):

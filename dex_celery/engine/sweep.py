@@ -24,11 +24,13 @@ from dex_celery.engine.counters import count_sql_write_errors, record_sweep
 from dex_celery.engine.decided import finished_step
 from dex_celery.engine.dispatch import claimed_write, claimed_write_outcome
 from dex_celery.errors import LedgerMismatch
+from dex_celery.ledger.freeze import reassert
 from dex_celery.ledger.keys import ShardKeys
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind, shard_epoch
 from dex_celery.model.event_types import EventType
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ class Sweeper:
         self.settings = settings
         self.epoch = epoch
         self._epoch: str | None = None
+        self._freezes = WriteFreezes(lambda: store.engine)
 
     def sweep_once(self, *, check_orphans: bool = True) -> SweepReport:
         """One sweep: every due item of every index, then approvals and orphans."""
@@ -102,7 +105,8 @@ class Sweeper:
                     self._replay_finished_events(now_epoch, shard)
         self._epoch = epoch
         counts = dict.fromkeys(("lost", "expired", "timed_out", "recorded"), 0)
-        errors = self._move_due(counts)
+        errors = self._keep_freezes()
+        errors += self._move_due(counts)
         now = self.ledger.now()
         errors += self._record_unrecorded_due(now, counts)
         approvals, e1 = self._expire_approvals(now)
@@ -152,6 +156,17 @@ class Sweeper:
                 ),
             ),
         ]
+
+    def _keep_freezes(self) -> int:
+        """The ledger's copy of the write freezes equals SQL's (S13.2, `ledger/freeze.py`):
+        a freeze Redis lost is back before this sweep opens or retries anything. 1 on failure
+        (counted as the sweep's error, tried again next sweep)."""
+        try:
+            reassert(self.ledger, self._freezes)
+        except Exception as e:
+            log.warning("could not re-assert the write freezes in the ledger: %s", e)
+            return 1
+        return 0
 
     def _move_due(self, counts: dict[str, int]) -> int:
         """Move every due item of the three deadline indexes; returns the number of errors."""

@@ -6,6 +6,11 @@ SDK tracer provider has been installed (`trace.set_tracer_provider(...)`), `span
 shared do-nothing context manager: the hot path pays a function call and an attribute check,
 nothing more (measured with `bench.throughput`, see the README).
 
+A call's spans (`dex.request` of one session's calls, `dex.attempt`) also name its session,
+`dex.session_id`, and, when the deployment says where its web app is (`web_base_url`), the
+session's page, `dex.session_url`: from a trace a person goes to the session as one story
+(docs/operations.md, "The session timeline").
+
 Usage: `with span("dex.attempt", key=..., effect=...) as s: ...; s.set("outcome", "succeeded")`.
 Attribute names given as keywords are prefixed with `dex.`.
 
@@ -26,6 +31,8 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
+
+from dex_celery.model.links import session_url
 
 try:  # defers an optional dependency: the `otel` extra
     from opentelemetry import propagate as _propagate
@@ -89,6 +96,14 @@ class Span:
 
 #: The one do-nothing span: no allocation per call when tracing is off.
 _NOOP = Span()
+
+
+def name_session(traced: Span, session_id: str, base_url: str | None) -> None:
+    """Name the call's session on its span: `dex.session_id`, and `dex.session_url` (its page
+    on the web app) when `base_url` is known. Nothing is computed while tracing is off."""
+    if traced.live:
+        traced.set("session_id", session_id)
+        traced.set("session_url", session_url(base_url, session_id))
 
 
 def _value(value: Any) -> Any:

@@ -24,6 +24,7 @@ from celery.exceptions import Ignore, Reject
 
 from dex_celery.backend_errors import driver_cause, first_line, translate
 from dex_celery.engine import tracing
+from dex_celery.engine.approval_claim import Bound, claim_approved
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.decided import outcome_of
 from dex_celery.engine.dispatch import Dispatcher
@@ -279,10 +280,12 @@ def claim_attempt(
     owner: str,
     fence: str,
     gate: ShutdownGate | None = None,
+    tool: str = "*",
 ) -> Claim | None:
     """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`). None:
-    the worker's shutdown began while the backoff was waited out, and nothing was claimed."""
-    claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+    the worker's shutdown began while the backoff was waited out, and nothing was claimed.
+    `tool`: the call's tool, for a write freeze of some tools (S13.2)."""
+    claim = ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
     for _ in range(_EARLY_WAITS):
         if claim.kind is not ClaimKind.EARLY:
             break
@@ -291,7 +294,7 @@ def claim_attempt(
                 return None
         else:
             time.sleep(claim.wait)
-        claim = ledger.claim(key, attempt, owner=owner, fence=fence)
+        claim = ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
     return claim
 
 
@@ -319,6 +322,7 @@ class Worker:
         writer: OutcomeWriter,
         forward: Callable[[OutcomeRow], bool] | None = None,
         gate: ShutdownGate | None = None,
+        on_frozen: Callable[[str, Claim], None] | None = None,
     ) -> None:
         self.celery = celery
         self.ledger = ledger
@@ -332,6 +336,8 @@ class Worker:
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
         #: Shut when the worker's warm shutdown begins: deliveries are then handed back unclaimed.
         self.gate = gate or ShutdownGate()
+        #: Holds or rejects a call whose claim a write freeze refused (`engine/freeze.py`).
+        self.on_frozen = on_frozen
 
     def run(
         self,
@@ -340,6 +346,7 @@ class Worker:
         attempt: int,
         arguments: str | dict[str, Any],
         sealed: str | None = None,
+        approved: bool = False,
     ) -> str | None:
         """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.engine.invoke`).
         Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
@@ -351,9 +358,11 @@ class Worker:
             parent = tracing.from_request(getattr(current_task, "request", None))
         with span(tracing.ATTEMPT, parent, key=key, attempt=attempt, tool=tool.name) as traced:
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
+            tracing.name_session(traced, call.session_id, self.settings.web_base_url)
             fence = _fences.next()
             pause_at(PausePoint.BEFORE_CLAIM, key)  # crash tests only (engine/pause_points.py)
-            claim, refused = self._claim(key, attempt, fence, traced)
+            bound = Bound(tool, arguments, sealed) if approved else None
+            claim, refused, edit = self._claim(key, attempt, fence, traced, tool.name, bound)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
                 lease_until = time.monotonic() + claim.heartbeat_timeout
@@ -364,27 +373,41 @@ class Worker:
                 pause_at(PausePoint.AFTER_TOOL, key)
             try:
                 return self._finish(
-                    tool, call, attempt, arguments, fence, cause, payload, traced, lease_until
+                    tool, call, attempt, arguments, fence, cause, payload, traced, lease_until, edit
                 )
             finally:
                 # Only after a late result is in SQL: the guard must never see neither (S5.4).
                 self.pump.release(key)
 
-    def _claim(self, key: str, attempt: int, fence: str, traced: Span) -> tuple[Claim, str]:
-        """Claim before any tool code; raise `Ignore` if refused. Returns the claim, and the
-        replica shortfall's text ('' if none) when the claim does not count: the tool then
-        does not run."""
+    def _claim(
+        self,
+        key: str,
+        attempt: int,
+        fence: str,
+        traced: Span,
+        tool: str,
+        bound: Bound | None = None,
+    ) -> tuple[Claim, str, str | None]:
+        """Claim before any tool code; raise `Ignore` if refused. Returns the claim, the
+        replica shortfall's text ('' if none) when the claim does not count (the tool then
+        does not run), and the approver's edit of the arguments (an approved call, `bound`,
+        S13.3). A claim a write freeze refused (S13.2) holds or rejects the call first."""
         owner = owner_id()
         if self.gate.shut_already:
             traced.set("outcome", "handed_back")
             raise hand_back(key, attempt, "the worker is shutting down")
         with span(tracing.CLAIM, key=key, attempt=attempt):
             claim = claim_attempt(
-                self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate
+                self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate, tool=tool
             )
         if claim is None:
             traced.set("outcome", "handed_back")
             raise hand_back(key, attempt, "the worker began shutting down during its backoff")
+        if claim.kind is ClaimKind.FROZEN:
+            self._frozen(key, attempt, claim)
+            traced.set("outcome", "frozen")
+            refuse_delivery(self.settings, key, attempt, claim.reason)
+            raise Ignore()
         if not claim.ok:
             log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
             count_refused_claim(self.ledger, claim.reason)
@@ -396,15 +419,39 @@ class Worker:
         # that the tool does not run and the attempt ends as not run (ledger/durability.py).
         # Checked before the write fence, so SQL holds claims only of writes that may then run.
         refused = claim_shortfall(self.ledger.client, self.settings, key, attempt)
-        if (
-            not refused
-            and traits_of(claim.effect).fenced
-            and not self._fence_write(key, attempt, fence, owner)
-        ):
+        fenced = traits_of(claim.effect).fenced
+        edit = None
+        if not refused and bound is not None:
+            # An approved call: the approval is consumed inside the write fence, bound to this
+            # worker's tool and arguments (S13.3, `engine/approval_claim.py`).
+            held = claim_approved(self, bound, key, attempt, fence, owner, fenced)
+            if not held.ok:
+                traced.set("outcome", "approval_not_bound")
+                refuse_delivery(self.settings, key, attempt, "approval")
+                raise Ignore()
+            edit = held.edit
+        elif not refused and fenced and not self._fence_write(key, attempt, fence, owner):
             traced.set("outcome", "write_fence_refused")
             refuse_delivery(self.settings, key, attempt, "write_fence")
             raise Ignore()
-        return claim, refused or ""
+        return claim, refused or "", edit
+
+    def _frozen(self, key: str, attempt: int, claim: Claim) -> None:
+        """Hold or reject the call whose claim a write freeze refused; if that fails (the
+        database is away), the call is `pending` without a ledger entry and the sweeper's orphan
+        check opens it again, to meet the freeze again. No tool code runs either way."""
+        log.info("attempt %d of %s not run: writes are frozen", attempt, key)
+        count_refused_claim(self.ledger, claim.reason)
+        if self.on_frozen is None:
+            return
+        try:
+            self.on_frozen(key, claim)
+        except Exception as e:
+            log.warning(
+                "could not hold %s for the write freeze (%s); the sweeper opens it again",
+                key,
+                first_line(e),
+            )
 
     def _execute(
         self,
@@ -453,6 +500,7 @@ class Worker:
         payload: str,
         traced: Span,
         lease_until: float,
+        edit: str | None = None,
     ) -> str | None:
         """Finish in the ledger and act on the step: record, retry or keep a late result."""
         key = call.key
@@ -474,7 +522,7 @@ class Worker:
             # outcome recorder (prefork), else of this process's own writer.
             outcome = outcome_of(step, result)
             shown = arguments_json(stored_arguments(arguments))
-            row = OutcomeRow(call, tool.name, shown, outcome, tracing.carrier())
+            row = OutcomeRow(call, tool.name, shown, outcome, tracing.carrier(), edit)
             if self.forward is None or not self.forward(row):
                 self.writer.submit(row)
             return task_result(outcome)
@@ -530,10 +578,17 @@ class Worker:
         try:
             claimed = self.store.claim_write(key, attempt, fence=fence, owner=owner, now=now)
         except Exception as e:  # the database refused, or broke during the commit
-            self._give_up_unconfirmed(key, attempt, fence, e)
+            self.give_up_unconfirmed(key, attempt, fence, e)
             return False
         if claimed:
             return True
+        self.refused_by_database(key, attempt, fence)
+        return False
+
+    def refused_by_database(self, key: str, attempt: int, fence: str) -> None:
+        """The system of record refused this attempt's claim: another claim of the write is
+        there, or the call ended there. Given up before any tool code (the write may have run
+        under the other claim, so it is lost)."""
         log.warning(
             "attempt %d of %s not run: the database holds another claim of it", attempt, key
         )
@@ -547,9 +602,8 @@ class Worker:
             ),
         )
         self.dispatcher.apply(key, step)
-        return False
 
-    def _give_up_unconfirmed(self, key: str, attempt: int, fence: str, error: Exception) -> None:
+    def give_up_unconfirmed(self, key: str, attempt: int, fence: str, error: Exception) -> None:
         """The write's claim could not be committed in SQL: give the attempt up, no tool code.
 
         The ledger ends it `outcome_unknown` with reason `claim_unconfirmed` and a detail that

@@ -8,7 +8,8 @@ only where in its framework this happens (docs/frameworks.md, "One conversation"
   webhook, `calls show` and `get_agent_snapshot` show what led to the call;
 - `undelivered` when the framework is about to ask the model again (a run, a resume): the
   session's user messages written through dex that the history does not hold yet, which the
-  adapter puts into the history in its framework's own way.
+  adapter puts into the history in its framework's own way; `taken` instead where a session's
+  runs do not share one history (CrewAI), so a message reaches only the run that took it.
 
 A copy that fails (the database is down) is logged and does not stop the call: the call's own
 request then reports the outage as its typed error. Handing back reads the database and raises
@@ -92,3 +93,12 @@ class Conversation:
 
     async def aundelivered(self, session_id: str, user_texts: Sequence[str]) -> list[Message]:
         return await asyncio.to_thread(self.undelivered, session_id, user_texts)
+
+    def taken(self, session_id: str, run: str, user_texts: Sequence[str]) -> list[Message]:
+        """`undelivered` for a framework whose runs do not carry one history: the messages the
+        session's next run takes (`run`, the first to ask after they were sent; a resumed run
+        asks under the same id) that its history does not hold yet. A later run is never
+        handed a message an earlier run took."""
+        with self._errors():
+            took = self.source.runtime.store.take_user_messages(session_id, run)
+        return undelivered(took, user_texts)

@@ -13,13 +13,26 @@ CrewAI hands a tool its arguments only. The call's identity comes from CrewAI's 
 agent's executor: the model response that made the call is the executor's last assistant
 message with tool calls, and the call whose tool and arguments match is this one (identical
 calls of one response take its ids in order). The key is
-`<session>/turn-<n>/<the model's tool call id>`, `n` the model responses of the task's
-conversation up to and including that one (docs/frameworks.md). The session is
-`<crew id>.<task id>` (a crew restored from its checkpoint keeps both; each task is a
-conversation of its own in CrewAI), the flow's id for an agent run in a flow, or `session_id`
-(a string, or a function of CrewAI's hook context). Calls made without native function calling
-(CrewAI's text "Action:" protocol carries no call id) are refused with a text saying so, never
-keyed by a guess.
+`<session>/<run>.turn-<n>/<the model's tool call id>` (docs/frameworks.md):
+
+- the session is `session_id` (a string, or a function of CrewAI's hook context) or, without
+  it, `<crew id>.<task id>`: one session per task of a crew object, shared by every kickoff of
+  that crew (a crew restored from its checkpoint keeps both ids; a new `Crew` is a new
+  session), the flow's id for an agent run in a flow, or the agent's id for `Agent.kickoff`;
+- the run is one task conversation (`run_id`): CrewAI's id of the kickoff (a crew restored from
+  its checkpoint keeps it, so a resumed kickoff is the same run) with the task's id, the
+  flow's id for an agent in a flow (a flow kicked off again with its id is the same run), or
+  the agent's kickoff id; so each kickoff's calls have turn ids of their own;
+- `n` counts the model responses of the task's conversation up to and including that one.
+
+Calls made without native function calling (CrewAI's text "Action:" protocol carries no call
+id) are refused with a text saying so, never keyed by a guess.
+
+One conversation (S12.1): the hooks copy the task's conversation into the dex session, and
+hand the model the session's user messages written through dex (reconcile reports first) at
+the session's next run only: CrewAI keeps no history across kickoffs, so the first run to ask
+the model after a message was sent takes it (`Conversation.taken`); a later kickoff is never
+handed it again, and the same run resumed from its checkpoint is handed it once more.
 
 A call whose dex policy asks a person is recorded in dex, with its approval deadline, before
 anyone decides. With `decide=` (a function of the shown request, e.g. one calling CrewAI's
@@ -33,6 +46,7 @@ again with the same ids (the crew resumed) reads the decision: the result, or th
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -252,7 +266,7 @@ def _before_tool_call(context: ToolCallHookContext) -> bool | None:
         CrewCall(
             context.tool_name,
             bridge.session(context),
-            turn_id(responses),
+            f"{run_id(context)}.{turn_id(responses)}",
             call_id,
             tuple(seen_messages(messages)),
         )
@@ -260,9 +274,31 @@ def _before_tool_call(context: ToolCallHookContext) -> bool | None:
     return None
 
 
+def run_id(context: HookContext) -> str:
+    """The run (one task conversation) a hook's call belongs to: `run-<12 hex digits>` of
+    CrewAI's kickoff id and the task's id, of the flow's id for an agent in a flow, or of the
+    agent's kickoff id (its own id before its first kickoff)."""
+    crew, task = context.crew, context.task
+    if crew is not None:
+        parts = ["crew", _kickoff_of(crew), str(task.id) if task is not None else ""]
+    elif flow := current_flow_id.get():
+        parts = ["flow", str(flow)]
+    else:
+        parts = ["agent", _kickoff_of(context.agent)]
+    return "run-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def _kickoff_of(runner: Any) -> str:
+    """CrewAI's id of the current kickoff of a crew or an agent (kept in its checkpoint and
+    restored with it; CrewAI holds it privately), else the object's own id."""
+    kickoff = getattr(runner, "_kickoff_event_id", None)
+    return str(kickoff) if kickoff else str(getattr(runner, "id", ""))
+
+
 def _before_llm_call(context: LLMCallHookContext) -> bool | None:
     """One conversation (S12.1): copy the task's conversation into the dex session, and hand
-    the model the session's user messages written through dex that it does not hold yet."""
+    the model the session's user messages written through dex that this run took and its
+    conversation does not hold yet."""
     bridge = _bridge_of(context.agent)
     if bridge is None:
         return None
@@ -272,7 +308,7 @@ def _before_llm_call(context: LLMCallHookContext) -> bool | None:
     seen = seen_messages(context.messages)
     bridge.conversation.record(session, seen)
     texts = [m.text for m in seen if m.role is MessageRole.USER]
-    for message in bridge.conversation.undelivered(session, texts):
+    for message in bridge.conversation.taken(session, run_id(context), texts):
         context.messages.append({"role": "user", "content": message.text or ""})
     return None
 
@@ -330,7 +366,8 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         if record.status is CallStatus.AWAITING_APPROVAL:
             if self.decide is None:
                 return pending_text(record)
-            decision = Decision.parse(self.decide(shown_request(record, tool, arguments)))
+            shown = shown_request(record, tool, arguments, self.decisions.preview(record))
+            decision = Decision.parse(self.decide(shown))
             who = decision.decided_by or self.approver
             if decision.approved:
                 record = self.decisions.approve(record, who)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
+from dex_celery.engine.approvals import PendingApproval
+from dex_celery.engine.previews import asettled_preview, settled_preview
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import (
     ApprovalError,
@@ -39,6 +41,7 @@ from dex_celery.errors import (
     RequestInFlight,
 )
 from dex_celery.integrations.conversation import Conversation
+from dex_celery.model.approval_binding import edited_note, with_note
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.times import format_utc
@@ -106,7 +109,11 @@ def pending_text(record: ToolCallRecord) -> str:
         if record.approval_deadline is not None
         else ""
     )
-    return f"The call {record.key} is waiting for a person's approval{deadline} and has not run."
+    text = f"The call {record.key} is waiting for a person's approval{deadline} and has not run."
+    if record.rewait_reason:
+        # Approved once, but its tool changed before it ran (S13.3): the model reads why.
+        text += f" It waits again: {record.rewait_reason}."
+    return text
 
 
 def in_flight_text(record: ToolCallRecord, timeout: float) -> str:
@@ -129,19 +136,35 @@ def request_in_flight_text(keys: Sequence[str]) -> str:
 
 
 def shown_request(
-    record: ToolCallRecord, tool: Tool, arguments: Mapping[str, Any]
+    record: ToolCallRecord, tool: Tool, arguments: Mapping[str, Any], preview: str | None = None
 ) -> dict[str, Any]:
     """What a framework shows the person asked to approve a call: enough to decide, nothing
-    secret (the tool's secret arguments are `***`)."""
+    secret (the tool's secret arguments are `***`); with `preview`, what the tool's preview
+    function says the call would do (S13.5, `Decisions.preview`)."""
     shown = {
         name: "***" if name in tool.policy.secret_arguments else value
         for name, value in arguments.items()
     }
-    return {
+    request = {
         "dex_key": record.key,
         "tool": tool.name,
         "arguments": shown,
         "approval_deadline": record.approval_deadline,
+    }
+    if preview is not None:
+        request["preview"] = preview
+    return request
+
+
+def pending_request(pending: PendingApproval) -> dict[str, Any]:
+    """`shown_request` of a call found in the approval listing (its arguments redacted by the
+    one display rule, `tools/redact.py`), with its preview (S13.5) or None."""
+    return {
+        "dex_key": pending.key,
+        "tool": pending.tool_name,
+        "arguments": pending.arguments,
+        "approval_deadline": pending.deadline,
+        "preview": pending.preview,
     }
 
 
@@ -155,7 +178,8 @@ def refused_request_text(error: InvalidRequest | RequestInFlight) -> str:
 
 def record_text(record: ToolCallRecord) -> str:
     """The TOOL message of an ended call: exactly what the session history keeps (S4.4)."""
-    return tool_output(record.status, record.result, record.error or "")
+    text = tool_output(record.status, record.result, record.error or "")
+    return with_note(edited_note(record.approval_edit, record.status), text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +308,18 @@ class Decisions:
             return await self.aclient.request_call(session, turn, call_id, tool, arguments)
         except (InvalidRequest, RequestInFlight) as e:
             return refused_request_text(e)
+
+    # --- what the person is shown ----------------------------------------------------------
+
+    def preview(self, record: ToolCallRecord) -> str | None:
+        """The preview of a waiting call (S13.5), once a worker kept it or it can no longer
+        come (at most `2 x preview_timeout` after the request); None without one."""
+        runtime = self.client.source.runtime
+        return settled_preview(runtime.store, record, runtime.tools, runtime.settings)
+
+    async def apreview(self, record: ToolCallRecord) -> str | None:
+        runtime = self.client.source.runtime
+        return await asettled_preview(runtime.store, record, runtime.tools, runtime.settings)
 
     # --- a person's decision ---------------------------------------------------------------
 

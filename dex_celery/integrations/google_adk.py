@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Unpack
 
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -72,7 +73,7 @@ from dex_celery.integrations.framework_calls import (
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
 #: Who decided, in dex's record, when the confirmation's payload does not say.
@@ -81,6 +82,9 @@ DEFAULT_APPROVER = "google-adk"
 CONFIRMATION_CALL = "adk_request_confirmation"
 #: The author of a session event that is a user's message.
 USER_AUTHOR = "user"
+#: How far apart (seconds) the stored messages handed to the model are timestamped, before its
+#: reply: well above the microsecond a database session service keeps.
+STORED_TICK = 1e-5
 
 SessionIdSource = str | Callable[[ToolContext], str]
 
@@ -164,7 +168,9 @@ class DexAdkTool(BaseTool):
                 tool_context.request_confirmation(
                     hint=f"dex-celery: {self.tool.name} waits for a person's approval "
                     f"({record.key})",
-                    payload=shown_request(record, self.tool, args),
+                    payload=shown_request(
+                        record, self.tool, args, await self.decisions.apreview(record)
+                    ),
                 )
                 return pending_text(record)
             record = await self._decide(record, args, confirmation.confirmed, confirmation.payload)
@@ -193,11 +199,16 @@ class DexAdkTool(BaseTool):
 class DexConversation(BasePlugin):
     """An ADK plugin: before each model request, the session's user and model texts are copied
     into the dex session, and the session's user messages written through dex that the ADK
-    session does not hold yet (reconciliation reports first) are appended to it as user events
-    (`Content(role="user")`, `custom_metadata={"dex_message_id": ...}`) and to the request, so
-    the model reads them now and the session service keeps them: a resumed invocation or the
-    next run is not handed them again. The session is the ADK session's id, unless `session_id`
-    is given (a string, or a function of the `CallbackContext`), as for `dex_adk_tools`.
+    session does not hold yet (reconciliation reports first) are added to the request, so the
+    model reads them now. They are stored in the session (user events, `Content(role="user")`,
+    `custom_metadata={"dex_message_id": ...}`, appended through the session service) right
+    before the model's reply to them, timestamped just before it: a session service that reads
+    events back in timestamp order (`DatabaseSessionService`) gives the question, the report,
+    then the reply, as the model read them. A resumed invocation or the next run is not handed
+    them again; a model request that got no reply (an error, a crash) stored nothing, so the
+    next request is handed them again. The session is the ADK session's id, unless
+    `session_id` is given (a string, or a function of the `CallbackContext`), as for
+    `dex_adk_tools`.
 
         runner = Runner(app=App(name="shop", root_agent=agent, plugins=[DexConversation(dex)]),
                         session_service=...)
@@ -213,6 +224,8 @@ class DexConversation(BasePlugin):
         super().__init__(name=name)
         self.conversation = Conversation(runtime_source(dex))
         self.session_id = session_id
+        #: Per invocation: the messages handed to its model request whose reply is not stored yet.
+        self._unstored: dict[str, list[Message]] = {}
 
     def _session(self, callback_context: CallbackContext) -> str:
         if isinstance(self.session_id, str):
@@ -230,20 +243,52 @@ class DexConversation(BasePlugin):
         await self.conversation.arecord(session, seen)
         texts = [m.text for m in seen if m.role is MessageRole.USER]
         pending = await self.conversation.aundelivered(session, texts)
+        invocation = callback_context.get_invocation_context().invocation_id
+        self._unstored.pop(invocation, None)
+        if pending:
+            self._unstored[invocation] = pending
+            llm_request.contents.extend(_user_content(m) for m in pending)
+        return None
+
+    async def on_event_callback(
+        self, *, invocation_context: InvocationContext, event: Event
+    ) -> Event | None:
+        """Store the messages handed to the model right before its reply (the first whole
+        event after the request), which the runner stores next."""
+        if event.partial:
+            return None
+        pending = self._unstored.pop(invocation_context.invocation_id, None)
         if not pending:
             return None
-        invocation = callback_context.get_invocation_context()
-        for message in pending:
-            content = types.Content(role="user", parts=[types.Part(text=message.text or "")])
-            event = Event(
-                invocation_id=invocation.invocation_id,
+        adk_session = invocation_context.session
+        earlier = adk_session.events[-1].timestamp if adk_session.events else None
+        for message, at in zip(
+            pending, times_before(event.timestamp, earlier, len(pending)), strict=True
+        ):
+            handed = Event(
+                invocation_id=invocation_context.invocation_id,
                 author=USER_AUTHOR,
-                content=content,
+                content=_user_content(message),
                 custom_metadata={DEX_MESSAGE_ID: message.id},
+                timestamp=at,
             )
-            await invocation.session_service.append_event(adk_session, event)
-            llm_request.contents.append(content)
+            await invocation_context.session_service.append_event(adk_session, handed)
         return None
+
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        self._unstored.pop(invocation_context.invocation_id, None)
+
+
+def _user_content(message: Message) -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=message.text or "")])
+
+
+def times_before(later: float, earlier: float | None, count: int) -> list[float]:
+    """`count` increasing timestamps after `earlier` and before `later`, `STORED_TICK` apart
+    where the gap allows (closer where it does not)."""
+    gap = STORED_TICK if earlier is None else (later - earlier) / (count + 1)
+    step = max(min(STORED_TICK, gap), 0.0)
+    return [later - step * (count - i) for i in range(count)]
 
 
 def seen_events(events: Sequence[Event]) -> list[SeenMessage]:

@@ -25,7 +25,8 @@ same record (S2.3): a write that ran or is running is waited for, never run a se
 
 Approvals use LangGraph's `interrupt()`: a call whose dex policy asks a person (S1.3) is
 requested in dex first (its record waits, with its deadline), then the graph stops with an
-interrupt whose value is `{"dex_key", "tool", "arguments", "approval_deadline"}`. Resume with
+interrupt whose value is `{"dex_key", "tool", "arguments", "approval_deadline"}`, with
+`"preview"` for a tool that declares a preview function (S13.5). Resume with
 `Command(resume=...)`, the decision being one of:
 
 - `True` / `False`;
@@ -161,11 +162,11 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
     # --- the call ------------------------------------------------------------------------------
 
     def ask(
-        self, record: ToolCallRecord, tool: Tool, arguments: dict[str, Any]
+        self, record: ToolCallRecord, tool: Tool, arguments: dict[str, Any], preview: str | None
     ) -> tuple[bool, str, str | None]:
         """Interrupt the graph for a person's decision on a waiting call: (approved, who
-        decided, the reason to record with a rejection)."""
-        decision = Decision.parse(interrupt(shown_request(record, tool, arguments)))
+        decided, the reason to record with a rejection); the interrupt carries the preview."""
+        decision = Decision.parse(interrupt(shown_request(record, tool, arguments, preview)))
         reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
         return decision.approved, decision.decided_by or self.approver, reason
 
@@ -178,7 +179,8 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         if isinstance(record, str):  # no record: what the model reads instead
             return record
         if record.status is CallStatus.AWAITING_APPROVAL:
-            approved, who, reason = self.ask(record, tool, arguments)
+            preview = self.decisions.preview(record)
+            approved, who, reason = self.ask(record, tool, arguments, preview)
             if approved:
                 record = self.decisions.approve(record, who)
             else:
@@ -194,7 +196,8 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         if isinstance(record, str):  # no record: what the model reads instead
             return record
         if record.status is CallStatus.AWAITING_APPROVAL:
-            approved, who, reason = self.ask(record, tool, arguments)
+            preview = await self.decisions.apreview(record)
+            approved, who, reason = self.ask(record, tool, arguments, preview)
             if approved:
                 record = await self.decisions.aapprove(record, who)
             else:

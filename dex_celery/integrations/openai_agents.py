@@ -32,6 +32,8 @@ at once, by `approver`, when the run's `RunConfig(tool_error_formatter=dex_rejec
 is set (the model then reads the record's rejection text), otherwise at its approval deadline
 (decided by the system). A call found waiting for a person in dex anyway (decided elsewhere,
 e.g. `dex-celery approvals`) answers with that pending state and its key.
+`approval_request(dex, item, session_id=...)` (or `DexSession.approval_request(item)`) gives
+what to show the person for an interruption, with the tool's preview text (S13.5).
 
 One conversation (S12.1): `DexSession` wraps the SDK `Session` that stores a conversation; it
 copies the user and assistant messages the SDK saves into the dex session, and adds the
@@ -48,7 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Unpack
 
 from agents import FunctionTool, RunContextWrapper, SQLiteSession
-from agents.items import TResponseInputItem
+from agents.items import ToolApprovalItem, TResponseInputItem
 from agents.memory.session import Session, SessionABC
 from agents.run_config import ToolErrorFormatterArgs
 from agents.tool_context import ToolContext as AgentsToolContext
@@ -68,6 +70,7 @@ from dex_celery.integrations.framework_calls import (
     AdapterOptions,
     Decisions,
     FrameworkBridge,
+    pending_request,
     record_text,
     runtime_source,
     select_tools,
@@ -132,7 +135,12 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
                 )
             except (InvalidRequest, RequestInFlight):
                 return False  # invoked next: the same request says why, and the model reads it
-            return record.status is CallStatus.AWAITING_APPROVAL
+            if record.status is not CallStatus.AWAITING_APPROVAL:
+                return False
+            # The run stops with its interruption once the preview is kept (or cannot come),
+            # so `approval_request(item)` shows it to the person asked (S13.5).
+            await self.decisions.apreview(record)
+            return True
 
         return FunctionTool(
             name=tool.name,
@@ -211,6 +219,22 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         return await self.decisions.atext(record, self.wait)
 
 
+async def approval_request(
+    dex: RuntimeSource | DexClient | AsyncDexClient, item: ToolApprovalItem, *, session_id: str
+) -> dict[str, Any] | None:
+    """What to show the person asked to approve an interruption of a run (a `ToolApprovalItem`
+    of `result.interruptions`) whose call waits in dex: `{"dex_key", "tool", "arguments",
+    "approval_deadline", "preview"}`, secret arguments `***`, `preview` the tool's preview
+    text (S13.5) or None. None when no call of the session with that call id waits any more.
+    `session_id`: the dex session of the run (`DexSession.session_id`)."""
+    raw = item.raw_item
+    call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    for pending in await AsyncDexClient(runtime_source(dex)).pending_approvals(session_id):
+        if pending.tool_call_id == call_id:
+            return pending_request(pending)
+    return None
+
+
 def dex_rejections(
     dex: RuntimeSource | DexClient | AsyncDexClient,
     *,
@@ -282,6 +306,10 @@ class DexSession(SessionABC):
     ) -> list[FunctionTool]:
         """`dex_function_tools` whose calls belong to this session."""
         return dex_function_tools(self.source, names, session_id=self.session_id, **options)
+
+    async def approval_request(self, item: ToolApprovalItem) -> dict[str, Any] | None:
+        """`approval_request` of an interruption of a run in this session (with its preview)."""
+        return await approval_request(self.source, item, session_id=self.session_id)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         items = await self.inner.get_items()

@@ -167,8 +167,13 @@ class DexTools(AbstractCapability[Any]):
             return record
         if record.status is CallStatus.AWAITING_APPROVAL:
             if not ctx.tool_call_approved:
+                preview = await self._decisions.apreview(record)
                 raise ApprovalRequired(
-                    metadata={"dex_key": record.key, "approval_deadline": record.approval_deadline}
+                    metadata={
+                        "dex_key": record.key,
+                        "approval_deadline": record.approval_deadline,
+                        **({"preview": preview} if preview is not None else {}),
+                    }
                 )
             record = await self._decisions.aapprove(record, self._decided_by(ctx))
         return await self._decisions.atext(record, WaitPlan(self.wait_timeout, self.progress))

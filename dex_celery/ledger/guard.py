@@ -32,10 +32,12 @@ from redis.cluster import RedisCluster
 from sqlalchemy import Engine
 
 from dex_celery.errors import LedgerMismatch
+from dex_celery.ledger.freeze import reassert
 from dex_celery.ledger.keys import ShardKeys
 from dex_celery.ledger.ledger import Ledger, join_epochs
 from dex_celery.ledger.private_redis import MARK_KEY, bound_ledger_answers, this_host
 from dex_celery.store.bindings import Binding, LedgerOrigin, bind, read_binding, rebind
+from dex_celery.store.freezes import WriteFreezes
 
 #: The command an operator runs (naming the deployment's app with -A) to bind a database to the
 #: ledger its processes now use; the CLI's error line puts the app in (`cli/main.py`).
@@ -302,10 +304,21 @@ class LedgerGuard:
                 seen.server_marker,
                 seen.marker,
             )
+        self._keep_freezes()
         _, epoch = self.ledger.rotate(
             expected_dataset=seen.marker or "",
             dataset=seen.server_marker,
             epoch=self.new_id(),
             shard=shard.index,
+            seen_epoch=seen.epoch or "",
         )
         return epoch
+
+    def _keep_freezes(self) -> None:
+        """Before a new life: the write freezes in force come back from SQL (S13.2), so the
+        new life never starts without them (`ledger/freeze.py`). A database that cannot say
+        (a schema older than the freeze) leaves that to the sweeper's next try."""
+        try:
+            reassert(self.ledger, WriteFreezes(self.engine))
+        except Exception as e:
+            log.warning("could not re-assert the write freezes before a new ledger life: %s", e)

@@ -71,7 +71,7 @@ class _Packed:
 
 
 #: The fixed keys of each script after the call's own hash, in the order its `KEYS` has them.
-_CLAIM_KEYS = ("queue_index", "lease_index", "close_index", "events", "epoch", "clock")
+_CLAIM_KEYS = ("queue_index", "lease_index", "close_index", "events", "epoch", "clock", "freeze")
 _FINISH_KEYS = (
     "queue_index",
     "lease_index",
@@ -84,7 +84,7 @@ _FINISH_KEYS = (
 
 
 #: `recorded`'s keys after the call's own hash.
-_RECORDED_KEYS = ("unrecorded_index", "events")
+_RECORDED_KEYS = ("unrecorded_index", "events", "epoch", "clock")
 
 
 class HotScripts:
@@ -101,7 +101,7 @@ class HotScripts:
     def __init__(self, client: redis.Redis, keys: KeySpace, scripts: dict[str, Script]) -> None:
         self.client = client
         self.keys = keys
-        self.claim = _Packed("claim", scripts["claim"], keys, _CLAIM_KEYS, 5)
+        self.claim = _Packed("claim", scripts["claim"], keys, _CLAIM_KEYS, 6)
         self.finish = _Packed("finish", scripts["finish"], keys, _FINISH_KEYS, 8)
         self.recorded = _Packed("recorded", scripts["recorded"], keys, _RECORDED_KEYS, 5)
         self._free: list[Any] = []

@@ -10,6 +10,7 @@ transitions and what happens when Redis goes back in time.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -36,6 +37,41 @@ class OpenResult(StrEnum):
     OPENED = "opened"
     EXISTS = "exists"
     EPOCH_CHANGED = "epoch"
+    #: A write budget has too little left (S13.1): nothing was opened.
+    OVER_BUDGET = "over"
+    #: A budget's scope is of another ledger life or gone: count it from SQL, then open again.
+    REBUILD = "rebuild"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenReply:
+    """What `open_replies` says of one call: the result and, for OVER_BUDGET or REBUILD, which
+    of its charges (index) and that scope's totals."""
+
+    result: OpenResult
+    budget: int = -1
+    reserved: float = 0.0
+    spent: float = 0.0
+    held: float = 0.0
+
+    @classmethod
+    def from_fields(cls, f: dict[str, str]) -> OpenReply:
+        result = OpenResult(f["kind"])
+        if result is OpenResult.OVER_BUDGET:
+            return cls(
+                result,
+                int(f["budget"]) - 1,
+                float(f["reserved"]),
+                float(f["spent"]),
+                float(f["held"]),
+            )
+        if result is OpenResult.REBUILD:
+            return cls(result, int(f["budget"]) - 1)
+        return cls(result)
+
+
+#: One call's charge as `open` takes it: (scope key, limit, amount, window seconds, force).
+BudgetArg = tuple[str, int, int, float, bool]
 
 
 class StepKind(StrEnum):
@@ -110,6 +146,8 @@ class ClaimKind(StrEnum):
     CLAIMED = "claimed"
     EARLY = "early"  # a retry whose backoff has not passed yet on the ledger's clock
     REFUSED = "refused"
+    #: A write freeze holds the call (S13.2): its entry left the ledger; hold or reject it.
+    FROZEN = "frozen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +158,10 @@ class Claim:
     start_to_close: float = 0.0
     effect: str = ""
     wait: float = 0.0
+    #: FROZEN: the freeze's JSON (`model/freeze.parse_entry`), and whether an earlier attempt of
+    #: the call had reached a worker (a retried idempotent write).
+    freeze: str = ""
+    reached: bool = False
 
     @property
     def ok(self) -> bool:
@@ -200,10 +242,27 @@ _SCRIPTS = (
     "rotate",
     "now",
     "note",
+    "budget_settle",
+    "budget_seed",
+    "budget_read",
+    "withdraw",
+    "freeze",
 )
 #: Scripts that use none of `_common.lua`'s helpers run without them: Redis runs a script's
 #: whole text on every call, helper definitions included (docs/benchmarks.md).
-_STANDALONE = frozenset({"recorded", "rotate"})
+_STANDALONE = frozenset({"recorded", "rotate", "freeze", "budget_seed"})
+#: Scripts that reserve, settle, rebuild or read write budgets get `_budget.lua` (S13.1).
+_BUDGETED = frozenset({"open", "recorded", "budget_settle", "budget_seed", "budget_read"})
+
+
+def _script_text(name: str, common: str, budget: str) -> str:
+    parts = [] if name in _STANDALONE else [common]
+    if name in _BUDGETED:
+        parts.append(budget)
+    return "\n".join([*parts, _load(f"{name}.lua")])
+
+
+_STANDALONE = frozenset({"recorded", "rotate", "withdraw", "freeze"})
 
 
 #: Joins the epochs of a sharded ledger's shards into the one epoch string this process passes
@@ -221,6 +280,15 @@ def shard_epoch(epoch: str, shard: int, shards: int) -> str:
         return epoch
     parts = epoch.split(EPOCH_SEPARATOR)
     return parts[shard] if len(parts) == shards else ""
+
+
+def _budgets_arg(charges: Sequence[BudgetArg]) -> str:
+    """`open.lua`'s budgets argument: `[limit, amount, window, force]` per charge, or ''."""
+    if not charges:
+        return ""
+    return json.dumps(
+        [[limit, amount, window, int(force)] for _, limit, amount, window, force in charges]
+    )
 
 
 def _n(attempt: int | None) -> str:
@@ -278,14 +346,9 @@ class Ledger:
             streams=tuple(s.events for s in self.keys.all_shards),
             stream_of=lambda key: self.keys.of(key).events,
         )
-        common = _load("_common.lua")
+        common, budget = _load("_common.lua"), _load("_budget.lua")
         self._scripts = {
-            name: client.register_script(
-                _load(f"{name}.lua")
-                if name in _STANDALONE
-                else common + "\n" + _load(f"{name}.lua")
-            )
-            for name in _SCRIPTS
+            name: client.register_script(_script_text(name, common, budget)) for name in _SCRIPTS
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
@@ -363,15 +426,39 @@ class Ledger:
     # --- epoch ----------------------------------------------------------------------------------
 
     def rotate(
-        self, *, expected_dataset: str, dataset: str, epoch: str, shard: int = 0
+        self,
+        *,
+        expected_dataset: str,
+        dataset: str,
+        epoch: str,
+        shard: int = 0,
+        seen_epoch: str | None = None,
     ) -> tuple[bool, str]:
-        """Start a new life of one shard of the ledger (compare-and-set on its dataset marker).
+        """Start a new life of one shard of the ledger (compare-and-set on its dataset marker,
+        and on the epoch `seen_epoch` the caller saw, '' for none, when given).
 
         Returns (whether this call rotated, the shard's epoch in force afterwards).
         """
         s = self.keys.shard(shard)
-        f = self._run("rotate", (s.epoch, s.dataset), (expected_dataset, dataset, epoch))
+        args = (expected_dataset, dataset, epoch, *(() if seen_epoch is None else (seen_epoch,)))
+        f = self._run("rotate", (s.epoch, s.dataset), args)
         return f["kind"] == "rotated", f["epoch"]
+
+    # --- the write freeze (S13.2) ---------------------------------------------------------------
+
+    def set_freezes(self, freezes: str) -> None:
+        """Make every shard's copy of the write freezes hold `freezes` (one JSON object, scope
+        -> freeze; '' for none), one atomic script per shard; `claim.lua` of any call then reads
+        it (`ledger/freeze.py`)."""
+        for shard in self.keys.all_shards:
+            self._run("freeze", (shard.freeze,), (freezes,))
+
+    def read_freezes(self) -> list[str | None]:
+        """Each shard's copy of the write freezes as it is (one round trip on one Redis)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.keys.all_shards:
+            pipe.get(shard.freeze)
+        return [None if v is None else _text(v) for v in pipe.execute()]
 
     # --- transitions ----------------------------------------------------------------------------
 
@@ -383,15 +470,21 @@ class Ledger:
         epoch: str,
         announce: bool = True,
         may_have_run: bool = False,
+        passed: float | None = None,
     ) -> OpenResult:
         """Create the call's entry with attempt 1 enqueued.
 
         `may_have_run`: a lost ledger may have handed this call to a worker already (a reopen
         after Redis went back in time); its attempts then count as having reached one (S4.2,
-        S4.3).
+        S4.3). `passed`: when a person approved the call (the ledger's clock); a write freeze
+        begun before then holds it again, one begun later does not (S13.2).
         """
         return self.open_many(
-            [(key, snapshot)], epoch=epoch, announce=announce, may_have_run=may_have_run
+            [(key, snapshot)],
+            epoch=epoch,
+            announce=announce,
+            may_have_run=may_have_run,
+            passed=passed,
         )[0]
 
     def open_many(
@@ -402,14 +495,41 @@ class Ledger:
         announce: bool = True,
         may_have_run: bool = False,
         sends: Sequence[Sequence[BrokerCommand]] | None = None,
+        passed: float | None = None,
     ) -> list[OpenResult]:
-        """`open` for the calls of one turn in one round trip (each open is still atomic).
+        """`open` for the calls of one turn in one round trip (each open is still atomic)."""
+        replies = self.open_replies(
+            calls,
+            epoch=epoch,
+            announce=announce,
+            may_have_run=may_have_run,
+            sends=sends,
+            passed=passed,
+        )
+        return [reply.result for reply in replies]
+
+    def open_replies(
+        self,
+        calls: Sequence[tuple[str, PolicySnapshot]],
+        *,
+        epoch: str,
+        announce: bool = True,
+        may_have_run: bool = False,
+        sends: Sequence[Sequence[BrokerCommand]] | None = None,
+        budgets: Sequence[Sequence[BudgetArg]] | None = None,
+        passed: float | None = None,
+    ) -> list[OpenReply]:
+        """`open_many` with write budgets and what each open said of them.
 
         `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part.
         `sends`, one sequence per call: the broker's commands of its first attempt's message,
         run by the same script only if it opens the entry (the broker being this Redis:
-        `engine/publish_capture.py`), so opening and publishing are one atomic step."""
+        `engine/publish_capture.py`), so opening and publishing are one atomic step.
+        `budgets`, one sequence per call: its charges (S13.1), reserved by the same script
+        only if every one has room, so admission and reservation are one atomic step."""
         shards = [self.keys.of(key) for key, _ in calls]
+        if budgets is None:
+            budgets = [()] * len(calls)
         if sends is None:
             sends = [()] * len(calls)
         elif any(sends) and not self.may_publish:
@@ -425,6 +545,8 @@ class Ledger:
                         k.clock,
                         k.events,
                         *(target for _, target, _ in send),
+                        *(charge[0] for charge in charged),
+                        *((k.dataset,) if charged else ()),
                     ),
                     (
                         key,
@@ -440,19 +562,25 @@ class Ledger:
                         "1" if announce else "0",
                         "1" if may_have_run else "0",
                         *snapshot.effect.traits.ledger_flags,
+                        _budgets_arg(charged),
                         len(send),
                         *(part for command, _, value in send for part in (command, value)),
+                        *(() if passed is None else (repr(float(passed)),)),
                     ),
                 )
-                for (key, snapshot), k, send in zip(calls, shards, sends, strict=True)
+                for (key, snapshot), k, send, charged in zip(
+                    calls, shards, sends, budgets, strict=True
+                )
             ],
         )
-        return [OpenResult(reply["kind"]) for reply in replies]
+        return [OpenReply.from_fields(reply) for reply in replies]
 
-    def claim(self, key: str, attempt: int, *, owner: str, fence: str) -> Claim:
+    def claim(self, key: str, attempt: int, *, owner: str, fence: str, tool: str = "*") -> Claim:
+        """Claim attempt `attempt` of `key` (S3.3); `tool` is the call's tool, for a write
+        freeze of some tools (S13.2)."""
         hot = self.hot
         if hot is not None:
-            f = hot.run(hot.claim, key, (key, attempt, owner, fence, self.events_maxlen))
+            f = hot.run(hot.claim, key, (key, attempt, owner, fence, self.events_maxlen, tool))
         else:
             k = self.keys.of(key)
             f = self._run(
@@ -465,8 +593,9 @@ class Ledger:
                     k.events,
                     k.epoch,
                     k.clock,
+                    k.freeze,
                 ),
-                (key, attempt, owner, fence, self.events_maxlen),
+                (key, attempt, owner, fence, self.events_maxlen, tool),
             )
         kind = ClaimKind(f["kind"])
         if kind is ClaimKind.CLAIMED:
@@ -478,6 +607,14 @@ class Ledger:
             )
         if kind is ClaimKind.EARLY:
             return Claim(kind, wait=float(f["wait"]))
+        if kind is ClaimKind.FROZEN:
+            return Claim(
+                kind,
+                reason="frozen",
+                effect=f.get("effect", ""),
+                freeze=f["freeze"],
+                reached=f.get("reached") == "1",
+            )
         return Claim(kind, reason=f["reason"])
 
     def heartbeat(self, running: Sequence[tuple[str, str]]) -> set[str]:
@@ -582,6 +719,17 @@ class Ledger:
         f = self._run("note", (k.call(key), k.epoch, k.clock), (attempt, note))
         return f["kind"] == "noted"
 
+    def withdraw(self, key: str, attempt: int, *, fence: str) -> bool:
+        """Remove the call's entry whose attempt `attempt` this worker (`fence`) claimed and
+        will not run: the call waits for a person again (S13.3). True if it was removed."""
+        k = self.keys.of(key)
+        f = self._run(
+            "withdraw",
+            (k.call(key), k.queue_index, k.lease_index, k.close_index),
+            (key, attempt, fence),
+        )
+        return f["kind"] == "withdrawn"
+
     # --- fenced attempts still running (the repeat guard, S5.4) ----------------------------------
 
     def hold_running(self, fenced: Sequence[tuple[str, float]]) -> None:
@@ -624,7 +772,7 @@ class Ledger:
                 "recorded",
                 [
                     (
-                        (k.call(key), k.unrecorded_index, k.events),
+                        (k.call(key), k.unrecorded_index, k.events, k.epoch, k.clock),
                         (key, self.finished_ttl, self.events_maxlen, status, error),
                     )
                     for key, status, error in outcomes
@@ -632,6 +780,44 @@ class Ledger:
                 ],
             )
         return [reply["kind"] == "announced" for reply in replies]
+
+    # --- write budgets (S13.1) ------------------------------------------------------------------
+
+    def settle_budgets(self, key: str, scopes: Sequence[str], *, went_through: bool) -> int:
+        """Reconciliation settled call `key`: its held charges in `scopes` are spent (it went
+        through) or released (it did not run). Returns how many moved."""
+        if not scopes:
+            return 0
+        s = self.keys.shard(0)
+        verdict = "went_through" if went_through else "did_not_run"
+        f = self._run("budget_settle", (s.epoch, s.clock, *scopes), (key, verdict))
+        return int(f["moved"])
+
+    def seed_budget(
+        self,
+        scope: str,
+        *,
+        epoch: str,
+        window: float,
+        charges: Sequence[tuple[str, str, int, float]],
+    ) -> str:
+        """Rebuild scope `scope` from SQL's `(key, state r|s|h, amount, spent_at)` charges, in
+        ledger life `epoch` (compare-and-set: `budget_seed.lua`). Returns seeded, current or
+        epoch."""
+        s = self.keys.shard(0)
+        args: list[object] = [shard_epoch(epoch, 0, self.keys.shards), window]
+        for charge in charges:
+            args.extend(charge)
+        return self._run("budget_seed", (scope, s.epoch), args)["kind"]
+
+    def read_budget(self, scope: str, *, window: float) -> tuple[float, float, float] | None:
+        """A scope's (reserved, spent within the window, held) in this ledger life; None when it
+        holds none (another life's, or gone: SQL has the count)."""
+        s = self.keys.shard(0)
+        f = self._run("budget_read", (scope, s.epoch, s.clock), (window,))
+        if f["kind"] != "totals":
+            return None
+        return float(f["reserved"]), float(f["spent"]), float(f["held"])
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -702,3 +888,7 @@ class Ledger:
             and (mine is None or mine == epochs[self.keys.shard_of(key)] or status != "active")
             for key, (status, mine) in zip(keys, entries, strict=True)
         }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -32,3 +32,14 @@ class EventType(StrEnum):
     #: person accepted: its calls wait for approval until someone accepts the new one. Not about
     #: a call (empty key); carries `server`, `tool`, `digest` and the accepted `pinned` digest.
     MCP_TOOL_DEFINITION_CHANGED = "mcp_tool_definition_changed"
+    #: An approver edited a waiting call's arguments when approving it (S13.3); carries `by`.
+    #: The record holds the edit (before, after); the model reads it in the TOOL message.
+    TOOL_CALL_ARGUMENTS_EDITED = "tool_call_arguments_edited"
+    #: A claim met a write freeze (S13.2): the call's entry left the ledger, to be held for a
+    #: person or rejected. Written by `claim.lua`; carries `attempt` and the `freeze` id.
+    TOOL_CALL_FROZEN = "tool_call_frozen"
+    #: An operator froze writes (S13.2). Not about a call (empty key); carries `freeze` (id),
+    #: `tool` (a name or `*`), `mode`, `by` and `reason`.
+    WRITES_FROZEN = "writes_frozen"
+    #: An operator thawed a freeze; the same fields, `by` the one who thawed.
+    WRITES_THAWED = "writes_thawed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass, PolicySnapshot
 
@@ -83,6 +84,25 @@ class ToolCallRecord:
     #: The request's trace context (JSON of the propagator's headers, `engine/tracing.py`), so
     #: retries and records made later by another process join the request's trace.
     trace_context: str | None = field(default=None, repr=False)
+    #: The write budgets it drew on, as fixed at its request (S13.1, `model/budgets.py`, JSON
+    #: of its charges); None: none.
+    budgets: str | None = None
+    #: Why it waits for a person (or was rejected): a budget had too little left (S13.1).
+    budget_reason: str | None = None
+    #: What an approval is bound to (S13.3, `tools/definition_digest.py`): set for calls that
+    #: waited for a person. The digests of the validated arguments and of the tool's
+    #: definition, the binding an approval holds, and when the worker's claim consumed it.
+    arguments_digest: str | None = field(default=None, repr=False)
+    definition_digest: str | None = field(default=None, repr=False)
+    approved_digest: str | None = field(default=None, repr=False)
+    approval_used_at: float | None = None
+    #: An approver's edit of the arguments (who, when, before, after; secrets `***`).
+    approval_edit: ApprovalEdit | None = None
+    #: Why an approved call waits for a person again (its tool changed before it ran).
+    rewait_reason: str | None = None
+    #: What the tool's preview function said of the call while it waited for approval, or
+    #: "preview unavailable: ..." (docs/guardrails.md, "Previews"); None until a worker ran it.
+    preview: str | None = None
 
     @property
     def effect(self) -> EffectClass:

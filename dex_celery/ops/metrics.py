@@ -22,6 +22,9 @@ Metrics (all prefixed `dex_`):
 | `dex_approval_oldest_age_seconds` | gauge | | how long the oldest of them has waited |
 | `dex_approval_nearest_deadline_seconds` | gauge | | time left to the soonest deadline among them (`+Inf` if none waits) |
 | `dex_unknown_outcome_oldest_age_seconds` | gauge | | since when the oldest surfaced, unreported `outcome_unknown` call has waited (0 if none) |
+| `dex_writes_frozen` | gauge | | write freezes in force (0: writes are not frozen; S13.2) |
+| `dex_write_freeze_info` | gauge | tool, mode, frozen_by | 1 per freeze in force: its scope (`*` every tool), `hold` or `reject`, who froze |
+| `dex_write_freeze_since_seconds` | gauge | tool | when each freeze in force began (Unix time, the ledger's clock) |
 | `dex_mcp_server_up` | gauge | server | 1 if the last fetch of the server's tools answered, 0 if it failed |
 | `dex_ledger_in_flight` | gauge | state | attempts in the ledger: `enqueued`, `running` |
 | `dex_ledger_unrecorded` | gauge | | outcomes decided but not yet in SQL |
@@ -34,6 +37,11 @@ Metrics (all prefixed `dex_`):
 | `dex_webhooks_retries_total` | counter | receiver | failed tries that were retried |
 | `dex_webhooks_given_up_total` | counter | receiver | deliveries given up after the last try |
 | `dex_webhooks_pending` | gauge | | deliveries waiting to be (re)tried |
+| `dex_budget_limit` | gauge | budget, scope | a write budget's limit (S13.1), per principal or deployment scope |
+| `dex_budget_used` | gauge | budget, scope | reserved (admitted, not ended) plus spent in the window |
+| `dex_budget_held` | gauge | budget, scope | charges of calls whose outcome is unknown, not reconciled |
+| `dex_budget_left` | gauge | budget, scope | what the next call may still use |
+| `dex_budget_calls_waiting` | gauge | | calls waiting for a person because a budget had too little left |
 | `dex_metrics_source_up` | gauge | source | 1 if `sql` / `redis` answered this scrape |
 
 Secret argument values never reach a metric: no label holds arguments; webhook receivers are
@@ -59,7 +67,9 @@ from prometheus_client.registry import Collector
 from dex_celery.access import Credentials, HostAllowlist, Scope, check_bind, guarded_wsgi
 from dex_celery.engine import counters
 from dex_celery.model.outcomes import CallStatus
+from dex_celery.ops.budgets import declared_budgets, scope_views
 from dex_celery.ops.webhooks import delivery_status
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.views import OperatorViews
 
@@ -95,11 +105,44 @@ class DexCollector(Collector):
             up.add_metric(["sql"], 0)
         try:
             yield from self._redis()
+            yield from self._budgets()
             up.add_metric(["redis"], 1)
         except Exception:
             log.exception("metrics: the Redis part failed")
             up.add_metric(["redis"], 0)
         yield up
+
+    def _budgets(self) -> Iterator[Metric]:
+        """Write budgets (S13.1): each principal and deployment scope (a session's scope is
+        shown by `budgets show` and the web app: one series per session would have no end),
+        and the calls waiting because of a budget."""
+        source = self.source
+        declared = declared_budgets(source, source.runtime.dispatcher.tools.values())
+        families = {
+            name: GaugeMetricFamily(f"dex_budget_{name}", text, labels=["budget", "scope"])
+            for name, text in (
+                ("limit", "A write budget's limit"),
+                ("used", "Reserved plus spent within the window"),
+                ("held", "Charges of calls whose outcome is unknown, not reconciled"),
+                ("left", "What the next call may still use"),
+            )
+        }
+        for v in scope_views(source, declared):
+            if v.scope.startswith("session:"):
+                continue
+            for name, value in (
+                ("limit", v.limit),
+                ("used", v.used),
+                ("held", v.held),
+                ("left", v.left),
+            ):
+                families[name].add_metric([v.name, v.scope], float(value))
+        yield from families.values()
+        waiting = GaugeMetricFamily(
+            "dex_budget_calls_waiting", "Calls waiting for a person because a budget was used up"
+        )
+        waiting.add_metric([], float(source.runtime.store.calls_waiting_for_budget()))
+        yield waiting
 
     def _sql(self) -> Iterator[Metric]:
         pair = ["tool", "effect_class"]
@@ -162,6 +205,8 @@ class DexCollector(Collector):
         unknown_age.add_metric([], 0.0 if ended_at is None else max(0.0, now - ended_at))
         yield unknown_age
 
+        yield from self._freezes()
+
         mcp_up = GaugeMetricFamily(
             "dex_mcp_server_up",
             "1 if the last fetch of the MCP server's tools answered, 0 if it failed",
@@ -171,6 +216,26 @@ class DexCollector(Collector):
             if state.state in _MCP_REACHED:
                 mcp_up.add_metric([name], _MCP_REACHED[state.state])
         yield mcp_up
+
+    def _freezes(self) -> Iterator[Metric]:
+        """The write freeze (S13.2), from SQL's record: how many, by whom, since when."""
+        active = WriteFreezes(lambda: self.source.runtime.store.engine).active()
+        frozen = GaugeMetricFamily("dex_writes_frozen", "Write freezes in force (0: none)")
+        frozen.add_metric([], len(active))
+        info = GaugeMetricFamily(
+            "dex_write_freeze_info",
+            "1 per write freeze in force: scope, mode and who froze",
+            labels=["tool", "mode", "frozen_by"],
+        )
+        since = GaugeMetricFamily(
+            "dex_write_freeze_since_seconds",
+            "When each write freeze in force began (Unix time)",
+            labels=["tool"],
+        )
+        for f in active:
+            info.add_metric([f.tool, f.mode.value, f.frozen_by], 1)
+            since.add_metric([f.tool], f.since)
+        yield from (frozen, info, since)
 
     def _redis(self) -> Iterator[Metric]:
         source, keys = self.source, self.source.runtime.keys

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import redis
 from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.held_back_evidence import repeat_evidence
 from dex_celery.engine.owners import parse_owner
+from dex_celery.engine.previews import shown_preview
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall
@@ -25,6 +27,7 @@ from dex_celery.model.effects import traits_of
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported
 from dex_celery.model.times import format_utc
+from dex_celery.ops.budgets import budget_lines, call_budgets
 from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import Tool
 
@@ -39,11 +42,15 @@ def shorten(text: str | None, width: int) -> str:
 VALUE_LIMIT = 2000
 
 
+#: What a cut value says where it was cut, before how much was.
+CUT_MARK = "… [cut: "
+
+
 def cut_text(text: str, limit: int = VALUE_LIMIT) -> tuple[str, bool]:
     """`text`, or its first `limit` characters and a marker saying how much was cut."""
     if len(text) <= limit:
         return text, False
-    return f"{text[:limit]}… [cut: {len(text) - limit:,} more characters]", True
+    return f"{text[:limit]}{CUT_MARK}{len(text) - limit:,} more characters]", True
 
 
 def cut_value(value: Any, limit: int = VALUE_LIMIT) -> tuple[Any, bool]:
@@ -130,7 +137,7 @@ def call_summary(record: ToolCallRecord, started: int | None = None) -> dict[str
     }
 
 
-def _attempts(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str, Any]]:
+def attempt_history(record: ToolCallRecord, entry: LedgerCall | None) -> list[dict[str, Any]]:
     """Finished attempts from the SQL attempt log (or the ledger's, if SQL has none yet), and
     the current attempt when the ledger still holds one in flight: `running` with its worker
     and claim time, or `enqueued` (waiting for a worker)."""
@@ -283,7 +290,10 @@ def call_details(
         policy=json.loads(record.policy.to_json()),
         approval_deadline=record.approval_deadline,
         approval=dataclasses.asdict(record.approval) if record.approval else None,
-        attempt_log=_attempts(record, entry),
+        # Bound to what was approved (S13.3): an approver's edit, and why it waits again.
+        edit=record.approval_edit.as_dict() if record.approval_edit else None,
+        waits_again=record.rewait_reason,
+        attempt_log=attempt_history(record, entry),
         ledger=_ledger_view(entry),
         ledger_error=ledger_error,
         late_result=_late(record.late_result or (entry.late if entry else None)),
@@ -293,6 +303,13 @@ def call_details(
     )
     evidence = repeat_evidence(source.runtime.store, record)
     details["repeat"] = evidence.as_dict() if evidence is not None else None
+    # Write budgets (S13.1): what the call was charged, the limit it was judged by, each scope
+    # now, and why it waits (or was rejected) when one had too little left.
+    details["budgets"] = call_budgets(source, record) if record.budgets else []
+    details["budget_reason"] = record.budget_reason
+    runtime = source.runtime
+    now = time.time() if ledger_error is not None else runtime.ledger.now()
+    details["preview"] = shown_preview(record, runtime.tools, runtime.settings, now)
     details["cut"] = False if full else _cut_details(details)
     return details
 
@@ -359,9 +376,21 @@ def render_details(d: dict[str, Any], *, full: bool = False, app: str | None = N
     lines.append(_policy_line(d["policy"]))
     if d["approval_deadline"] or d["approval"]:
         lines.append(_approval_line(d["approval_deadline"], d["approval"]))
+    if d.get("edit"):
+        edit = d["edit"]
+        lines.append(
+            f"edited    by {edit['by']} at {format_time(edit['at'])}: "
+            f"{json.dumps(edit['before'], ensure_ascii=False)} -> "
+            f"{json.dumps(edit['after'], ensure_ascii=False)}"
+        )
+    if d.get("waits_again"):
+        lines.append(f"waits     again: {d['waits_again']}")
+    if d.get("preview"):
+        lines.append(f"preview   {d['preview']}")
     if d.get("repeat"):
         lines.append(f"repeat    held back: {d['repeat']['reason']}")
         lines.append(f"          now: {d['repeat']['earlier_now']}")
+    lines.extend(budget_lines(d.get("budgets") or [], d.get("budget_reason")))
     lines.extend(_attempt_lines(d["attempt_log"], full))
     if d["late_result"] is not None:
         lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")

@@ -27,6 +27,7 @@ from dex_celery.engine.worker_starts import SILENT_WINDOW, WorkerStart, read_sta
 from dex_celery.model.times import format_utc
 from dex_celery.ops import webhooks
 from dex_celery.ops.present import celery_line, command_line
+from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.mcp_catalog import McpCatalog, McpServerState
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import tool_calls
@@ -291,6 +292,22 @@ def calls_section(source: RuntimeSource) -> Section:
     )
 
 
+def writes_section(source: RuntimeSource) -> Section:
+    """The write freeze (S13.2), from SQL's record: frozen warns, naming by whom, since when
+    and why; with a thaw it is ok again."""
+    runtime = source.runtime
+    require_existing_database(runtime.settings.database_url)  # reading never creates a file
+    active = WriteFreezes(lambda: runtime.store.engine).active()
+    if not active:
+        return Section("writes", State.OK, "not frozen", {"frozen": []})
+    return Section(
+        "writes",
+        State.WARN,
+        "; ".join(f.line() for f in active),
+        {"frozen": [f.as_dict() for f in active]},
+    )
+
+
 def webhooks_section(source: RuntimeSource) -> Section:
     """Webhook deliveries: a receiver that gave deliveries up, or has some waiting, warns."""
     status = webhooks.delivery_status(source)
@@ -344,6 +361,7 @@ SECTIONS: tuple[tuple[str, SectionCheck], ...] = (
     ("workers", workers_section),
     ("last_sweep", sweep_section),
     ("calls", calls_section),
+    ("writes", writes_section),
     ("webhooks", webhooks_section),
 )
 
@@ -372,7 +390,7 @@ def health_report(
             sections.append(Section(name, State.FAIL, "not asked: the broker (Redis) is down"))
             continue
         database_down = any(s.name == "database" and s.state is State.FAIL for s in sections)
-        if name == "calls" and database_down:
+        if name in ("calls", "writes") and database_down:
             sections.append(Section(name, State.FAIL, "not asked: the database is not ready"))
             continue
         sections.append(_guarded(name, hinted.get(name, check), source))

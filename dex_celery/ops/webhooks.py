@@ -7,7 +7,7 @@ per receiver (`Settings.webhook_urls`):
 
 | webhook `event`               | from the stream                                        |
 |-------------------------------|--------------------------------------------------------|
-| `tool_call_awaiting_approval` | `tool_call_awaiting_approval`                          |
+| `tool_call_awaiting_approval` | `tool_call_awaiting_approval` (once its preview is kept)  |
 | `outcome_unknown`             | `tool_call_finished` with status `outcome_unknown`     |
 | `reconciliation_report`       | `tool_call_outcome_reported` (the session was told)    |
 
@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from dex_celery.engine.previews import preview_pending, shown_preview
 from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.ledger.events import AgentEvent, EventType
 from dex_celery.model.outcomes import CallStatus
@@ -253,8 +254,11 @@ class WebhookSender:
             position = self.events.latest_position()
             client.set(keys.webhook_cursor, position, nx=True)
             position = client.get(keys.webhook_cursor)
-        events = self.events.read(str(position), count=BATCH, block=block)
+        read = self.events.read(str(position), count=BATCH, block=block)
+        events = self._previews_settled(read)
         if not events:
+            if read and block:  # an approval waits for its preview: look again shortly
+                self.stop_event.wait(min(block, 0.2))
             return 0
         deliveries = [d for e in events for d in self._deliveries(e)]
         now = self.source.runtime.ledger.now()
@@ -265,6 +269,23 @@ class WebhookSender:
         pipe.set(keys.webhook_cursor, events[-1].position)
         pipe.execute()
         return len(deliveries)
+
+    def _previews_settled(self, events: list[AgentEvent]) -> list[AgentEvent]:
+        """The events up to the first approval whose preview may still come (S13.5): its
+        webhook waits for the text, at most `2 x preview_timeout`, and so do those after it,
+        which keeps the order of deliveries."""
+        if not self.urls:
+            return events
+        runtime = self.source.runtime
+        for i, event in enumerate(events):
+            if webhook_event(event) is not WebhookEvent.AWAITING_APPROVAL or not event.key:
+                continue
+            record = runtime.store.get_call(event.key)
+            if record is not None and preview_pending(
+                record, runtime.tools, runtime.settings, runtime.ledger.now()
+            ):
+                return events[:i]
+        return events
 
     def _deliveries(self, event: AgentEvent) -> list[Delivery]:
         kind = webhook_event(event)
@@ -300,6 +321,15 @@ class WebhookSender:
                 # Held back by the repeat guard (S5.4): why, and the earlier call it repeats.
                 body["repeat_of"] = record.repeat_of
                 body["repeat_reason"] = record.repeat_reason
+                # Waits because a write budget had too little left (S13.1): why.
+                body["budget_reason"] = record.budget_reason
+                # Approved once, but its tool changed before it ran: why it waits again (S13.3).
+                body["waits_again"] = record.rewait_reason
+                # What the call would do, from the tool's preview function (S13.5).
+                runtime = self.source.runtime
+                body["preview"] = shown_preview(
+                    record, runtime.tools, runtime.settings, runtime.ledger.now()
+                )
             if kind is WebhookEvent.OUTCOME_UNKNOWN:
                 body["error"] = record.error
         if kind is WebhookEvent.RECONCILIATION_REPORT:

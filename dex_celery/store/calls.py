@@ -21,6 +21,7 @@ from sqlalchemy import (
 
 from dex_celery.audit import call_entries
 from dex_celery.audit.entries import Entry
+from dex_celery.model.budgets import BudgetCharge, charges_json
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -30,6 +31,7 @@ from dex_celery.model.records import (
     ToolCallRecord,
 )
 from dex_celery.store.base import StoreBase
+from dex_celery.store.budgets import insert_charges
 from dex_celery.store.commit import transaction
 from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
@@ -77,6 +79,7 @@ class CallRecords(StoreBase):
             defaults: dict[str, EffectClass | None] = {}
             rows: list[dict[str, Any]] = []
             batched: set[str] = set()
+            charged: dict[str, tuple[BudgetCharge, ...]] = {}
             for new in new_calls:
                 if new.key.key in batched:
                     continue
@@ -107,14 +110,27 @@ class CallRecords(StoreBase):
                         trace_context=new.trace_context,
                     )
                 )
+                if new.charges:  # only then: the common request keeps its compiled insert
+                    rows[-1]["budgets"] = charges_json(new.charges)
+                    charged[new.key.key] = new.charges
+            if charged:  # one batch, one set of columns
+                for row in rows:
+                    row.setdefault("budgets", None)
+            if charged or any(r["status"] == CallStatus.AWAITING_APPROVAL.value for r in rows):
+                _keep_digests(rows, new_calls)
             if hot is not None and len(rows) == 1 and tuple(rows[0]) == REQUEST_COLUMNS:
                 # One call, the common request: its driver SQL (`store/hot_request.py`).
                 inserted = hot.insert_call.first(conn, rows[0])
                 created = {str(inserted[0])} if inserted is not None else set()
             else:
                 created = insert_many_ignore(conn, tool_calls, rows)
+            for key in created & charged.keys():
+                insert_charges(conn, key, charged[key], now)
             if repeats is not None:
-                self._guard_repeats(conn, [r for r in rows if r["key"] in created], repeats, now)
+                definitions = {n.key.key: n.definition_digest for n in new_calls}
+                self._guard_repeats(
+                    conn, [r for r in rows if r["key"] in created], repeats, now, definitions
+                )
             # Recorded before, or by a concurrent request of the same calls that won (S2.3).
             known = self._calls_by_key(conn, [r["key"] for r in rows if r["key"] not in created])
             if check is not None:
@@ -134,7 +150,12 @@ class CallRecords(StoreBase):
         return out
 
     def _guard_repeats(
-        self, conn: Connection, rows: list[dict[str, Any]], repeats: RepeatCheck, now: float
+        self,
+        conn: Connection,
+        rows: list[dict[str, Any]],
+        repeats: RepeatCheck,
+        now: float,
+        definitions: dict[str, str | None],
     ) -> None:
         """Run the repeat guard for the new guarded calls; a held-back call's row (and `rows`'s
         dict of it) becomes what `repeats.hold` decides. Slots are taken in one order (session,
@@ -162,6 +183,9 @@ class CallRecords(StoreBase):
                 approval_deadline=held.approval_deadline,
                 repeat_of=hazard.earlier,
                 repeat_reason=hazard.reason,
+                # What the approval of a held-back call is bound to (S13.3).
+                arguments_digest=row["repeat_digest"],
+                definition_digest=definitions.get(row["key"]),
             )
             conn.execute(update(tool_calls).where(tool_calls.c.key == row["key"]).values(**values))
             row.update(values)
@@ -229,12 +253,15 @@ class CallRecords(StoreBase):
                     tool_calls.c.claimed_attempt,
                     tool_calls.c.claimed_at,
                     tool_calls.c.claimed_by,
+                    tool_calls.c.approval_edit,
                 )
             ).first()
             if row is None:
                 return False
             call = CallKey.parse(key)
-            message = tool_message_row(call, row.tool_name, row.arguments, outcome, now)
+            message = tool_message_row(
+                call, row.tool_name, row.arguments, outcome, now, row.approval_edit
+            )
             conn.execute(insert(messages).values(**message))
             ended = (row.tool_name, row.effect, outcome.status.value, int(row.attempts or 0))
             count_ended(conn, hot_statements(self.engine), [ended])
@@ -282,7 +309,9 @@ class CallRecords(StoreBase):
                 )
                 if got is None:
                     continue
-                mine.append(tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now))
+                mine.append(
+                    tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now, r.edit)
+                )
                 ended.append((r.tool_name, got[0], r.outcome.status.value, r.outcome.attempts))
                 claim = {"claimed_attempt": got[1], "claimed_at": got[2], "claimed_by": got[3]}
                 finished = r.outcome.decided_at or now
@@ -495,6 +524,19 @@ class CallRecords(StoreBase):
         )
         with self.engine.connect() as conn:
             return [call_record(r) for r in conn.execute(query).mappings()]
+
+
+def _keep_digests(rows: list[dict[str, Any]], new_calls: Sequence[NewCall]) -> None:
+    """A batch with a call that waits for a person keeps, for each such call, the digests its
+    approval will be bound to (S13.3); every row gets the columns, so the batch stays one
+    statement. Calls that run at once keep none (nothing to bind), except a call that draws on a
+    write budget: its open may find the budget used up and make it wait (S13.1.4)."""
+    by_key = {new.key.key: new for new in new_calls}
+    for row in rows:
+        waits = row["status"] == CallStatus.AWAITING_APPROVAL.value or bool(row.get("budgets"))
+        new = by_key[row["key"]]
+        row["arguments_digest"] = new.repeat_digest if waits else None
+        row["definition_digest"] = new.definition_digest if waits else None
 
 
 def _outcome_values(

@@ -16,13 +16,15 @@ from sqlalchemy import Engine
 
 from dex_celery.audit.chain import AuditLog
 from dex_celery.audit.keys import Signer
+from dex_celery.store.approval_binding import ApprovalBinding
+from dex_celery.store.budgets import BudgetRecords
 from dex_celery.store.calls import CallRecords
 from dex_celery.store.schema import metadata
 from dex_celery.store.sessions import SessionsAndMessages
 from dex_celery.store.sql_engine import EngineHandle
 
 
-class Store(CallRecords, SessionsAndMessages):
+class Store(CallRecords, SessionsAndMessages, ApprovalBinding, BudgetRecords):
     """Repository over one database. Safe to share between threads; re-made after a fork."""
 
     def __init__(

@@ -13,12 +13,17 @@ Each table, and what a prune does to it (docs/operations.md, "Retention"):
 - `dex_sessions`, `dex_session_owners`: a session goes when no call of it is left and it has no
   message from after the cutoff (and began before it).
 - `dex_unknown_outcomes`: a removed (reconciled) call's row goes with it.
+- `dex_budget_charges`: a removed call's charges go with it (a retention shorter than a budget's
+  window makes a recount of that budget forget successes older than the retention).
 - `dex_repeat_guards`: a slot whose holder is removed goes with it (the guard would let the
   next identical call pass either way: a slot naming no call is free).
 - `dex_call_counts`: the removed calls are subtracted in the delete's transaction, so the counts
   behind `/metrics` equal a grouped scan of the calls in SQL at every commit (`store/counts.py`).
 - `dex_ledger_binding`, `dex_mcp_servers`, `dex_mcp_tool_pins`: configuration, not history;
   never touched.
+- `dex_write_freezes`, `dex_freeze_holds`: the record of who froze writes, when and why, and of
+  the calls a freeze held (S13.2); a few rows per incident, kept as the audit trail, never
+  touched.
 
 Rows are read in key order (the primary key: a scan that continues where the last batch ended,
 so one prune reads each call once), archived by the caller, and deleted with conditions that
@@ -46,6 +51,7 @@ from dex_celery.store.dialect import IN_CHUNK, one_of
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import (
+    budget_charges,
     messages,
     repeat_guards,
     tool_calls,
@@ -315,6 +321,9 @@ def delete_calls(
         for chunk in chunks(gone_keys):
             conn.execute(
                 delete(unknown_outcomes).where(one_of(conn, unknown_outcomes.c.call_key, chunk))
+            )
+            conn.execute(
+                delete(budget_charges).where(one_of(conn, budget_charges.c.call_key, chunk))
             )
         slots = sorted({(g[1], g[0]) for g in gone})
         for chunk in chunks(slots):

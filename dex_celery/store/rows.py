@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
+from dex_celery.model.approval_binding import ApprovalEdit, edited_note, with_note
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import EffectClass, PolicySnapshot
@@ -63,6 +64,15 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         repeat_reason=row.get("repeat_reason"),
         repeat_digest=row.get("repeat_digest"),
         trace_context=row.get("trace_context"),
+        budgets=row.get("budgets"),
+        budget_reason=row.get("budget_reason"),
+        arguments_digest=row.get("arguments_digest"),
+        definition_digest=row.get("definition_digest"),
+        approved_digest=row.get("approved_digest"),
+        approval_used_at=row.get("approval_used_at"),
+        approval_edit=ApprovalEdit.from_json(row.get("approval_edit")),
+        rewait_reason=row.get("rewait_reason"),
+        preview=row.get("preview"),
     )
 
 
@@ -82,17 +92,24 @@ def message_record(row: RowMapping) -> Message:
 
 
 def tool_message_row(
-    key: CallKey, tool_name: str, arguments: str, outcome: Outcome, now: float
+    key: CallKey,
+    tool_name: str,
+    arguments: str,
+    outcome: Outcome,
+    now: float,
+    edit: str | None = None,
 ) -> dict[str, Any]:
     """The TOOL message of an ended call: what the model reads of its outcome (S7.1).
 
-    Built here only, for the single and the batched outcome writes alike.
+    Built here only, for the single and the batched outcome writes alike. `edit`: the call's
+    `approval_edit` (JSON), when a person edited its arguments: the model reads so (S13.3).
     """
+    note = edited_note(ApprovalEdit.from_json(edit), outcome.status) if edit else None
     return {
         "session_id": key.session_id,
         "role": MessageRole.TOOL.value,
         "text": None,
-        "tool_output": tool_output(outcome.status, outcome.result, outcome.error),
+        "tool_output": with_note(note, tool_output(outcome.status, outcome.result, outcome.error)),
         "turn_id": key.turn_id,
         "tool_call_id": key.tool_call_id,
         "tool_name": tool_name,

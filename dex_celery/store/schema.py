@@ -107,6 +107,24 @@ tool_calls = Table(
     # retry or record made later by the sweeper joins the request's trace. Written by the
     # request's INSERT itself; NULL when the requester did not trace.
     Column("trace_context", Text, nullable=True),
+    # Write budgets (S13.1, `model/budgets.py`): the charges the call drew on as fixed at its
+    # request (JSON), and why it waits for a person (or was rejected) when one had too little.
+    Column("budgets", Text, nullable=True),
+    Column("budget_reason", Text, nullable=True),
+    # Approvals bound to what was approved (S13.3, docs/guardrails.md): set only for calls that
+    # wait for a person. The digests of the validated arguments and of the tool's definition
+    # (`tools/definition_digest.py`), the binding of both an approval was given for (consumed
+    # once by the worker's claim, which stamps `approval_used_at`), an approver's edit of the
+    # arguments (JSON: by, at, before, after; secrets `***`), and why a call waits again.
+    Column("definition_digest", String(64), nullable=True),
+    Column("arguments_digest", String(64), nullable=True),
+    Column("approved_digest", String(64), nullable=True),
+    Column("approval_used_at", Float, nullable=True),
+    Column("approval_edit", Text, nullable=True),
+    Column("rewait_reason", Text, nullable=True),
+    # The text of the tool's preview function for a call waiting for approval, or "preview
+    # unavailable: ..." (docs/guardrails.md, "Previews"); written by the worker that ran it.
+    Column("preview", Text, nullable=True),
     Index("ix_dex_tool_calls_session", "session_id", "requested_at"),
     # The sweeper's scans of calls in flight and of approvals past their deadline read partial
     # indexes that hold only rows in those statuses: their size, and so the sweep's cost,
@@ -180,8 +198,24 @@ unknown_outcomes = Table(
     Column("last_error", Text, nullable=True),
     Column("report", Text, nullable=True),
     Column("reported_at", Float, nullable=True),
+    # What the check said became of the call, where it could tell (`engine/reconcile.py`):
+    # `went_through` or `did_not_run`; it settles the call's write budgets (S13.1).
+    Column("verdict", String(16), nullable=True),
     # The runs read only open rows of tools that have a check.
     Index("ix_dex_unknown_outcomes_open", "state", "tool_name"),
+)
+
+# Each call's charge to each write budget scope (S13.1), written with the call: after Redis went
+# back in time or lost a scope, the scope is counted again from these rows and their calls'
+# statuses (`store/budgets.py`), conservatively. The primary key is that count's one lookup.
+budget_charges = Table(
+    "dex_budget_charges",
+    metadata,
+    Column("budget", String(64), primary_key=True),
+    Column("scope", String(220), primary_key=True),
+    Column("call_key", String(620), primary_key=True),
+    Column("amount", BigInteger, nullable=False),
+    Column("requested_at", Float, nullable=False),
 )
 
 # The ledger this database belongs to (one row). A process whose Redis holds another ledger
@@ -290,4 +324,42 @@ audit_checkpoints = Table(
     Column("cut_at", Float, nullable=False),
     Column("signature", String(100), nullable=True),
     Column("key_id", String(16), nullable=True),
+)
+
+# The write freeze (S13.2, `store/freezes.py`): one row per freeze an operator began, kept after
+# its thaw as the durable record of who stopped writes, when and why. Rows with `thawed_at` NULL
+# are the freezes in force; the ledger holds a copy of them for the claim (`ledger/freeze.py`)
+# that is re-asserted from here whenever Redis may have lost it. `tool` is a tool's name or `*`.
+write_freezes = Table(
+    "dex_write_freezes",
+    metadata,
+    Column("id", _id, primary_key=True, autoincrement=True),
+    Column("tool", String(200), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("frozen_by", String(200), nullable=False),
+    Column("frozen_at", Float, nullable=False),
+    Column("thawed_by", String(200), nullable=True),
+    Column("thawed_at", Float, nullable=True),
+    Index(
+        "ix_dex_write_freezes_active",
+        "tool",
+        sqlite_where=text("thawed_at IS NULL"),
+        postgresql_where=text("thawed_at IS NULL"),
+    ),
+)
+
+# The calls a freeze held for approval: which freeze, when, and whether an attempt of the call
+# had reached a worker before (a retried idempotent write), so that its reopening counts its
+# attempts as having reached one (S4.2). A thaw releases the rows of calls still waiting, in
+# request order; the row stays as the record of the hold.
+freeze_holds = Table(
+    "dex_freeze_holds",
+    metadata,
+    Column("call_key", String(620), primary_key=True),
+    Column("freeze_id", BigInteger, nullable=False),
+    Column("held_at", Float, nullable=False),
+    Column("may_have_run", Integer, nullable=False, default=0),
+    Column("released_at", Float, nullable=True),
+    Index("ix_dex_freeze_holds_freeze", "freeze_id"),
 )

@@ -167,6 +167,27 @@ class SessionsAndMessages(StoreBase):
             ).mappings()
             return [message_record(r) for r in rows]
 
+    def take_user_messages(self, session_id: str, run: str) -> list[Message]:
+        """The session's user messages written through dex that `run` took, oldest first, for a
+        framework whose runs do not carry one history (CrewAI: each kickoff is a new task
+        conversation). The messages no run took yet are taken by `run` first, in the same
+        transaction, so each reaches exactly one run however many ask at once; the taker's id
+        is kept as the message's `turn_id`, and asking again as that run (a resumed kickoff)
+        gives them again."""
+        mine = (
+            messages.c.session_id == session_id,
+            messages.c.role == MessageRole.USER.value,
+            messages.c.mirror_key.is_(None),
+        )
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(messages).where(*mine, messages.c.turn_id.is_(None)).values(turn_id=run)
+            )
+            rows = conn.execute(
+                select(messages).where(*mine, messages.c.turn_id == run).order_by(messages.c.id)
+            ).mappings()
+            return [message_record(r) for r in rows]
+
 
 def session_default(
     conn: Connection, session_id: str, now: float, hot: RequestStatements | None = None

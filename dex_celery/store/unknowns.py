@@ -38,6 +38,8 @@ class UnknownOutcome:
     last_error: str | None
     report: str | None
     reported_at: float | None
+    #: What the check said became of the call (`went_through`, `did_not_run`), if it told.
+    verdict: str | None = None
 
 
 class UnknownOutcomes:
@@ -129,7 +131,9 @@ class UnknownOutcomes:
                 )
             )
 
-    def report(self, record: ToolCallRecord, text: str, *, now: float) -> bool:
+    def report(
+        self, record: ToolCallRecord, text: str, *, now: float, verdict: str | None = None
+    ) -> bool:
         """Send `text` to the session as a user message and mark the call reported, atomically.
 
         False (and nothing sent) if another runner reported it first.
@@ -139,7 +143,9 @@ class UnknownOutcomes:
                 update(unknown_outcomes)
                 .where(unknown_outcomes.c.call_key == record.key)
                 .where(unknown_outcomes.c.state == OPEN)
-                .values(state=REPORTED, report=text, reported_at=now, last_error=None)
+                .values(
+                    state=REPORTED, report=text, reported_at=now, last_error=None, verdict=verdict
+                )
             )
             if claimed.rowcount != 1:
                 return False
@@ -167,6 +173,16 @@ class UnknownOutcomes:
             )
             return bool(result.rowcount == 1)
 
+    def of_session(self, session_id: str) -> list[UnknownOutcome]:
+        """The surfaced calls of one session, in the order they were surfaced (its timeline)."""
+        query = (
+            select(unknown_outcomes)
+            .where(unknown_outcomes.c.session_id == session_id)
+            .order_by(unknown_outcomes.c.surfaced_at, unknown_outcomes.c.call_key)
+        )
+        with self.store.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(query).mappings()]
+
     def get(self, key: str) -> UnknownOutcome | None:
         with self.store.engine.connect() as conn:
             row = (
@@ -189,4 +205,5 @@ def _row(row: Any) -> UnknownOutcome:
         last_error=row["last_error"],
         report=row["report"],
         reported_at=row["reported_at"],
+        verdict=row.get("verdict"),
     )

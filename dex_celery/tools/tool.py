@@ -18,6 +18,8 @@ from dex_celery.model.policy import EffectClass, ToolPolicy, declared_effect
 TASK_PREFIX = "dex.tool."
 
 ToolFunction = Callable[..., Any]
+#: `preview(**validated_arguments) -> str` (or an `async def`): what a call would do, in words.
+PreviewFunction = Callable[..., Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,10 @@ class Tool:
     #: Asked at each request: a reason the call must wait for approval now whatever the policy
     #: says (an MCP tool whose definition changed since a person accepted it), or None.
     approval_gate: Callable[[], str | None] | None = field(default=None, compare=False, repr=False)
+    #: Called on a worker with the call's validated arguments when the call starts waiting for
+    #: approval; returns short text saying what the call would do (docs/guardrails.md,
+    #: "Previews"). Read-only: it runs as a read, may run again, and is never fenced.
+    preview: PreviewFunction | None = field(default=None, compare=False, repr=False)
 
     @property
     def task_name(self) -> str:

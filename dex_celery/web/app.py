@@ -8,6 +8,7 @@ the thread pool too.
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -35,8 +36,10 @@ from dex_celery.access import (
 )
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.model.ids import CallKey
+from dex_celery.model.links import SESSIONS_PATH, session_path
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.times import format_utc
+from dex_celery.ops.budgets import declared_budgets, scope_views
 from dex_celery.ops.metrics import registry_for
 from dex_celery.ops.present import (
     approval_contexts,
@@ -45,6 +48,7 @@ from dex_celery.ops.present import (
     decision_banner,
     started_counts,
 )
+from dex_celery.ops.timeline import session_timeline
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.views import CallSearch, OperatorViews
 from dex_celery.web.auth import (
@@ -58,6 +62,7 @@ from dex_celery.web.auth import (
     safe_next,
     same_origin,
 )
+from dex_celery.web.freeze_pages import FreezePages
 
 if TYPE_CHECKING:
     from dex_celery.app import Dex
@@ -131,6 +136,9 @@ class WebApp:
         self.env.filters["utc"] = _utc
         self.env.filters["tojson_text"] = _json
         self.env.filters["tojson_inline"] = _json_inline
+        self.env.filters["utc_millis"] = format_utc
+        self.env.filters["session_path"] = session_path
+        self.freeze_pages = FreezePages(dex, self.page, self.gate)
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -179,6 +187,8 @@ class WebApp:
     ) -> HTMLResponse:
         html = self.env.get_template(template).render(
             user=identity.name if identity else None,
+            # The write freeze's banner, on every page of a signed-in person (S13.2).
+            frozen=self.freeze_pages.banner() if identity else [],
             csrf=self.signer.csrf_token(identity) if identity else "",
             auth_required=self.credentials.required,
             path=request.url.path,
@@ -304,6 +314,8 @@ class WebApp:
             {
                 "item": p,
                 "arguments": _json(cut_value(p.arguments)[0]),  # shown_arguments (PendingApproval)
+                # The whole arguments, to edit (secrets `***`: kept unless replaced, S13.3).
+                "editable": json.dumps(p.arguments, indent=2, sort_keys=True, ensure_ascii=False),
                 "left": time_left(p.deadline, now),
                 "context": context,
             }
@@ -323,6 +335,15 @@ class WebApp:
             if action == "approve":
                 record = await run_in_threadpool(
                     self.dex.approvals.approve, key, identity.name, note
+                )
+            elif action == "edit":
+                # Approve with the edited arguments (S13.3): checked against the tool's schema,
+                # a refusal stores nothing and is shown on the page (409).
+                edit = str(form.get("arguments", ""))
+                record = await run_in_threadpool(
+                    functools.partial(
+                        self.dex.approvals.approve, key, identity.name, note, edit=edit
+                    )
                 )
             elif action == "reject":
                 record = await run_in_threadpool(
@@ -396,6 +417,21 @@ class WebApp:
             **extra,
         )
 
+    # --- one session as one story (S13.6) ------------------------------------------------------
+
+    def session_page(self, request: Request, identity: Identity) -> Response:
+        """The session's timeline (`ops/timeline.py`, as `sessions show`); it refreshes while a
+        call of the session is open. No such session, or an id no call could have: 404."""
+        session_id = request.path_params["session_id"]
+        full = request.query_params.get("full") == "1"
+        try:
+            timeline = session_timeline(
+                self.dex, session_id, checked_tools=self.dex.outcome_checks.tool_names, full=full
+            )
+        except DexError as e:
+            return self.page(request, "error.html", identity, 404, error=str(e))
+        return self.page(request, "session.html", identity, t=timeline, full=full)
+
     # --- unknown outcomes ----------------------------------------------------------------------
 
     def unknowns_page(self, request: Request, identity: Identity) -> HTMLResponse:
@@ -409,6 +445,14 @@ class WebApp:
             items=items,
             sessions=sessions,
             checks=checks,
+        )
+
+    def budgets_page(self, request: Request, identity: Identity) -> HTMLResponse:
+        """Every write budget scope: used, held and left (S13.1)."""
+        declared = declared_budgets(self.dex, self.dex.tools.values())
+        views = scope_views(self.dex, declared)
+        return self.page(
+            request, "budgets.html", identity, views=views, declared=list(declared.values())
         )
 
     async def reconcile(self, request: Request, identity: Identity) -> Response:
@@ -451,9 +495,12 @@ class WebApp:
             Route("/approvals/decide", gate(self.decide, decide), methods=["POST"]),
             Route("/calls", gate(self._threaded(self.calls_page), read)),
             Route("/calls/{key:path}", gate(self._threaded(self.call_page), read)),
+            Route(SESSIONS_PATH + "{session_id}", gate(self._threaded(self.session_page), read)),
             Route("/unknowns", gate(self._threaded(self.unknowns_page), read)),
+            Route("/budgets", gate(self._threaded(self.budgets_page), read)),
             Route("/unknowns/reconcile", gate(self.reconcile, decide), methods=["POST"]),
             Route("/metrics", gate(self._threaded(self.metrics), Scope.METRICS)),
+            *self.freeze_pages.routes(),
         ]
         app = Starlette(routes=routes)
         app.add_middleware(HostGuard, allowlist=self.hosts, headers=SECURITY_HEADERS)

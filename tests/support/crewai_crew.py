@@ -22,7 +22,9 @@ from crewai.flow.flow import Flow, start  # noqa: E402
 from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402
 from crewai.state.checkpoint_config import CheckpointConfig  # noqa: E402
 
+from devtools.processes import wait_for  # noqa: E402
 from dex_celery import Dex  # noqa: E402
+from dex_celery.errors import UnknownSession  # noqa: E402
 from dex_celery.integrations.crewai import dex_crewai_tools  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM  # noqa: E402
 
@@ -44,6 +46,24 @@ def crew(dex: Dex, model: ScriptedLLM, names: Sequence[str], ask: str, **options
 def session(team: Crew) -> str:
     """The dex session of the crew's only task (`<crew id>.<task id>`)."""
     return f"{team.id}.{team.tasks[0].id}"
+
+
+def key_of(dex: Dex, session_id: str, tool: str, call_id: str, timeout: float = 60) -> str:
+    """The key of the session's latest call of `tool` with the model's `call_id`, once one is
+    recorded (its turn id names the kickoff that made it, so only the run knows it beforehand)."""
+
+    def recorded() -> str | None:
+        try:
+            calls = dex.client().get_agent_snapshot(session_id).tool_calls
+        except UnknownSession:
+            return None
+        keys = [c.key for c in calls if (c.tool_name, c.tool_call_id) == (tool, call_id)]
+        return keys[-1] if keys else None
+
+    wait_for(lambda: recorded() is not None, timeout=timeout, what=f"a record of {call_id}")
+    key = recorded()
+    assert key is not None
+    return key
 
 
 def checkpointed(team: Crew, folder: Path) -> Crew:

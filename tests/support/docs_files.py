@@ -20,12 +20,18 @@ def write_files(page: str, folder: Path) -> Path:
     return folder
 
 
+def reader_path(folder: Path) -> str:
+    """`PYTHONPATH` of a reader's folder: the folder first, then what the test runs with (a
+    worktree's checkout over the installed package)."""
+    return os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def run_in(folder: Path, env: dict[str, str], *command: str) -> str:
     """Run `command` in `folder`; its stdout (a failure shows its stderr)."""
     out = subprocess.run(
         command,
         cwd=folder,
-        env={**os.environ, **env, "PYTHONPATH": str(folder)},
+        env={**os.environ, **env, "PYTHONPATH": reader_path(folder)},
         capture_output=True,
         text=True,
         timeout=120,

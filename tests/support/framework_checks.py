@@ -1,16 +1,16 @@
 """What every framework's adapter test checks after its model's run, written once: the model
 read exactly the records' TOOL messages (S4.4) and each tool ran as its record says (the test
-tool's own log); and how a sync framework's run is started in a thread and its worker
-SIGKILLed mid-call."""
+tool's own log); how a sync framework's run is started in a thread and its worker SIGKILLed
+mid-call; and the reconcile report that then reaches the session (S12.1)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from devtools.processes import Worker
-from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
+from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, reconcile_once
 from tests.support.crash import lines, tool_messages, wait_started
 
 T = TypeVar("T")
@@ -60,13 +60,14 @@ def assert_one_approved_one_rejected(
     assert len(lines(ok_key, "start")) == 1 and lines(no_key, "start") == []
 
 
-def killed_mid_call(worker: Worker, key: str, run: Callable[[], T]) -> T:
+def killed_mid_call(worker: Worker, key: str | Callable[[], str], run: Callable[[], T]) -> T:
     """Run a sync framework's run in a thread; SIGKILL the worker (main process and pool
-    children) once the tool logged its start; the run's result, once it ended."""
+    children) once the tool logged its start; the run's result, once it ended. `key` may be a
+    function giving it once the run named the call (a key only the run knows)."""
     out: list[T] = []
     thread = threading.Thread(target=lambda: out.append(run()))
     thread.start()
-    wait_started(key)
+    wait_started(key if isinstance(key, str) else key())
     worker.kill_all()
     thread.join(timeout=120)
     assert not thread.is_alive(), "the agent's run did not end after the kill"
@@ -81,3 +82,25 @@ def assert_killed_write_read_unknown(dex: Dex, seen: str, key: str) -> None:
     assert OUTCOME_UNKNOWN_TOOL_RESULT in seen
     assert tool_messages(dex, key) == [seen]
     assert len(lines(key, "start")) == 1
+
+
+#: The reconcile report of the crash tests' killed refund (their outcome check's answer).
+REPORT = "Note from the order system: the refund of 999 cents on order 1002 went through."
+
+
+def report_check(key: str, arguments_json: str) -> str:
+    """The outcome check the crash tests register: the refund went through."""
+    return REPORT
+
+
+def reports(texts: Iterable[str]) -> list[str]:
+    """The reconcile reports among a model input's user texts."""
+    return [t for t in texts if t.startswith(REPORT)]
+
+
+def reconcile_reports(dex: Dex, key: str) -> None:
+    """The killed call is `outcome_unknown`; the reconcile beat job's pass reports it to the
+    session, and a second pass sends nothing (S8.2)."""
+    assert dex.client().get_call(key).status is CallStatus.OUTCOME_UNKNOWN
+    assert reconcile_once(dex).reported_keys == (key,)
+    assert reconcile_once(dex).reported == 0

@@ -1,5 +1,6 @@
 """Running a Google ADK agent in the tests: a resumable `App` with dex tools and the
-`DexConversation` plugin, one session, and ADK's own confirmation answer."""
+`DexConversation` plugin, one session (in memory, or in ADK's `DatabaseSessionService`, which
+reads events back in timestamp order), and ADK's own confirmation answer."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from google.adk.agents import LlmAgent
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.events.event import Event
 from google.adk.runners import Runner
-from google.adk.sessions import InMemorySessionService
+from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.genai import types
 
 from dex_celery import Dex
@@ -32,6 +33,7 @@ class Desk:
         model: ScriptedLlm,
         names: Sequence[str],
         session_id: str,
+        sessions: BaseSessionService | None = None,
         **options: Any,
     ) -> None:
         agent = LlmAgent(name="desk", model=model, tools=list(dex_adk_tools(dex, names, **options)))
@@ -44,7 +46,7 @@ class Desk:
             plugins=[DexConversation(dex)],
             resumability_config=resumable,
         )
-        self.sessions = InMemorySessionService()
+        self.sessions = sessions or InMemorySessionService()
         self.runner = Runner(app=app, session_service=self.sessions)
         self.session_id = session_id
 
@@ -116,6 +118,15 @@ def confirmations(events: Sequence[Event]) -> dict[str, tuple[str, dict[str, Any
                 payload = call.args["toolConfirmation"]["payload"]
                 out[original["id"]] = (call.id, payload)
     return out
+
+
+def texts(events: Sequence[Event]) -> list[str]:
+    """The texts of a session's events, in the order the session service gives them."""
+    return [
+        "".join(p.text or "" for p in e.content.parts or [])
+        for e in events
+        if e.content is not None and any(p.text for p in e.content.parts or [])
+    ]
 
 
 def final_text(events: Sequence[Event]) -> str:

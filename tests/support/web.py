@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -108,3 +109,21 @@ def chromium() -> Iterator[object]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def shot(driver: Any, name: str) -> None:
+    """Save the page as `<name>.png` in the folder `DEX_WEB_SCREENSHOTS` names, if it is set."""
+    folder = os.environ.get(SCREENSHOTS_ENV)
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(folder) / f"{name}.png"))
+
+
+def texts(driver: Any, element_id: str) -> list[str]:
+    """Texts of the elements with this id on the page now (none while a page is loading)."""
+    from selenium.common.exceptions import WebDriverException  # deferred: test-only dependency
+
+    try:
+        return [e.text for e in driver.find_elements("id", element_id)]
+    except WebDriverException:  # the page changed under us (a refresh): look again
+        return []

@@ -5,6 +5,9 @@
 | `lookup_order`         | `read`                 | no       | reads only                                   |
 | `add_order_note`       | `idempotent_write`     | no       | the desk stores the key; a repeat is a no-op |
 | `cancel_order`         | `non_idempotent_write` | yes      | the refund it triggers cannot be deduplicated|
+
+`cancel_order` has a preview: the person deciding reads "Cancel order 1001 of Ada Lovelace and
+refund 42.00 by card (reason: ...)" on the approval page, in `approvals list` and in the webhook.
 | `print_shipping_label` | `unclassified`         | no       | nobody has said; runs at most once           |
 
 Every tool passes `ctx.idempotency_key` to the desk, which is what lets reconciliation ask the
@@ -76,10 +79,20 @@ def register(dex: Dex, desk: OrderDesk) -> None:
             raise ToolError(str(e)) from e
         return {"order_id": op.order_id, "note": op.detail, "already_added": not created}
 
+    def cancel_preview(order_id: str, reason: str) -> str:
+        """What the person approving a cancellation reads (docs/guardrails.md, "Previews"):
+        a read of the desk, run on a worker while the call waits."""
+        order = desk.get_order(order_id)
+        return (
+            f"Cancel order {order.id} of {order.customer} and refund "
+            f"{order.total_cents / 100:.2f} by {order.payment.replace('_', ' ')} (reason: {reason})"
+        )
+
     @dex.tool(
         policy=ToolPolicy(
             effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=CANCEL_APPROVAL_TIMEOUT
-        )
+        ),
+        preview=cancel_preview,
     )
     def cancel_order(ctx: ToolContext, order_id: str, reason: str) -> dict[str, Any]:
         """Cancel an order and refund the customer. Needs a person's approval; runs at most once."""

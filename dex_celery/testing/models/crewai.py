@@ -6,6 +6,10 @@ messages it is sent, so a task run again with the same script (a resumed crew, a
 follows it the same way; `seen` keeps every request's messages, so a test checks what the
 model read. It answers with native tool calls (`supports_function_calling`), the only way a
 CrewAI tool call carries the call id dex keys the call with.
+
+Each `Crew.kickoff()` runs a task as a new conversation, so a crew kicked off once per user turn
+takes `scripts`: the conversation whose task prompt (its first user message) contains a
+script's key follows that script (`requests_of` finds what it was sent).
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ def tool_call(name: str, arguments: Mapping[str, Any], call_id: str) -> dict[str
 
 
 class ScriptedLLM(BaseLLM):
-    """The n-th model response of the conversation is `turns[n]` (the last one repeats)."""
+    """The n-th model response of the conversation is `turns[n]` (the last one repeats), or of
+    the script whose key its task prompt contains."""
 
     model: str = "dex-scripted"
-    turns: list[Any]
+    turns: list[Any] = Field(default_factory=list)
+    #: `text in the task prompt -> turns`, for a crew kicked off once per user turn.
+    scripts: dict[str, list[Any]] = Field(default_factory=dict)
     #: Every request's messages, in order.
     seen: list[list[dict[str, Any]]] = Field(default_factory=list)
 
@@ -59,8 +66,21 @@ class ScriptedLLM(BaseLLM):
             messages = [{"role": "user", "content": messages}]
         self.seen.append([dict(m) for m in messages])
         answered = sum(m.get("role") == "assistant" for m in messages)
-        turn = self.turns[min(answered, len(self.turns) - 1)]
+        turns = self._script(messages)
+        turn = turns[min(answered, len(turns) - 1)]
         return turn if isinstance(turn, str) else [dict(c) for c in turn]
+
+    def _script(self, messages: list[dict[str, Any]]) -> list[Any]:
+        prompt = _prompt(messages)
+        for key, turns in self.scripts.items():
+            if key in prompt:
+                return turns
+        return self.turns
+
+    def requests_of(self, prompt: str) -> list[int]:
+        """The indexes in `seen` of the requests of the conversations whose task prompt holds
+        `prompt`, in order."""
+        return [i for i, sent in enumerate(self.seen) if prompt in _prompt(sent)]
 
     def user_texts(self, call: int = -1) -> list[str]:
         """The user messages of the model's `call`-th request (the task prompt first)."""
@@ -77,3 +97,11 @@ class ScriptedLLM(BaseLLM):
             for m in self.seen[call]
             if m.get("role") == "tool" and m.get("tool_call_id")
         }
+
+
+def _prompt(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The conversation's task prompt: its first user message."""
+    return next(
+        (str(m.get("content")) for m in messages if m.get("role") == "user"),
+        "",
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,14 +25,13 @@ from devtools.processes import Worker
 from dex_celery import (
     OUTCOME_UNKNOWN_TOOL_RESULT,
     AsyncDexClient,
-    CallStatus,
     Dex,
     MessageRole,
-    reconcile_once,
 )
+from tests.support import framework_checks as checks
 from tests.support import seed_example
 from tests.support.crash import lines
-from tests.support.framework_checks import killed_mid_call
+from tests.support.framework_checks import REPORT, killed_mid_call
 
 pytestmark = pytest.mark.crash
 
@@ -39,29 +39,11 @@ TOOL = "slow_non_idempotent_write"
 ARGUMENTS = {"seconds": 60, "value": {"order": 1002, "cents": 999}}
 ASK = "Please refund 999 cents on order 1002."
 FOLLOW_UP = "Did my refund go through?"
-REPORT = "Note from the order system: the refund of 999 cents on order 1002 went through."
-
-
-def _check(key: str, arguments_json: str) -> str:
-    return REPORT
 
 
 def _one_run(key: str) -> None:
     """The tool's own log: it started once, and never again."""
     assert len(lines(key, "start")) == 1
-
-
-def _reports(texts: list[str]) -> list[str]:
-    return [t for t in texts if t.startswith(REPORT)]
-
-
-def _reconcile(dex: Dex, key: str) -> None:
-    """The beat job's pass reports the call; a second pass sends nothing (S8.2)."""
-    record = dex.client().get_call(key)
-    assert record.status is CallStatus.OUTCOME_UNKNOWN
-    first = reconcile_once(dex)
-    assert first.reported_keys == (key,)
-    assert reconcile_once(dex).reported == 0
 
 
 # --- Pydantic AI -------------------------------------------------------------------------------
@@ -75,7 +57,7 @@ def test_pydantic_ai_model_reads_the_reconciliation_report_once(
     from dex_celery.integrations.pydantic_ai import DexTools
     from dex_celery.testing.models.pydantic_ai import ScriptedModel, tool_call
 
-    dex.register_outcome_check(TOOL, _check)
+    dex.register_outcome_check(TOOL, checks.report_check)
     worker = start_worker()
     model = ScriptedModel(
         [
@@ -89,21 +71,21 @@ def test_pydantic_ai_model_reads_the_reconciliation_report_once(
 
     first = killed_mid_call(worker, key, lambda: agent.run_sync(ASK, conversation_id="conv-refund"))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in str(model.tool_results()["call_refund"])
-    _reconcile(dex, key)
+    checks.reconcile_reports(dex, key)
 
     second = agent.run_sync(FOLLOW_UP, message_history=first.all_messages())
     assert second.output.startswith("Yes")
-    assert len(_reports(model.user_texts())) == 1  # the model read the report, once
+    assert len(checks.reports(model.user_texts())) == 1  # the model read the report, once
     assert model.user_texts()[0] == ASK and FOLLOW_UP in model.user_texts()
     assert [c.key for c in dex.client().get_agent_snapshot("conv-refund").tool_calls] == [key]
     _one_run(key)
 
     # Resumed from the history saved after the report: not handed it again.
     agent.run_sync("Thanks.", message_history=second.all_messages())
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
     # Resumed from the history saved before it (that run's history was lost): handed it once.
     agent.run_sync(FOLLOW_UP, message_history=first.all_messages())
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
     _one_run(key)
 
 
@@ -139,7 +121,7 @@ def test_the_seeds_function_reports_a_pydantic_ai_session(
     users = [m for m in snapshot.messages if m.role is MessageRole.USER]
     assert [m.text for m in users if m.mirrored] == [ASK]  # the framework's own request
     agent.run_sync(FOLLOW_UP, message_history=first.all_messages())
-    assert _reports(model.user_texts()) == [f"{REPORT} (tool call {key})"]
+    assert checks.reports(model.user_texts()) == [f"{REPORT} (tool call {key})"]
     _one_run(key)
 
 
@@ -164,7 +146,7 @@ def test_langgraph_model_reads_the_reconciliation_report_once(
     from dex_celery.integrations.langgraph import DexConversation, dex_tools
     from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 
-    dex.register_outcome_check(TOOL, _check)
+    dex.register_outcome_check(TOOL, checks.report_check)
     worker = start_worker()
     model = ScriptedChatModel(
         turns=[
@@ -185,23 +167,23 @@ def test_langgraph_model_reads_the_reconciliation_report_once(
     assert OUTCOME_UNKNOWN_TOOL_RESULT in tool_outputs["call_refund"]
     before_report = saver.get_tuple(config)
     assert before_report is not None
-    _reconcile(dex, key)
+    checks.reconcile_reports(dex, key)
 
     state = agent.invoke({"messages": [HumanMessage(FOLLOW_UP)]}, config)
     assert str(state["messages"][-1].content).startswith("Yes")
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
     assert model.user_texts()[0] == ASK and FOLLOW_UP in model.user_texts()
     assert [c.key for c in dex.client().get_agent_snapshot("thread-refund").tool_calls] == [key]
     # The checkpoint keeps the report: the next turn of the thread is not handed it again.
     agent.invoke({"messages": [HumanMessage("Thanks.")]}, config)
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
 
     # Resumed from the checkpoint saved before the report (a lost turn): handed it once.
     forked: Any = {
         "configurable": {"thread_id": "thread-refund", **before_report.config["configurable"]}
     }
     agent.invoke({"messages": [HumanMessage(FOLLOW_UP)]}, forked)
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
     _one_run(key)
 
 
@@ -223,7 +205,7 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
         function_call,
     )
 
-    dex.register_outcome_check(TOOL, _check)
+    dex.register_outcome_check(TOOL, checks.report_check)
     worker = start_worker()
     model = ScriptedModel(
         [
@@ -241,16 +223,16 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
     killed_mid_call(worker, key, lambda: asyncio.run(Runner.run(agent, ASK, session=session)))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
     saved_before_report = asyncio.run(stored.get_items())
-    _reconcile(dex, key)
+    checks.reconcile_reports(dex, key)
 
     result = asyncio.run(Runner.run(agent, FOLLOW_UP, session=session))
     assert str(result.final_output).startswith("Yes")
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
     assert model.user_texts()[0] == ASK and model.user_texts()[-1] == FOLLOW_UP
     assert [c.key for c in dex.client().get_agent_snapshot("sdk-refund").tool_calls] == [key]
     # The stored history keeps the report: the next run is not handed it again.
     asyncio.run(Runner.run(agent, "Thanks.", session=session))
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
 
     # A session restored from the items saved before the report (a lost run): handed it once.
     restored = SQLiteSession("sdk-refund-restored")
@@ -259,7 +241,7 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
     again = DexSession(dex, "sdk-refund", restored)
     replayed = Agent(name="desk", model=replay, tools=again.function_tools([TOOL]))
     asyncio.run(Runner.run(replayed, FOLLOW_UP, session=again))
-    assert len(_reports(replay.user_texts())) == 1
+    assert len(checks.reports(replay.user_texts())) == 1
     _one_run(key)
 
 
@@ -267,39 +249,52 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
 
 
 def test_google_adk_model_reads_the_reconciliation_report_once(
-    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event
+    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event, tmp_path: Path
 ) -> None:
-    from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
-    from tests.support.google_adk import Desk, final_text
+    """In a session service that keeps events in a database (read back in timestamp order), the
+    report is stored where the model read it: after the user's question, before the reply."""
+    from google.adk.sessions import DatabaseSessionService
 
-    dex.register_outcome_check(TOOL, _check)
+    from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
+    from tests.support.google_adk import Desk, final_text, texts
+
+    dex.register_outcome_check(TOOL, checks.report_check)
     worker = start_worker()
+    yes = "Yes: the order system says the refund went through."
     model = ScriptedLlm(
         turns=[
             [tool_call(TOOL, ARGUMENTS, "call_refund")],
             "I could not confirm the refund; I will not try it again until it is checked.",
-            "Yes: the order system says the refund went through.",
+            yes,
         ]
     )
-    desk = Desk(dex, model, [TOOL], "adk-refund")
+    stored = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 'adk.db'}")
+    desk = Desk(dex, model, [TOOL], "adk-refund", stored)
     key = "adk-refund/turn-1/call_refund"
 
     killed_mid_call(worker, key, lambda: desk.ask(ASK))
     assert OUTCOME_UNKNOWN_TOOL_RESULT in model.tool_results()["call_refund"]
     saved_before_report = desk.events()
-    _reconcile(dex, key)
+    checks.reconcile_reports(dex, key)
 
-    assert final_text(desk.ask(FOLLOW_UP)).startswith("Yes")
-    assert len(_reports(model.user_texts())) == 1
+    assert final_text(desk.ask(FOLLOW_UP)) == yes
+    assert len(checks.reports(model.user_texts())) == 1
     assert model.user_texts()[0] == ASK and FOLLOW_UP in model.user_texts()
     assert [c.key for c in dex.client().get_agent_snapshot("adk-refund").tool_calls] == [key]
-    # The session's events keep the report: the next run is not handed it again.
+    saved = texts(desk.events())
+    (report,) = checks.reports(saved)
+    assert saved.index(FOLLOW_UP) < saved.index(report) < saved.index(yes)
+    # The session's events keep the report: the next run is not handed it again, and its model
+    # reads the conversation in the order it happened.
     desk.ask("Thanks.")
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
+    assert checks.reports(texts(desk.events())) == [report]
+    read = ["".join(p.text or "" for p in c.parts or []) for c in model.seen[-1]]
+    assert read.index(FOLLOW_UP) < read.index(report) < read.index(yes) < read.index("Thanks.")
 
     # A session restored from the events saved before the report (a lost run): handed it once.
     restored = Desk(dex, model, [TOOL], "adk-refund")
     restored.restore(saved_before_report)
     restored.ask(FOLLOW_UP)
-    assert len(_reports(model.user_texts())) == 1
+    assert len(checks.reports(model.user_texts())) == 1
     _one_run(key)

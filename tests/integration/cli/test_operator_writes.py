@@ -13,6 +13,7 @@ it, against a real SQLite file and a Redis port nothing answers.
 from __future__ import annotations
 
 import gzip
+import re
 import time
 from pathlib import Path
 
@@ -118,6 +119,7 @@ def test_dry_run_reads_sql_only(tmp_path: Path) -> None:
         ["db", "current"],
         ["calls", "list"],
         ["calls", "show", "s/t/c"],
+        ["sessions", "show", "s"],
         ["mcp-servers", "list"],
         ["history", "prune", "--before", "30d", "--dry-run"],
         ["audit", "verify"],
@@ -132,16 +134,28 @@ def test_sql_only_commands_run_with_redis_down(tmp_path: Path, args: list[str]) 
     assert "cannot use Redis" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert result.returncode in (0, 1), result.stderr
-    if result.returncode == 1:  # `calls show` of a key that is not there: said in one line
-        assert "no tool call" in one_error_line(result)
+    if result.returncode == 1:  # a call or session that is not there: said in one line
+        assert re.search("no tool call|no session", one_error_line(result))
 
 
 #: The command groups (their second word names the command).
-GROUPS = {"calls", "approvals", "history", "webhooks", "mcp-servers", "db", "audit"}
+GROUPS = {
+    "calls",
+    "sessions",
+    "approvals",
+    "history",
+    "webhooks",
+    "mcp-servers",
+    "db",
+    "writes",
+    "budgets",
+    "audit",
+}
 #: Every command that loads the app, as a person might run it against a mistyped URL.
 EVERY_COMMAND = [
     ["calls", "list"],
     ["calls", "show", "s/t/c"],
+    ["sessions", "show", "s"],
     ["approvals", "list"],
     ["approvals", "approve", "s/t/c", "--by", "ann"],
     ["approvals", "reject", "s/t/c", "--by", "ann"],
@@ -160,6 +174,10 @@ EVERY_COMMAND = [
     ["db", "rebind-ledger"],
     ["web", "--port", "1"],
     ["mcp"],
+    ["writes", "freeze", "--reason", "incident", "--by", "ann"],
+    ["writes", "thaw", "--by", "ann"],
+    ["writes", "status"],
+    ["budgets", "show"],
 ]
 
 

@@ -26,11 +26,14 @@ from dex_celery import CallStatus, Dex
 from dex_celery.engine import tracing
 from tests.support.span_file import SPANS_ENV, read_spans
 
+WEB_BASE_URL = "https://dex.example.com/ops/"
+
 
 @pytest.fixture
 def env(env: dict[str, str]) -> dict[str, str]:
-    """Attempts wait for the worker this test starts after its sweeps (not expired meanwhile)."""
-    return {**env, "DEX_SCHEDULE_TO_START": "120"}
+    """Attempts wait for the worker this test starts after its sweeps (not expired meanwhile);
+    the web app's address names each call's session page on its spans (S13.6)."""
+    return {**env, "DEX_SCHEDULE_TO_START": "120", "DEX_WEB_BASE_URL": WEB_BASE_URL}
 
 
 @pytest.fixture
@@ -125,6 +128,10 @@ def test_request_attempts_and_records_form_one_trace(
     (record,) = there(spans, tracing.RECORD_CALL, ok.key)
     assert (record["trace_id"], record["parent_span_id"]) == (trace_id, attempt["span_id"])
     assert record["attributes"]["dex.outcome"] == "succeeded"
+    # From the trace to the session as one story: its id, and its page on the web app.
+    page = "https://dex.example.com/ops/sessions/tp"
+    for attributes in (request.attributes or {}, attempt["attributes"]):
+        assert (attributes["dex.session_id"], attributes["dex.session_url"]) == ("tp", page)
 
     # A retry the worker published: attempt 2 continues the trace from attempt 1.
     (request,) = here(memory, tracing.REQUEST, flaky.key)

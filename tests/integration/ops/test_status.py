@@ -60,7 +60,16 @@ def test_status_shows_every_section(
     assert result.returncode == 0, result.stderr
     value = json.loads(result.stdout)
     sections = value["sections"]
-    assert list(sections) == ["redis", "database", "workers", "last_sweep", "calls", "webhooks"]
+    assert list(sections) == [
+        "redis",
+        "database",
+        "workers",
+        "last_sweep",
+        "calls",
+        "writes",
+        "webhooks",
+    ]
+    assert sections["writes"]["state"] == "ok" and sections["writes"]["frozen"] == []
     assert sections["redis"]["state"] == "ok"
     assert sections["database"]["revision"] == migrate.head()
     assert any(node.startswith("w") and "@" in node for node in sections["workers"]["nodes"])

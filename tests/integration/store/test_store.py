@@ -490,3 +490,25 @@ def test_a_frameworks_messages_are_copied_once_and_dex_messages_listed(store: St
     ]
     assert [m.text for m in store.sent_user_messages("conv")] == ["a report"]
     assert store.sent_user_messages("no-such-session") == []
+
+
+def test_a_dex_message_is_taken_by_one_run_of_the_session(store: Store) -> None:
+    """S12.1, for a framework whose runs share no history (CrewAI's kickoffs): the first run to
+    ask after a message was sent takes it, the same run asking again gets it again, a later
+    run never does; of many runs asking at once, exactly one takes it."""
+    store.open_session("crew")
+    assert store.take_user_messages("crew", "run-a") == []
+    store.append_message("crew", MessageRole.USER, "a report")
+    assert [m.text for m in store.take_user_messages("crew", "run-a")] == ["a report"]
+    assert [m.text for m in store.take_user_messages("crew", "run-a")] == ["a report"]
+    assert store.take_user_messages("crew", "run-b") == []
+    store.append_message("crew", MessageRole.USER, "another")
+    assert [m.text for m in store.take_user_messages("crew", "run-b")] == ["another"]
+    assert [m.text for m in store.take_user_messages("crew", "run-a")] == ["a report"]
+    _calls, history = store.snapshot("crew")
+    assert [(m.text, m.turn_id) for m in history] == [("a report", "run-a"), ("another", "run-b")]
+    assert [m.text for m in store.sent_user_messages("crew")] == ["a report", "another"]
+
+    store.append_message("crew", MessageRole.USER, "raced")
+    took = in_threads(8, lambda i: [m.text for m in store.take_user_messages("crew", f"r{i}")])
+    assert sorted(t for texts in took for t in texts if t == "raced") == ["raced"]

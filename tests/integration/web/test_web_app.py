@@ -13,8 +13,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from devtools.processes import wait_for
-from dex_celery import CallStatus, Dex, EffectClass, ToolContext, ToolPolicy
+from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
+from dex_celery.tools.sealing import unseal
 from dex_celery.web.app import WebApp
+from dex_celery.web.auth import Credentials
 from tests.support.web_session import CREDENTIALS, signed_in
 
 
@@ -131,3 +133,48 @@ def test_metrics_need_credentials(app: WebApp) -> None:
     assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
     assert anonymous.get("/metrics", auth=("alice", "pw-a")).status_code == 200
     assert anonymous.get("/healthz").status_code == 200
+
+
+def test_edit_form_approves_with_edited_arguments_behind_csrf_host_and_scope(
+    app: WebApp, dex: Dex
+) -> None:
+    """S13.3.3 on the approvals page: the edit form shows the whole arguments with the secret
+    `***`; a post without the CSRF token, with a forged Host, or from a token without the
+    `approvals:decide` scope changes nothing; a bad edit is a 409 naming the problem, nothing
+    stored; a good one approves with the edited arguments (the secret kept) and is recorded."""
+    args = {"order": "1003", "card": "4111-1111-1111-1111"}
+    key = dex.client().request_call("s9", "t1", "c1", "refund", args).key
+    before = dex.store.get_call(key)
+    alice = signed_in(app, "alice", "pw-a")
+    page = alice.get("/approvals").text
+    assert 'value="edit"' in page and "4111" not in page
+    assert "&#34;card&#34;: &#34;***&#34;" in page or '"card": "***"' in page
+    edited = '{"order": "1004", "card": "***"}'
+    form = {"key": key, "action": "edit", "arguments": edited}
+    assert alice.post("/approvals/decide", data=form).status_code == 403  # no CSRF token
+    token = csrf(alice)
+    forged = alice.post(
+        "/approvals/decide", data={**form, "csrf": token}, headers={"Host": "evil.example"}
+    )
+    assert forged.status_code in (400, 421)
+    reader = WebApp(dex, Credentials.from_settings(Settings(web_tokens="prom:prom-token")))
+    with TestClient(reader.build(), base_url="http://localhost") as prom:
+        refused = prom.post(
+            "/approvals/decide",
+            data={**form, "csrf": token},
+            headers={"Authorization": "Bearer prom-token"},
+        )
+        assert refused.status_code == 403 and "approvals:decide" in refused.text
+    bad = alice.post("/approvals/decide", data={**form, "arguments": '{"order": 5}', "csrf": token})
+    assert bad.status_code == 409 and "edited arguments" in bad.text
+    assert dex.store.get_call(key) == before
+
+    done = alice.post("/approvals/decide", data={**form, "csrf": token})
+    assert done.status_code == 303, done.text
+    record = dex.store.get_call(key)
+    assert record is not None and record.status is CallStatus.PENDING
+    assert record.approval_edit is not None and record.approval_edit.by == "alice"
+    assert record.approval_edit.after == {"order": "1004", "card": "***"}
+    assert unseal(record.sealed_arguments, dex.settings.secret_key) == {"card": args["card"]}
+    call_page = alice.get(f"/calls/{key}").text
+    assert 'id="edit"' in call_page and "1004" in call_page and "4111" not in call_page

@@ -11,7 +11,6 @@ Set `DEX_WEB_SCREENSHOTS=docs/web` to refresh the README's screenshots from this
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from tests.support.web import SCREENSHOTS_ENV, WebServer, chromium
+from tests.support.web import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password,bob:bob-password"
 
@@ -36,23 +35,6 @@ def web(env: dict[str, str], dex: Dex, tmp_path: Path) -> Iterator[WebServer]:
     ).start()
     yield server
     server.stop()
-
-
-def shot(driver: Any, name: str) -> None:
-    folder = os.environ.get(SCREENSHOTS_ENV)
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(Path(folder) / f"{name}.png"))
-
-
-def texts(driver: Any, element_id: str) -> list[str]:
-    """Texts of the elements with this id on the page now (none while a page is loading)."""
-    from selenium.common.exceptions import WebDriverException  # deferred: test-only dependency
-
-    try:
-        return [e.text for e in driver.find_elements("id", element_id)]
-    except WebDriverException:  # the page changed under us (a refresh): look again
-        return []
 
 
 def swept_unknown(dex: Dex, key: str) -> bool:
@@ -239,3 +221,49 @@ def test_sign_in_approve_reject_and_refusals_in_chromium(
     # Deciding again (a stale tab, a second person) gets the CLI's one-winner answer.
     again = signed_in.post("/approvals/decide", data={**form, "csrf": token, "action": "approve"})
     assert again.status_code == 409 and "already rejected by alice" in again.text
+
+
+def test_edit_arguments_then_approve_in_chromium(
+    dex: Dex, web: WebServer, start_worker: Callable[..., Worker]
+) -> None:
+    """S13.3.3, S13.3.4 in a real browser: alice opens "Edit arguments, then approve", changes
+    the value, approves; the call runs once on a real worker with the edited value, its page
+    shows the edit, and the model's TOOL message says the arguments were edited. A bad edit
+    first is shown as the page's error and changes nothing."""
+    from selenium.webdriver.common.by import By  # deferred: selenium is a test-only dependency
+
+    start_worker()
+    key = dex.client().request_call("web-e1", "t1", "c1", "guarded_write", {"value": 42}).key
+    with chromium() as driver:
+        d: Any = driver
+        d.get(f"{web.url}/login")
+        d.find_element(By.ID, "name").send_keys("alice")
+        d.find_element(By.ID, "password").send_keys("alice-password")
+        d.find_element(By.ID, "sign-in").click()
+        wait_for(lambda: d.find_elements(By.ID, "approvals"), timeout=10, what="the approvals")
+
+        def submit_edit(text: str) -> None:
+            row = d.find_element(By.CSS_SELECTOR, f'tr[data-key="{key}"]')
+            row.find_element(By.CSS_SELECTOR, "details.edit summary").click()
+            area = row.find_element(By.NAME, "arguments")
+            area.clear()
+            area.send_keys(text)
+            row.find_element(By.CSS_SELECTOR, "button.approve-edited").click()
+
+        submit_edit('{"value": 43, "extra": 1}')
+        wait_for(lambda: d.find_elements(By.ID, "error"), timeout=10, what="the edit's refusal")
+        assert "edited arguments" in d.find_element(By.ID, "error").text
+        assert status_of(dex, key) is CallStatus.AWAITING_APPROVAL
+
+        d.get(f"{web.url}/approvals")
+        wait_for(lambda: d.find_elements(By.ID, "approvals"), timeout=10, what="the approvals")
+        submit_edit('{"value": 43}')
+        wait_for(lambda: texts(d, "status") == ["succeeded"], timeout=30,
+                 what="the edited call's page to show succeeded")  # fmt: skip
+        assert "by alice" in d.find_element(By.ID, "edit").text
+        shot(d, "call-edited")
+    record = dex.client().get_call(key)
+    assert record.result == "43" and [x.split()[0] for x in executions(key)] == ["start"]
+    history = dex.client().get_agent_snapshot("web-e1").messages
+    (message,) = [m.tool_output or "" for m in history if m.tool_call_id == "c1" and m.tool_output]
+    assert message.startswith("Note: alice edited the arguments") and message.endswith("43")

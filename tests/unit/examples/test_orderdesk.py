@@ -11,8 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
-from dex_celery import EffectClass, Settings
+from dex_celery import Dex, EffectClass, Settings
+from dex_celery.examples.orderdesk.tools import register
 from reconcile.orders import checks
 from tasks.orderdesk import OrderAlreadyCancelled, OrderDesk
 
@@ -83,3 +85,17 @@ def test_the_reference_app_registers_one_tool_per_effect_class_and_its_checks(
     # The sweeper and the reconcile job both run inside beat (dex_celery.processes.beat).
     assert set(app.conf.beat_schedule) == set()
     assert app.conf.task_routes["dex.tool.print_shipping_label"] == {"queue": "labels"}
+
+
+def test_the_cancellation_preview_says_what_it_would_do(desk: OrderDesk) -> None:
+    """docs/guardrails.md, "Previews": the person deciding reads the order, the customer and
+    the refund; the preview only reads the desk."""
+    dex = Dex(Celery("orderdesk-preview"), Settings())
+    register(dex, desk)
+    order = desk.add_order(customer="Ada Lovelace", total_cents=4_200)
+    preview = dex.get_tool("cancel_order").preview
+    assert preview is not None
+    assert preview(order_id=order.id, reason="broken") == (
+        "Cancel order 1001 of Ada Lovelace and refund 42.00 by card (reason: broken)"
+    )
+    assert desk.get_order(order.id).status != "cancelled"

@@ -4,7 +4,7 @@ Expand only: three new tables, so workers of the previous release keep working (
 entries; `audit verify` covers the calls requested after the log began).
 
 Revision ID: 0017
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-05
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | None = "0013"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,14 @@ from dex_celery.integrations.framework_calls import (  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
 from tests.support import framework_checks as checks  # noqa: E402
 from tests.support.crash import lines, tool_messages  # noqa: E402
-from tests.support.crewai_crew import checkpointed, crew, desk_flow, resumed, session  # noqa: E402
+from tests.support.crewai_crew import (  # noqa: E402
+    checkpointed,
+    crew,
+    desk_flow,
+    key_of,
+    resumed,
+    session,
+)
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
@@ -47,7 +55,8 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     assert team.kickoff().raw == "Both done."
 
     conv = session(team)
-    read_key, write_key = f"{conv}/turn-1/call_read", f"{conv}/turn-1/call_write"
+    read_key = key_of(dex, conv, "echo", "call_read")
+    write_key = key_of(dex, conv, "slow_idempotent_write", "call_write")
     checks.assert_read_and_write_succeeded(dex, model.tool_results(), read_key, write_key)
 
 
@@ -83,7 +92,8 @@ def test_a_person_decides_through_decide_and_the_decision_is_recorded(
     assert team.kickoff().raw == "One sent, two refused."
 
     conv = session(team)
-    ok_key, no_key, edit_key = (f"{conv}/turn-1/{c}" for c in ("call_ok", "call_no", "call_edit"))
+    calls = ("call_ok", "call_no", "call_edit")
+    ok_key, no_key, edit_key = (key_of(dex, conv, "guarded_write", c) for c in calls)
     assert sorted(r["dex_key"] for r in shown) == sorted([ok_key, no_key, edit_key])
     outputs = model.tool_results()
     checks.assert_one_approved_one_rejected(
@@ -118,7 +128,8 @@ def test_a_waiting_call_is_decided_in_dex_and_the_resumed_crew_reads_the_decisio
     team = checkpointed(crew(dex, model, names, "Send them."), tmp_path / "checkpoints")
     team.kickoff()
     conv = session(team)
-    ok_key, no_key, late_key = (f"{conv}/turn-1/{c}" for c in ("call_ok", "call_no", "call_late"))
+    ok_key, no_key = (key_of(dex, conv, "guarded_write", c) for c in ("call_ok", "call_no"))
+    late_key = key_of(dex, conv, "guarded_write_short", "call_late")
     first = model.tool_results()
     for key, call in ((ok_key, "call_ok"), (no_key, "call_no"), (late_key, "call_late")):
         assert dex.client().get_call(key).status is CallStatus.AWAITING_APPROVAL
@@ -156,8 +167,9 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
         ]
     )
     team = crew(dex, model, ["slow_non_idempotent_write"], "Send it.")
-    key = f"{session(team)}/turn-1/call_kill"
-    assert checks.killed_mid_call(worker, key, lambda: team.kickoff().raw) == "I will check it."
+    named = partial(key_of, dex, session(team), "slow_non_idempotent_write", "call_kill")
+    assert checks.killed_mid_call(worker, named, lambda: team.kickoff().raw) == "I will check it."
+    key = named()
     checks.assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
     assert len(model.seen) == 2  # the model read the text and did not call again
 
@@ -176,7 +188,7 @@ def test_a_crew_resumed_from_its_checkpoint_gets_the_same_record(
     names = ["slow_non_idempotent_write"]
     team = checkpointed(crew(dex, model, names, "Send it."), tmp_path / "checkpoints")
     team.kickoff()
-    key = f"{session(team)}/turn-1/call_w"
+    key = key_of(dex, session(team), "slow_non_idempotent_write", "call_w")
     assert dex.client().get_call(key).status is CallStatus.SUCCEEDED
 
     again = ScriptedLLM(turns=script)
@@ -202,7 +214,7 @@ def test_a_long_call_reports_progress_under_the_session_it_was_given(
         dex, model, ["slow_read"], "Look it up.", session_id="crew-long", progress=seen.append
     )
     assert team.kickoff().raw == "Found it."
-    assert seen and {p.key for p in seen} == {"crew-long/turn-1/call_long"}
+    assert seen and {p.key for p in seen} == {key_of(dex, "crew-long", "slow_read", "call_long")}
     assert all(p.timeout == 300.0 and p.tool == "slow_read" for p in seen)
     assert model.tool_results()["call_long"] == '"found"'
 
@@ -228,7 +240,7 @@ def test_an_agent_in_a_flow_keys_its_calls_by_the_flow_id_and_a_rerun_gets_the_s
     flow = desk_flow(agent, "Send it.", tmp_path / "flows.db")
     assert flow.kickoff() == "Done."
     flow_id = flow.state["id"]
-    key = f"{flow_id}/turn-1/call_w"
+    key = key_of(dex, flow_id, "slow_non_idempotent_write", "call_w")
     assert dex.client().get_call(key).status is CallStatus.SUCCEEDED
 
     again = ScriptedLLM(turns=script)

@@ -10,7 +10,7 @@ in, which `audit verify` compares with the live record.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dex_celery.audit.entries import Entry, EntryKind, digest
@@ -123,45 +123,78 @@ def pruned(keys: list[str], cutoff: float) -> Entry:
     return Entry(EntryKind.HISTORY_PRUNED, {"calls": keys, "cutoff": cutoff})
 
 
+def asked_again(key: str, status: str, why: str, deadline: float | None) -> Entry:
+    """A call sent (back) to wait for a person after its request: a tool redeployed since its
+    approval (the decision is cleared), a budget it does not fit, a freeze."""
+    body = {"status": status, "why": why, "deadline": deadline, "cleared": why == "rewait"}
+    return Entry(EntryKind.APPROVAL_ASKED, body, key, CallKey.parse(key).session_id)
+
+
+def edited(key: str, arguments: str, by: str) -> Entry:
+    """An approver's edit of the arguments (the digest of what the call now runs with)."""
+    body = {"arguments": digest(arguments), "edited_by": by}
+    return Entry(EntryKind.APPROVAL_EDITED, body, key, CallKey.parse(key).session_id)
+
+
+def freeze(kind: EntryKind, tool: str, by: str, reason: str | None, mode: str | None) -> Entry:
+    """A write freeze begun or thawed (S13.2)."""
+    return Entry(kind, {"tool": tool, "by": by, "reason": reason, "mode": mode})
+
+
+def released(key: str) -> Entry:
+    """A call a thaw let run again (`pending`)."""
+    body = {"status": CallStatus.PENDING.value}
+    return Entry(EntryKind.THAW, body, key, CallKey.parse(key).session_id)
+
+
 @dataclass(slots=True)
 class CallWord:
-    """The chain's last word on a call: what its entries leave it as. The order they are read
-    in does not matter (they come from several writers): an outcome ends the call whatever was
-    said before it, a decision moves it on from its request."""
+    """The chain's last word on a call: its entries (from several writers) read in time order,
+    an outcome ending the call whatever comes after it."""
 
-    requested: str | None = None
-    decided: str | None = None
+    said: list[tuple[float, int, str, dict[str, Any]]] = field(default_factory=list)
+    requested: bool = False
+    status: str | None = None
     outcome: str | None = None
     decision: str | None = None
     decided_by: str | None = None
+    decided: bool = False
     result: str | None = None
     error: str | None = None
     #: The entry that said the most (how a finding names it).
     last: str = ""
     _rank: int = -1
 
-    @property
-    def status(self) -> str | None:
-        return self.outcome or self.decided or self.requested
-
-    def take(self, kind: str, body: Mapping[str, Any], label: str) -> None:
+    def take(self, kind: str, body: Mapping[str, Any], label: str, at: float = 0.0) -> None:
         rank = _RANKS.get(kind, -1)
         if rank >= self._rank:
             self.last, self._rank = label, rank
-        if kind == EntryKind.CALL_REQUESTED:
-            self.requested = body.get("status")
-        elif kind in (EntryKind.APPROVAL_DECIDED, EntryKind.APPROVAL_EXPIRED):
-            self.decision = body.get("decision")
-            self.decided_by = body.get("decided_by")
-            self.decided = body.get("status")
-        elif kind == EntryKind.OUTCOME:
-            self.outcome = body.get("status")
-            self.result = body.get("result")
-            self.error = body.get("error")
+        self.said.append((at, rank, kind, dict(body)))
+
+    def fold(self) -> None:
+        for _at, _rank, kind, body in sorted(self.said, key=lambda s: (s[0], s[1])):
+            if kind == EntryKind.OUTCOME:
+                self.outcome = self.status = body.get("status")
+                self.result, self.error = body.get("result"), body.get("error")
+            elif self.outcome is not None:
+                continue
+            elif kind == EntryKind.CALL_REQUESTED:
+                self.requested = True
+                self.status = body.get("status")
+            elif kind in (EntryKind.APPROVAL_DECIDED, EntryKind.APPROVAL_EXPIRED):
+                self.decided = True
+                self.decision, self.decided_by = body.get("decision"), body.get("decided_by")
+                self.status = body.get("status") or self.status
+            elif kind in (EntryKind.APPROVAL_ASKED, EntryKind.THAW):
+                self.status = body.get("status") or self.status
+                if body.get("cleared"):
+                    self.decision = self.decided_by = None
+        self.said = []
 
     def disagreements(self, row: Mapping[str, Any]) -> list[str]:
         """Where the live record differs from this word (only what the chain has said: a call
         whose first entries were pruned is compared on what is left)."""
+        self.fold()
         found: list[str] = []
         if self.status is not None and row["status"] != self.status:
             found.append(f"status {row['status']!r}, the chain says {self.status!r}")
@@ -171,7 +204,7 @@ class CallWord:
             if digest(row["error"] or None) != self.error:
                 found.append("its error is not the one the outcome entry holds")
         decided = (row["decision"], row["decided_by"]) != (self.decision, self.decided_by)
-        if (self.decision is not None or self.requested is not None) and decided:
+        if (self.decided or self.requested) and decided:
             said = self.decision or "no decision"
             found.append(
                 f"decision {row['decision']!r} by {row['decided_by']!r}, the chain says {said}"

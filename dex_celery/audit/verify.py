@@ -161,7 +161,7 @@ def _gather(entry: Chained, words: dict[str, CallWord], pruned: set[str]) -> Non
         word = words.get(entry.call_key)
         if word is None:
             word = words[entry.call_key] = CallWord()
-        word.take(entry.kind, _body(entry), entry.label())
+        word.take(entry.kind, _body(entry), entry.label(), entry.at)
 
 
 def _body(entry: Chained) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, insert, select, update
 
+from dex_celery.audit import call_entries
 from dex_celery.model.budgets import BudgetCharge
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ApprovalDecision
@@ -132,7 +133,13 @@ class BudgetRecords(StoreBase):
                     budget_reason=reason,
                 )
             )
-            return bool(result.rowcount == 1)
+            if result.rowcount != 1:
+                return False
+            waits = CallStatus.AWAITING_APPROVAL.value
+            asked = call_entries.asked_again(key, waits, "over budget", deadline)
+            appended = self.audit.append(conn, asked)
+        appended.committed()
+        return True
 
     def calls_waiting_for_budget(self) -> int:
         """Calls waiting for a person because a budget had too little left (the awaiting

@@ -402,3 +402,51 @@ def test_prune_leaves_a_checkpoint_and_the_archive_verifies_alone(
     lines = archive.read_text().splitlines()
     archive.write_text("\n".join(lines[:2] + lines[3:]) + "\n")
     assert not verify_file(archive, VERIFIER).ok
+
+
+def test_bound_approvals_edits_rewaits_budget_and_freeze_holds_verify(
+    store: Store, clock: Clock
+) -> None:
+    """S13.4.1: the decisions of the guardrails (S13.1-S13.3) are entries too, and a record
+    they moved still agrees with the chain; an UPDATE undoing one shows."""
+    from dex_celery.model.freeze import FreezeMode
+    from dex_celery.store.approval_binding import ArgumentsEdit
+    from dex_celery.store.freezes import WriteFreezes
+
+    approval = dict(effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=60.0)
+    store.insert_calls(
+        [new_call("g/t/edit", **approval), new_call("g/t/budget"), new_call("g/t/frozen")],
+        epoch="e",
+    )
+    clock.now += 1
+    edit = ArgumentsEdit('{"q":2}', None, "d" * 64, "{}")
+    ann = ApprovalDecision("approved", "ann", clock.now, None)
+    assert store.approve_bound("g/t/edit", ann, now=clock.now, epoch="e", binding="b1", edit=edit)
+    clock.now += 1
+    assert store.rewait(
+        "g/t/edit",
+        approved="b1",
+        reason="redeployed",
+        deadline=clock.now + 60,
+        definition_digest="x" * 64,
+        arguments_digest=None,
+    )
+    assert store.hold_for_budget("g/t/budget", "over", deadline=clock.now + 60)
+    freezes = WriteFreezes(lambda: store.engine, store.audit)
+    (frozen,) = freezes.begin(["*"], FreezeMode.HOLD, "incident", "ops", clock.now)
+    assert freezes.hold(
+        "g/t/frozen", frozen, deadline=clock.now + 60, may_have_run=False, now=clock.now
+    )
+    clock.now += 1
+    freezes.end(None, "ops", clock.now)
+    assert [h.record.key for h in freezes.release([], clock.now, lambda _h: None)] == ["g/t/frozen"]
+    findings = verified(store)
+    assert findings.ok, findings.lines()
+    with store.engine.connect() as conn:
+        kinds = {r[0] for r in conn.execute(select(audit_log.c.kind))}
+    assert {"approval_edited", "freeze", "thaw", "approval_asked"} <= kinds
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(tool_calls).where(tool_calls.c.key == "g/t/edit").values(status="pending")
+        )
+    assert "g/t/edit" in only(verified(store), FindingClass.RECORD)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -108,6 +109,7 @@ class Setup:
             "DEX_KEY_PREFIX": "bench",
             "BENCH_SQL_COUNT_DIR": str(self.folder / "sql"),
             "DEX_TASK_EVENTS": "1" if self.task_events else "0",
+            **({"DEX_BUDGETS": os.environ[BUDGETS_ENV]} if os.environ.get(BUDGETS_ENV) else {}),
         }
 
 
@@ -193,6 +195,11 @@ def run_dex(setup: Setup, calls: int, *, warmup: int) -> Run:
 _dexes: dict[str, Any] = {}
 
 
+#: Write budgets the dex side's calls draw on (`DEX_BUDGETS` syntax), e.g.
+#: `bench: tools=noop limit=1000000000 scope=deployment window=day`; unset: none.
+BUDGETS_ENV = "BENCH_BUDGETS"
+
+
 def _dex(setup: Setup) -> Any:
     """The client-side Dex (one per run), with the benchmark's settings."""
     if "dex" not in _dexes:
@@ -204,6 +211,8 @@ def _dex(setup: Setup) -> Any:
             database_url=setup.database_url,
             key_prefix="bench",
             task_events=setup.task_events,
+            # Write budgets on the `noop` calls (docs/benchmarks.md, section 20): their cost.
+            budgets=os.environ.get(BUDGETS_ENV) or None,
         )
         _app, dx = build(settings, "bench_client")
         dx.store.create_schema()

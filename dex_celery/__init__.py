@@ -11,10 +11,12 @@ from dex_celery.engine.approvals import Approvals, PendingApproval
 from dex_celery.engine.dispatch import CallRequest
 from dex_celery.engine.reconcile import (
     CannotTellYet,
+    DidNotRun,
     OutcomeCheck,
     OutcomeChecks,
     ReconcileReport,
     SessionMessenger,
+    WentThrough,
     reconcile_once,
     report_unknown_outcomes,
 )
@@ -66,6 +68,7 @@ from dex_celery.errors import (
     UnknownTool,
 )
 from dex_celery.ledger.events import AgentEvent, AgentEvents, EventType
+from dex_celery.model.budgets import Budget, BudgetScope, OverBudget
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
 from dex_celery.model.policy import EffectClass, PolicySnapshot, ToolPolicy
@@ -89,6 +92,8 @@ __all__ = [
     "AsyncDexClient",
     "AttemptCancelled",
     "BackendUnavailable",
+    "Budget",
+    "BudgetScope",
     "CallConflict",
     "CallKey",
     "CallRecordedNotStarted",
@@ -102,6 +107,7 @@ __all__ = [
     "Dex",
     "DexClient",
     "DexError",
+    "DidNotRun",
     "DuplicateOutcomeCheck",
     "DuplicateTool",
     "EffectClass",
@@ -125,6 +131,7 @@ __all__ = [
     "OutcomeCheck",
     "OutcomeCheckError",
     "OutcomeChecks",
+    "OverBudget",
     "PendingApproval",
     "PolicyError",
     "PolicySnapshot",
@@ -148,6 +155,7 @@ __all__ = [
     "UnknownEffectClass",
     "UnknownSession",
     "UnknownTool",
+    "WentThrough",
     "configure_celery",
     "reconcile_once",
     "report_unknown_outcomes",

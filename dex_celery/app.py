@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from celery import Celery
 
+from dex_celery.audit.keys import load_signer
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.client.dex_client import DexClient
 from dex_celery.engine.approvals import Approvals
@@ -85,6 +86,7 @@ class Dex:
             self.settings.database_url,
             schema=self.settings.database_schema,
             clock=lambda: self.ledger.now(),
+            signer=load_signer(self.settings.audit_key, self.settings.audit_key_file),
         )
         #: Registered tools; MCP servers add sources that register theirs on demand.
         self._tools = ToolCatalog()

@@ -351,3 +351,12 @@ class LedgerMismatch(ConfigurationError):
 class RebindNotConfirmed(ConfigurationError):
     """`dex-celery db rebind-ledger` without `--yes`: a rebind is the operator's word that the
     old ledger is gone for good, so it is never assumed."""
+
+
+class AuditKeyError(ConfigurationError):
+    """The audit log's signing or public key is missing, unreadable or not an Ed25519 key
+    (docs/audit.md, "The key")."""
+
+
+class AuditFileError(InvalidRequest):
+    """An audit export given to `audit verify --file` is not one (docs/audit.md)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from dex_celery.backend_errors import check_database_url, check_redis_url
 from dex_celery.errors import ConfigurationError, InvalidRequest
+from dex_celery.model.budgets import Budget, parse_budgets
 from dex_celery.model.times import DURATION_FORMS, parse_duration, parse_seconds
 
 #: PostgreSQL schema holding dex-celery's tables and its Alembic version table, so it lives beside
@@ -154,6 +155,12 @@ DEFAULT_WEB_BASE_URL: str | None = None
 #: taken) before the approval shows "preview unavailable".
 DEFAULT_PREVIEW_TIMEOUT = 10.0
 
+# --- write budgets (S13.1, docs/guardrails.md "Budgets") ---
+#: Write budgets declared by the deployment: `;`-separated `NAME: key=value ...` entries, e.g.
+#: `refunds: tools=refund_order+credit_note limit=3 scope=session window=session`
+#: (`model/budgets.py`, `parse_budgets`). None: only the budgets tools' policies declare.
+DEFAULT_BUDGETS: str | None = None
+
 # --- readiness at start (docs/operations.md, "Probes") ---
 #: Seconds a worker or beat waits at start for its database and Redis to answer (a deployment
 #: starting all at once) before it refuses with the error and exits 1; a schema that is missing
@@ -216,10 +223,18 @@ class Settings:
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
     retention_archive: str = DEFAULT_RETENTION_ARCHIVE
     prune_batch: int = DEFAULT_PRUNE_BATCH
+    # The audit log (docs/audit.md): the Ed25519 signing key, by value or by file, and the
+    # public keys `audit verify` accepts (comma-separated keys or files; old keys kept there
+    # after a rotation). Without a signing key entries are chained but unsigned.
+    audit_key: str | None = dataclasses.field(default=None, repr=False)
+    audit_key_file: str | None = None
+    audit_public_keys: str | None = None
     # --- the session timeline (S13.6) ---
     web_base_url: str | None = DEFAULT_WEB_BASE_URL
     # --- previews ---
     preview_timeout: float = DEFAULT_PREVIEW_TIMEOUT
+    # --- write budgets ---
+    budgets: str | None = DEFAULT_BUDGETS
     # --- readiness at start ---
     startup_wait: float = DEFAULT_STARTUP_WAIT
 
@@ -308,6 +323,13 @@ class Settings:
             raise ConfigurationError(
                 f"key_prefix {self.key_prefix!r} must be non-empty, without braces"
             )
+        if self.budgets is not None:
+            parse_budgets(self.budgets)
+            if self.ledger_shards > 1:
+                raise ConfigurationError(
+                    "write budgets need a ledger of one shard (a budget's scope and the calls "
+                    "it admits share one slot): set ledger_shards to 1 or remove budgets"
+                )
         if self.ledger_cluster and self.claim_replicas > 0:
             raise ConfigurationError(
                 "claim_replicas is not supported with the ledger on a Redis Cluster yet (its WAIT "
@@ -323,6 +345,11 @@ class Settings:
     def ledger_cluster(self) -> bool:
         """Whether the ledger's Redis is a Redis Cluster (`redis_cluster`, or the URL says so)."""
         return self.redis_cluster or self.redis_url.partition("://")[0].endswith("+cluster")
+
+    @property
+    def budget_list(self) -> tuple[Budget, ...]:
+        """The budgets the settings declare (`budgets`, parsed)."""
+        return parse_budgets(self.budgets)
 
     @property
     def retention_seconds(self) -> float | None:

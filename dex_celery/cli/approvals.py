@@ -91,6 +91,8 @@ def _line(p: PendingApproval) -> str:
     )
     if p.repeat is not None:
         line += f"\n    held back: {p.repeat.reason}; now: {p.repeat.now_text}"
+    if p.budget_reason is not None:
+        line += f"\n    over budget: {p.budget_reason}"
     if p.waits_again is not None:
         line += f"\n    waits again: {p.waits_again}"
     if p.preview is not None:

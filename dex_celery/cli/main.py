@@ -23,6 +23,8 @@ import click
 
 from dex_celery.backend_errors import translate
 from dex_celery.cli.approvals import approvals
+from dex_celery.cli.audit import audit
+from dex_celery.cli.budgets import budgets
 from dex_celery.cli.calls import calls
 from dex_celery.cli.context import (
     APP_ENV,
@@ -143,6 +145,7 @@ for _command in (
     sweep,
     reconcile,
     history,
+    audit,
     status,
     dev,
     demo,
@@ -151,6 +154,7 @@ for _command in (
     webhooks,
     mcp,
     mcp_servers,
+    budgets,
     writes,
     probe,
 ):

@@ -86,8 +86,13 @@ class DexClient:
         tool_call_id: str,
         tool_name: str,
         arguments: Mapping[str, Any] | str,
+        *,
+        principal: str | None = None,
     ) -> ToolCallRecord:
         """Record and dispatch one call; the same ids twice are one call (S2.3).
+
+        `principal`: the user or tenant the app acts for, the scope of write budgets kept per
+        principal (S13.1).
 
         Raises `RequestInFlight` (`CallRecordedNotStarted`, `RecordingUnconfirmed`) when the
         call is recorded, or may be, but could not be started: it will run or be judged once
@@ -95,7 +100,7 @@ class DexClient:
         means nothing was recorded.
         """
         return self.request_calls(
-            [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments)]
+            [CallRequest(session_id, turn_id, tool_call_id, tool_name, arguments, principal)]
         )[0]
 
     def request_calls(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:

@@ -87,6 +87,8 @@ class PendingApproval:
     deadline: float
     #: Held back by the repeat guard (S5.4): the earlier call, why, and what became of it.
     repeat: RepeatEvidence | None = None
+    #: Waits because a write budget had too little left (S13.1): why.
+    budget_reason: str | None = None
     #: Approved before, but its tool changed before it ran: why it waits again (S13.3).
     waits_again: str | None = None
     #: What the tool's preview function says the call would do (S13.5), "preview pending" or
@@ -114,6 +116,7 @@ class PendingApproval:
             requested_at=record.requested_at,
             deadline=record.approval_deadline or 0.0,
             repeat=repeat,
+            budget_reason=record.budget_reason,
             waits_again=record.rewait_reason,
             preview=preview,
             frozen=frozen,
@@ -131,6 +134,7 @@ class PendingApproval:
             "requested_at": self.requested_at,
             "deadline": self.deadline,
             "repeat": self.repeat.as_dict() if self.repeat is not None else None,
+            "budget_reason": self.budget_reason,
             "waits_again": self.waits_again,
             "preview": self.preview,
             "frozen": self.frozen,

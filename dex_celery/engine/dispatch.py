@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
+from dex_celery.engine.budget_admission import charge_args, needs_rebuild, over_budget
 from dex_celery.engine.decided import decided, outcome_of
 from dex_celery.engine.previews import request_previews
 from dex_celery.engine.publish_capture import can_capture, capture
@@ -25,6 +26,7 @@ from dex_celery.errors import (
     ArgumentsTooLarge,
     CallConflict,
     CommitUnconfirmed,
+    ConfigurationError,
     DexError,
     InvalidArguments,
     PublishError,
@@ -32,6 +34,7 @@ from dex_celery.errors import (
 )
 from dex_celery.ledger.ledger import BrokerCommand, OpenResult, Step, StepKind
 from dex_celery.model.argument_shape import MAX_ARGUMENT_DEPTH, lone_surrogate, too_deep
+from dex_celery.model.budgets import BudgetCharge, budgets_for, charge_of
 from dex_celery.model.effects import EffectClass, fenced_classes, traits_of
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
@@ -75,6 +78,8 @@ class CallRequest:
     tool_call_id: str
     tool_name: str
     arguments: Mapping[str, Any] | str
+    #: Who the app acts for (a user or tenant): the scope of budgets kept per principal (S13.1).
+    principal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +219,7 @@ class Dispatcher:
                     self._announce_request(record)
                     if record.status is CallStatus.PENDING:
                         to_start.append(record)
-            self._start_many(to_start, by_key, sealed)
+            moved = self._start_many(to_start, by_key, sealed)
         except Exception as e:
             # The insert is committed: these calls exist and the sweeper will start them. An
             # error that let the caller believe otherwise would make it ask under new ids and
@@ -222,10 +227,12 @@ class Dispatcher:
             records = tuple(record for record, _ in results)
             created_keys = {record.key for record, created in results if created}
             raise recorded_not_started(records, created_keys, e, self.settings) from e
+        # A call over its budget waits for a person or was rejected (S13.1): as it is now.
+        now = [moved.get(record.key, record) for record, _ in results]
         # A new call that waits for a person gets its tool's preview run on a worker (S13.5).
-        waiting = [r for r, created in results if created]
+        waiting = [r for r, (_, created) in zip(now, results, strict=True) if created]
         request_previews(self.celery, self.settings, self.tools, waiting)
-        return [record for record, _ in results]
+        return now
 
     def check(self, req: CallRequest) -> tuple[NewCall, dict[str, Any]]:
         """Everything about one request that can be refused without writing (S9.3): ids, tool,
@@ -262,9 +269,33 @@ class Dispatcher:
             sealed=token,
             repeat_digest=identity.fingerprint,
             identity=identity.text,
+            charges=self._charges(tool, identity.received, req),
             definition_digest=definition_digest(tool, pin),
         )
         return new, shown
+
+    def _charges(
+        self, tool: Tool, received: Mapping[str, Any], req: CallRequest
+    ) -> tuple[BudgetCharge, ...]:
+        """What the call owes each write budget it draws on (S13.1), from the arguments the
+        tool receives."""
+        budgets = budgets_for(tool.name, tool.policy.budgets, self.settings.budget_list)
+        if not budgets:
+            return ()
+        if self.settings.ledger_shards > 1:
+            raise ConfigurationError(
+                f"tool {tool.name!r} draws on write budgets, which need a ledger of one shard"
+            )
+        return tuple(
+            charge_of(
+                b,
+                received,
+                session_id=req.session_id,
+                principal=req.principal,
+                tool_name=tool.name,
+            )
+            for b in budgets
+        )
 
     def _identity_of(self, known: ToolCallRecord) -> str | None:
         """The recorded call's `identity_text` (S12.2) from its stored arguments; None when it
@@ -307,7 +338,7 @@ class Dispatcher:
         records: Sequence[ToolCallRecord],
         arguments: Mapping[str, Mapping[str, Any]],
         sealed: Mapping[str, str | None],
-    ) -> None:
+    ) -> dict[str, ToolCallRecord]:
         """Open the new calls of one request in one round trip, then publish each.
 
         A requester that stalled after its insert for a good part of the orphan grace may find
@@ -321,7 +352,7 @@ class Dispatcher:
                 self.start(record, arguments[record.key])
         records = [r for r in records if r.key not in late]
         if not records:
-            return
+            return {}
         messages = [
             AttemptMessage(
                 record.tool_name,
@@ -334,20 +365,37 @@ class Dispatcher:
             for record in records
         ]
         calls = [(r.key, r.policy) for r in records]
+        budgets = [charge_args(self.ledger, r) if r.budgets else () for r in records]
         with self.celery.producer_or_acquire() as producer:  # one producer for the batch
             sends = self._captured(messages, producer)
             # With `sends`, each open publishes its own message when it opens the call: opening
-            # and publishing are one atomic step, one round trip for the batch.
-            opened = self.ledger.open_many(calls, epoch=self.epoch.current(), sends=sends)
+            # and publishing are one atomic step, one round trip for the batch; so are its
+            # budgets' reservations (S13.1).
+            replies = self.ledger.open_replies(
+                calls,
+                epoch=self.epoch.current(),
+                sends=sends,
+                budgets=budgets if any(budgets) else None,
+            )
             if sends is None:
-                for message, result in zip(messages, opened, strict=True):
-                    if result is OpenResult.OPENED:
+                for message, reply in zip(messages, replies, strict=True):
+                    if reply.result is OpenResult.OPENED:
                         self.publish(message, attempt=1, producer=producer)
-        for record, result in zip(records, opened, strict=True):
-            if result is OpenResult.EPOCH_CHANGED:
-                self.start(record)  # refreshes the epoch and reopens
+        moved: dict[str, ToolCallRecord] = {}
+        for record, reply in zip(records, replies, strict=True):
+            result = reply.result
+            if result in (OpenResult.EPOCH_CHANGED, OpenResult.REBUILD):
+                # Refreshes the epoch, or counts a budget from SQL, and reopens.
+                now_record = self.start(record)
+                if now_record is not None:
+                    moved[record.key] = now_record
+            elif result is OpenResult.OVER_BUDGET:
+                now_record = over_budget(self.ledger, self.store, record, reply)
+                if now_record is not None:
+                    moved[record.key] = now_record
             elif result is OpenResult.EXISTS:
                 log.info("call %s already has a ledger entry; not publishing", record.key)
+        return moved
 
     def _captured(
         self, messages: Sequence[AttemptMessage], producer: Any
@@ -397,42 +445,52 @@ class Dispatcher:
         arguments: Mapping[str, Any] | None = None,
         *,
         may_have_run: bool = False,
-    ) -> None:
+    ) -> ToolCallRecord | None:
         """Open attempt 1 and publish it. Safe to call twice: only one open succeeds.
 
         `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
+        Returns the record as it became when a write budget had too little left (it waits for a
+        person, or was rejected: S13.1); None otherwise.
         """
         ledger = self.ledger
-        if not self._may_open(record):
-            return
+        current = self._may_open(record)
+        if current is None:
+            return None
+        # The record as the database has it now: a person's approval admits it over budget.
+        record = current
         # A call that waited for approval announced its request already.
         announce = record.approval is None
         # A person's approval lets the call pass a write freeze begun before it (S13.2).
         approval = record.approval
         passed = approval.decided_at if approval and approval.decision == "approved" else None
-        result = ledger.open(
-            record.key,
-            record.policy,
-            epoch=self.epoch.current(),
-            announce=announce,
-            may_have_run=may_have_run,
-            passed=passed,
-        )
-        if result is OpenResult.EPOCH_CHANGED:
-            # The ledger started a new life since this process last looked (the one place an
-            # epoch change is handled when opening): open the call under the epoch in force.
-            # A write still runs only after its claim in SQL, so this cannot run it twice.
-            result = ledger.open(
-                record.key,
-                record.policy,
-                epoch=self.epoch.current(refresh=True),
+        budgets = charge_args(ledger, record) if record.budgets else ()
+        refresh = False
+        for _ in range(4):
+            epoch = self.epoch.current(refresh=refresh)
+            (reply,) = ledger.open_replies(
+                [(record.key, record.policy)],
+                epoch=epoch,
                 announce=announce,
                 may_have_run=may_have_run,
+                budgets=[budgets] if budgets else None,
                 passed=passed,
             )
-        if result is not OpenResult.OPENED:
-            log.info("call %s already has a ledger entry (%s); not publishing", record.key, result)
-            return
+            if reply.result is OpenResult.EPOCH_CHANGED:
+                # The ledger started a new life since this process last looked (the one place an
+                # epoch change is handled when opening): open the call under the epoch in force.
+                # A write still runs only after its claim in SQL, so this cannot run it twice.
+                refresh = True
+            elif reply.result is OpenResult.REBUILD:
+                needs_rebuild(ledger, self.store, epoch, record, reply)
+            else:
+                break
+        if reply.result is OpenResult.OVER_BUDGET:
+            return over_budget(ledger, self.store, record, reply)
+        if reply.result is not OpenResult.OPENED:
+            log.info(
+                "call %s already has a ledger entry (%s); not publishing", record.key, reply.result
+            )
+            return None
         if arguments is None:
             arguments = json.loads(record.arguments)
         message = AttemptMessage(
@@ -445,19 +503,21 @@ class Dispatcher:
             approved=record.approved_digest is not None,
         )
         self.publish(message, attempt=1)
+        return None
 
-    def _may_open(self, record: ToolCallRecord) -> bool:
+    def _may_open(self, record: ToolCallRecord) -> ToolCallRecord | None:
         """Open only what the system of record still has in flight (and, for a write, not yet
         claimed): a requester or sweeper acting on an old read of the record must not start a
-        call that has ended or whose write was claimed meanwhile (docs/ledger.md)."""
+        call that has ended or whose write was claimed meanwhile (docs/ledger.md). Returns the
+        record as it is now, or None."""
         current = self.store.get_call(record.key)
         if current is None or current.status is not CallStatus.PENDING:
             log.info("call %s is no longer pending in the database; not opening it", record.key)
-            return False
+            return None
         if claimed_write(current):
             log.warning("write %s was claimed already; not opening it again", record.key)
-            return False
-        return True
+            return None
+        return current
 
     # --- attempts ------------------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ class WriteFreezeControl:
         self.ledger = ledger
         self.dispatcher = dispatcher
         self.tools = tools
-        self.freezes = WriteFreezes(lambda: store.engine)
+        self.freezes = WriteFreezes(lambda: store.engine, store.audit)
 
     # --- the operator's moves --------------------------------------------------------------------
 

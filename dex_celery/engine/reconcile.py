@@ -45,6 +45,7 @@ from dex_celery.model.outcomes import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus
 from dex_celery.model.records import AgentSnapshot, Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported, format_report
 from dex_celery.settings import DEFAULT_CHECK_TIMEOUT, Settings
+from dex_celery.store.budgets import DID_NOT_RUN, WENT_THROUGH
 from dex_celery.store.repository import Store
 from dex_celery.store.unknowns import UnknownOutcomes
 
@@ -59,6 +60,20 @@ class CannotTellYet:
     """What a check returns when the service cannot answer now; it is asked again next run."""
 
     reason: str = ""
+
+
+class WentThrough(str):
+    """Report text that also says the call took effect: its held write budgets are spent
+    (S13.1)."""
+
+    __slots__ = ()
+
+
+class DidNotRun(str):
+    """Report text that also says the call did not take effect: its held write budgets are
+    released, usable by the next call (S13.1)."""
+
+    __slots__ = ()
 
 
 CheckAnswer = str | CannotTellYet
@@ -246,13 +261,20 @@ class Reconciler:
     """
 
     def __init__(
-        self, store: Store, events: AgentEvents, checks: OutcomeChecks, settings: Settings
+        self,
+        store: Store,
+        events: AgentEvents,
+        checks: OutcomeChecks,
+        settings: Settings,
+        settle: Callable[[ToolCallRecord, bool], None] | None = None,
     ) -> None:
         self.store = store
         self.events = events
         self.checks = checks
         self.settings = settings
         self.repo = UnknownOutcomes(store)
+        #: Settles a reported call's held write budgets: (record, went through) (S13.1).
+        self.settle = settle
 
     def surface(self, record: ToolCallRecord) -> bool:
         """Note a new `outcome_unknown` call once: a log line and an event (S8.4)."""
@@ -300,8 +322,13 @@ class Reconciler:
         if isinstance(answer, CannotTellYet):
             log.info("outcome check for %s cannot tell yet: %s", key, answer.reason)
             return Verdict.CANNOT_TELL_YET, ""
-        if not self.repo.report(record, text, now=self.store.clock()):
+        verdict = None
+        if isinstance(answer, WentThrough | DidNotRun):
+            verdict = WENT_THROUGH if isinstance(answer, WentThrough) else DID_NOT_RUN
+        if not self.repo.report(record, text, now=self.store.clock(), verdict=verdict):
             return Verdict.ALREADY_REPORTED, ""
+        if verdict is not None and record.budgets and self.settle is not None:
+            self.settle(record, verdict == WENT_THROUGH)
         log.info("reported the outcome of %s to session %s", key, record.session_id)
         self.events.publish(EventType.TOOL_CALL_OUTCOME_REPORTED, key, tool=record.tool_name)
         announce_repeat_evidence(self.store, self.events, key, RECONCILED)
@@ -325,7 +352,11 @@ class Reconciler:
         self, *, checks: OutcomeChecks | None = None, limit: int | None = None
     ) -> ReconcileReport:
         """One run of the beat job. Safe to run twice at once (see `UnknownOutcomes`)."""
-        run = self if checks is None else Reconciler(self.store, self.events, checks, self.settings)
+        run = (
+            self
+            if checks is None
+            else Reconciler(self.store, self.events, checks, self.settings, self.settle)
+        )
         limit = limit or self.settings.sweep_batch
         surfaced: list[str] = []
         failed: list[str] = []

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dex_celery.audit.prune import audit_archive_path, prune_audit
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.settings import Settings
 from dex_celery.store.archive import Archive
@@ -43,6 +44,9 @@ class PruneReport:
     archive: str | None = None
     dry_run: bool = False
     seconds: float = 0.0
+    #: Audit entries cut, and the file they went to (`audit/prune.py`).
+    audit_entries: int = 0
+    audit_archive: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +57,8 @@ class PruneReport:
             "archive": self.archive,
             "dry_run": self.dry_run,
             "seconds": round(self.seconds, 3),
+            "audit_entries": self.audit_entries,
+            "audit_archive": self.audit_archive,
         }
 
     def summary(self) -> str:
@@ -60,6 +66,8 @@ class PruneReport:
         verb = "would remove" if self.dry_run else "removed"
         kept = ", ".join(f"{k}={v}" for k, v in sorted(self.kept.items()) if v) or "none"
         where = f"; archive {self.archive}" if self.archive and self.calls + self.sessions else ""
+        if self.audit_archive:
+            where += f"; {self.audit_entries} audit entries to {self.audit_archive}"
         return (
             f"history prune: {verb} {self.calls} calls, {self.sessions} sessions, "
             f"{self.messages} messages in {self.seconds:.1f}s (kept: {kept}){where}"
@@ -86,7 +94,8 @@ def prune(
     writer = Archive(archive) if archive is not None and not dry_run else None
     if writer is not None:
         writer.check()  # an existing file that is no archive: refused before any delete
-    calls = sessions = messages = 0
+    calls = sessions = messages = audited = 0
+    audit_file: Path | None = None
     kept: Counter[KeptReason] = Counter()
     going: Counter[str] = Counter()
 
@@ -99,6 +108,8 @@ def prune(
             archive=str(archive) if writer is not None else None,
             dry_run=dry_run,
             seconds=time.monotonic() - started,
+            audit_entries=audited,
+            audit_archive=str(audit_file) if audited else None,
         )
 
     try:
@@ -122,7 +133,7 @@ def prune(
                 going.update(r["call"]["session_id"] for r in selected.records)
             else:
                 writer.append(selected.records)  # durable before anything is deleted
-                removed = delete_calls(engine, selected.records)
+                removed = delete_calls(engine, selected.records, store.audit, cutoff)
                 calls += removed.calls
                 messages += removed.messages
             if progress is not None:
@@ -142,6 +153,9 @@ def prune(
                 messages += removed.messages
                 if records and progress is not None:
                     progress(report())
+        if writer is not None and archive is not None and not stopping():
+            audit_file = audit_archive_path(archive, now)
+            audited = prune_audit(store, cutoff=cutoff, archive=audit_file)
     finally:
         if writer is not None:
             writer.close()

@@ -37,6 +37,8 @@ from dex_celery.ledger.connection import ledger_client
 from dex_celery.ledger.guard import ledger_location
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
+from dex_celery.model.budgets import charges_of_json
+from dex_celery.model.records import ToolCallRecord
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
 from dex_celery.store.values import OutcomeRow
@@ -97,8 +99,15 @@ class Runtime:
             on_frozen=self.freeze.on_frozen,
         )
         self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
-        self.reconciler = Reconciler(store, self.events, checks, settings)
+        self.reconciler = Reconciler(store, self.events, checks, settings, self._settle_budgets)
         self.retention = Retention(store, self.ledger, settings)
+
+    def _settle_budgets(self, record: ToolCallRecord, went_through: bool) -> None:
+        """Reconciliation said what became of `record`: settle its held budgets (S13.1)."""
+        scopes = [
+            self.ledger.keys.budget(c.name, c.scope_id) for c in charges_of_json(record.budgets)
+        ]
+        self.ledger.settle_budgets(record.key, scopes, went_through=went_through)
 
 
 class RuntimeSource(Protocol):

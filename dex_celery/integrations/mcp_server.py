@@ -239,6 +239,15 @@ def own_session(identity: Identity) -> str:
         return f"mcp-{hashlib.sha256(identity.name.encode()).hexdigest()[:16]}"
 
 
+def principal_of(identity: Identity) -> str:
+    """The principal of write budgets kept per principal (S13.1): the identity's name, or a
+    digest of it where the name could not be one part of a key."""
+    try:
+        return validate_id("principal", identity.name)
+    except InvalidId:
+        return f"id-{hashlib.sha256(identity.name.encode()).hexdigest()[:16]}"
+
+
 class DexMcpServer:
     """The MCP server of one `Dex`: its tools, each call requested through the ledger."""
 
@@ -339,9 +348,11 @@ class DexMcpServer:
                     status="refused",
                     outcome=Outcome.NOT_EXECUTED,
                 )
+            # The authenticated identity is the principal of budgets kept per principal (S13.1).
             record = await self.client.request_call(
-                scoped, ids.turn_id, ids.tool_call_id, params.name, arguments
-            )
+                scoped, ids.turn_id, ids.tool_call_id, params.name, arguments,
+                principal=principal_of(identity),
+            )  # fmt: skip
         except RequestInFlight as e:
             # Recorded (or maybe): asking again the same way must follow this call, not make a
             # second one, even for a client that sends no ids (S11.2).

@@ -84,7 +84,7 @@ _FINISH_KEYS = (
 
 
 #: `recorded`'s keys after the call's own hash.
-_RECORDED_KEYS = ("unrecorded_index", "events")
+_RECORDED_KEYS = ("unrecorded_index", "events", "epoch", "clock")
 
 
 class HotScripts:

@@ -40,6 +40,9 @@ Layout (prefix `dex` by default, `Settings.key_prefix`):
 | `dex:webhooks:stats`         | hash   | per URL: delivered, retries, given up, last error       |
 | `dex:worker_starts`          | hash   | worker node name -> JSON of its last start: pid, time,  |
 |                              |        | starts under that name (`dex-celery status`)            |
+| `dex:budget:<name>:<scope>`  | hash   | a write budget's scope (S13.1): epoch, totals reserved, |
+|                              |        | spent, held, and each call's charge; `...#spent` is a   |
+|                              |        | zset of spent charges by time (rolling windows)         |
 
 `<key>` is the idempotency key `session/turn/call`; wrapping it in braces makes it the hash
 tag of the single-node layout above.
@@ -48,7 +51,8 @@ Shards (`Settings.ledger_shards`, a Redis Cluster: docs/redis.md, "Redis Cluster
 of the table that a script touches exists once per shard, under the shard's hash tag:
 `dex:{<tag>}:call:<key>`, `dex:{<tag>}:idx:queue`, `dex:{<tag>}:events`, `dex:{<tag>}:epoch`,
 `dex:{<tag>}:dataset`, `dex:{<tag>}:clock`, `dex:{<tag>}:freeze`, `dex:{<tag>}:replayed:<epoch>`,
-`dex:{<tag>}:running:<key>`. A call belongs to shard `crc32(key) % shards`, so every script
+`dex:{<tag>}:running:<key>`, `dex:{<tag>}:budget:<name>:<scope>`. A call belongs to shard
+`crc32(key) % shards`, so every script
 (which touches one call, or one worker's calls of one shard) reads and writes one slot. The
 deployment-wide keys (`ledger`, `cursor:orphans`, `stats`, `sweep_stats`, `webhooks:*`,
 `worker_starts`) share the tag `{dex}`: `{dex}:ledger`. With one shard and no cluster the names
@@ -143,6 +147,12 @@ class ShardKeys:
     def replayed(self, epoch: str) -> str:
         return self._name(f"replayed:{epoch}")
 
+    def budget(self, name: str, scope_id: str) -> str:
+        """One write budget's scope (S13.1, `scripts/_budget.lua`): a hash of its totals and
+        charges; `<this>#spent` is its sorted set of spent charges. In the shard's slot, so the
+        script that opens a call reserves its budget in the same step."""
+        return self._name(f"budget:{name}:{scope_id}")
+
 
 def spread_tag(prefix: str, index: int, shards: int) -> str:
     """The hash tag of shard `index` of `shards`: `<prefix>.<index>.<n>` with the smallest `n`
@@ -210,6 +220,11 @@ class KeySpace:
 
     def running(self, key: str) -> str:
         return self.of(key).running(key)
+
+    def budget(self, name: str, scope_id: str) -> str:
+        """A write budget's scope, in shard 0's slot: budgets need a ledger of one shard, so
+        every call's hash shares this slot (`Settings` refuses budgets with more shards)."""
+        return self._shards[0].budget(name, scope_id)
 
     # --- shard 0 (the single shard of a single-node ledger) ---------------------------------------
 

@@ -10,6 +10,7 @@ transitions and what happens when Redis goes back in time.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -36,6 +37,41 @@ class OpenResult(StrEnum):
     OPENED = "opened"
     EXISTS = "exists"
     EPOCH_CHANGED = "epoch"
+    #: A write budget has too little left (S13.1): nothing was opened.
+    OVER_BUDGET = "over"
+    #: A budget's scope is of another ledger life or gone: count it from SQL, then open again.
+    REBUILD = "rebuild"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenReply:
+    """What `open_replies` says of one call: the result and, for OVER_BUDGET or REBUILD, which
+    of its charges (index) and that scope's totals."""
+
+    result: OpenResult
+    budget: int = -1
+    reserved: float = 0.0
+    spent: float = 0.0
+    held: float = 0.0
+
+    @classmethod
+    def from_fields(cls, f: dict[str, str]) -> OpenReply:
+        result = OpenResult(f["kind"])
+        if result is OpenResult.OVER_BUDGET:
+            return cls(
+                result,
+                int(f["budget"]) - 1,
+                float(f["reserved"]),
+                float(f["spent"]),
+                float(f["held"]),
+            )
+        if result is OpenResult.REBUILD:
+            return cls(result, int(f["budget"]) - 1)
+        return cls(result)
+
+
+#: One call's charge as `open` takes it: (scope key, limit, amount, window seconds, force).
+BudgetArg = tuple[str, int, int, float, bool]
 
 
 class StepKind(StrEnum):
@@ -206,11 +242,26 @@ _SCRIPTS = (
     "rotate",
     "now",
     "note",
+    "budget_settle",
+    "budget_seed",
+    "budget_read",
     "withdraw",
     "freeze",
 )
 #: Scripts that use none of `_common.lua`'s helpers run without them: Redis runs a script's
 #: whole text on every call, helper definitions included (docs/benchmarks.md).
+_STANDALONE = frozenset({"recorded", "rotate", "freeze", "budget_seed"})
+#: Scripts that reserve, settle, rebuild or read write budgets get `_budget.lua` (S13.1).
+_BUDGETED = frozenset({"open", "recorded", "budget_settle", "budget_seed", "budget_read"})
+
+
+def _script_text(name: str, common: str, budget: str) -> str:
+    parts = [] if name in _STANDALONE else [common]
+    if name in _BUDGETED:
+        parts.append(budget)
+    return "\n".join([*parts, _load(f"{name}.lua")])
+
+
 _STANDALONE = frozenset({"recorded", "rotate", "withdraw", "freeze"})
 
 
@@ -229,6 +280,15 @@ def shard_epoch(epoch: str, shard: int, shards: int) -> str:
         return epoch
     parts = epoch.split(EPOCH_SEPARATOR)
     return parts[shard] if len(parts) == shards else ""
+
+
+def _budgets_arg(charges: Sequence[BudgetArg]) -> str:
+    """`open.lua`'s budgets argument: `[limit, amount, window, force]` per charge, or ''."""
+    if not charges:
+        return ""
+    return json.dumps(
+        [[limit, amount, window, int(force)] for _, limit, amount, window, force in charges]
+    )
 
 
 def _n(attempt: int | None) -> str:
@@ -286,14 +346,9 @@ class Ledger:
             streams=tuple(s.events for s in self.keys.all_shards),
             stream_of=lambda key: self.keys.of(key).events,
         )
-        common = _load("_common.lua")
+        common, budget = _load("_common.lua"), _load("_budget.lua")
         self._scripts = {
-            name: client.register_script(
-                _load(f"{name}.lua")
-                if name in _STANDALONE
-                else common + "\n" + _load(f"{name}.lua")
-            )
-            for name in _SCRIPTS
+            name: client.register_script(_script_text(name, common, budget)) for name in _SCRIPTS
         }
         #: The ledger's clock (Redis's), for the times the Python side writes to SQL.
         self.now = LedgerClock(self._redis_now, clock_refresh)
@@ -442,13 +497,39 @@ class Ledger:
         sends: Sequence[Sequence[BrokerCommand]] | None = None,
         passed: float | None = None,
     ) -> list[OpenResult]:
-        """`open` for the calls of one turn in one round trip (each open is still atomic).
+        """`open` for the calls of one turn in one round trip (each open is still atomic)."""
+        replies = self.open_replies(
+            calls,
+            epoch=epoch,
+            announce=announce,
+            may_have_run=may_have_run,
+            sends=sends,
+            passed=passed,
+        )
+        return [reply.result for reply in replies]
+
+    def open_replies(
+        self,
+        calls: Sequence[tuple[str, PolicySnapshot]],
+        *,
+        epoch: str,
+        announce: bool = True,
+        may_have_run: bool = False,
+        sends: Sequence[Sequence[BrokerCommand]] | None = None,
+        budgets: Sequence[Sequence[BudgetArg]] | None = None,
+        passed: float | None = None,
+    ) -> list[OpenReply]:
+        """`open_many` with write budgets and what each open said of them.
 
         `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part.
         `sends`, one sequence per call: the broker's commands of its first attempt's message,
         run by the same script only if it opens the entry (the broker being this Redis:
-        `engine/publish_capture.py`), so opening and publishing are one atomic step."""
+        `engine/publish_capture.py`), so opening and publishing are one atomic step.
+        `budgets`, one sequence per call: its charges (S13.1), reserved by the same script
+        only if every one has room, so admission and reservation are one atomic step."""
         shards = [self.keys.of(key) for key, _ in calls]
+        if budgets is None:
+            budgets = [()] * len(calls)
         if sends is None:
             sends = [()] * len(calls)
         elif any(sends) and not self.may_publish:
@@ -464,6 +545,8 @@ class Ledger:
                         k.clock,
                         k.events,
                         *(target for _, target, _ in send),
+                        *(charge[0] for charge in charged),
+                        *((k.dataset,) if charged else ()),
                     ),
                     (
                         key,
@@ -479,15 +562,18 @@ class Ledger:
                         "1" if announce else "0",
                         "1" if may_have_run else "0",
                         *snapshot.effect.traits.ledger_flags,
+                        _budgets_arg(charged),
                         len(send),
                         *(part for command, _, value in send for part in (command, value)),
                         *(() if passed is None else (repr(float(passed)),)),
                     ),
                 )
-                for (key, snapshot), k, send in zip(calls, shards, sends, strict=True)
+                for (key, snapshot), k, send, charged in zip(
+                    calls, shards, sends, budgets, strict=True
+                )
             ],
         )
-        return [OpenResult(reply["kind"]) for reply in replies]
+        return [OpenReply.from_fields(reply) for reply in replies]
 
     def claim(self, key: str, attempt: int, *, owner: str, fence: str, tool: str = "*") -> Claim:
         """Claim attempt `attempt` of `key` (S3.3); `tool` is the call's tool, for a write
@@ -686,7 +772,7 @@ class Ledger:
                 "recorded",
                 [
                     (
-                        (k.call(key), k.unrecorded_index, k.events),
+                        (k.call(key), k.unrecorded_index, k.events, k.epoch, k.clock),
                         (key, self.finished_ttl, self.events_maxlen, status, error),
                     )
                     for key, status, error in outcomes
@@ -694,6 +780,44 @@ class Ledger:
                 ],
             )
         return [reply["kind"] == "announced" for reply in replies]
+
+    # --- write budgets (S13.1) ------------------------------------------------------------------
+
+    def settle_budgets(self, key: str, scopes: Sequence[str], *, went_through: bool) -> int:
+        """Reconciliation settled call `key`: its held charges in `scopes` are spent (it went
+        through) or released (it did not run). Returns how many moved."""
+        if not scopes:
+            return 0
+        s = self.keys.shard(0)
+        verdict = "went_through" if went_through else "did_not_run"
+        f = self._run("budget_settle", (s.epoch, s.clock, *scopes), (key, verdict))
+        return int(f["moved"])
+
+    def seed_budget(
+        self,
+        scope: str,
+        *,
+        epoch: str,
+        window: float,
+        charges: Sequence[tuple[str, str, int, float]],
+    ) -> str:
+        """Rebuild scope `scope` from SQL's `(key, state r|s|h, amount, spent_at)` charges, in
+        ledger life `epoch` (compare-and-set: `budget_seed.lua`). Returns seeded, current or
+        epoch."""
+        s = self.keys.shard(0)
+        args: list[object] = [shard_epoch(epoch, 0, self.keys.shards), window]
+        for charge in charges:
+            args.extend(charge)
+        return self._run("budget_seed", (scope, s.epoch), args)["kind"]
+
+    def read_budget(self, scope: str, *, window: float) -> tuple[float, float, float] | None:
+        """A scope's (reserved, spent within the window, held) in this ledger life; None when it
+        holds none (another life's, or gone: SQL has the count)."""
+        s = self.keys.shard(0)
+        f = self._run("budget_read", (scope, s.epoch, s.clock), (window,))
+        if f["kind"] != "totals":
+            return None
+        return float(f["reserved"]), float(f["spent"]), float(f["held"])
 
     # --- reads ----------------------------------------------------------------------------------
 

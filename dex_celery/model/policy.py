@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from dex_celery.errors import PolicyError
+from dex_celery.model.budgets import Budget
 from dex_celery.model.effects import UNDECLARED_EFFECT, traits_of
 
 # `EffectClass` is re-exported: it is the type of `ToolPolicy.effect`.
@@ -58,6 +59,8 @@ class ToolPolicy:
             `non_idempotent_write` and `unclassified`, off for the retried classes.
         repeat_window: Seconds after a `succeeded` call within which an identical call of the
             session also waits for a person (S5.4); unset or 0: off.
+        budgets: Write budgets the tool's calls draw on (S13.1, `model/budgets.py`); tools
+            declaring a budget of the same name share it.
     """
 
     effect: EffectClass | None = None
@@ -72,8 +75,11 @@ class ToolPolicy:
     secret_arguments: tuple[str, ...] = ()
     repeat_guard: bool | None = None
     repeat_window: float | None = None
+    budgets: tuple[Budget, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.budgets, Budget):
+            object.__setattr__(self, "budgets", (self.budgets,))
         if self.effect is not None:
             object.__setattr__(self, "effect", EffectClass.parse(self.effect))
         if self.max_attempts is not None and self.max_attempts < 1:

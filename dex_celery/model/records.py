@@ -84,6 +84,11 @@ class ToolCallRecord:
     #: The request's trace context (JSON of the propagator's headers, `engine/tracing.py`), so
     #: retries and records made later by another process join the request's trace.
     trace_context: str | None = field(default=None, repr=False)
+    #: The write budgets it drew on, as fixed at its request (S13.1, `model/budgets.py`, JSON
+    #: of its charges); None: none.
+    budgets: str | None = None
+    #: Why it waits for a person (or was rejected): a budget had too little left (S13.1).
+    budget_reason: str | None = None
     #: What an approval is bound to (S13.3, `tools/definition_digest.py`): set for calls that
     #: waited for a person. The digests of the validated arguments and of the tool's
     #: definition, the binding an approval holds, and when the worker's claim consumed it.

@@ -37,6 +37,11 @@ Metrics (all prefixed `dex_`):
 | `dex_webhooks_retries_total` | counter | receiver | failed tries that were retried |
 | `dex_webhooks_given_up_total` | counter | receiver | deliveries given up after the last try |
 | `dex_webhooks_pending` | gauge | | deliveries waiting to be (re)tried |
+| `dex_budget_limit` | gauge | budget, scope | a write budget's limit (S13.1), per principal or deployment scope |
+| `dex_budget_used` | gauge | budget, scope | reserved (admitted, not ended) plus spent in the window |
+| `dex_budget_held` | gauge | budget, scope | charges of calls whose outcome is unknown, not reconciled |
+| `dex_budget_left` | gauge | budget, scope | what the next call may still use |
+| `dex_budget_calls_waiting` | gauge | | calls waiting for a person because a budget had too little left |
 | `dex_metrics_source_up` | gauge | source | 1 if `sql` / `redis` answered this scrape |
 
 Secret argument values never reach a metric: no label holds arguments; webhook receivers are
@@ -62,6 +67,7 @@ from prometheus_client.registry import Collector
 from dex_celery.access import Credentials, HostAllowlist, Scope, check_bind, guarded_wsgi
 from dex_celery.engine import counters
 from dex_celery.model.outcomes import CallStatus
+from dex_celery.ops.budgets import declared_budgets, scope_views
 from dex_celery.ops.webhooks import delivery_status
 from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.mcp_catalog import McpCatalog
@@ -99,11 +105,44 @@ class DexCollector(Collector):
             up.add_metric(["sql"], 0)
         try:
             yield from self._redis()
+            yield from self._budgets()
             up.add_metric(["redis"], 1)
         except Exception:
             log.exception("metrics: the Redis part failed")
             up.add_metric(["redis"], 0)
         yield up
+
+    def _budgets(self) -> Iterator[Metric]:
+        """Write budgets (S13.1): each principal and deployment scope (a session's scope is
+        shown by `budgets show` and the web app: one series per session would have no end),
+        and the calls waiting because of a budget."""
+        source = self.source
+        declared = declared_budgets(source, source.runtime.dispatcher.tools.values())
+        families = {
+            name: GaugeMetricFamily(f"dex_budget_{name}", text, labels=["budget", "scope"])
+            for name, text in (
+                ("limit", "A write budget's limit"),
+                ("used", "Reserved plus spent within the window"),
+                ("held", "Charges of calls whose outcome is unknown, not reconciled"),
+                ("left", "What the next call may still use"),
+            )
+        }
+        for v in scope_views(source, declared):
+            if v.scope.startswith("session:"):
+                continue
+            for name, value in (
+                ("limit", v.limit),
+                ("used", v.used),
+                ("held", v.held),
+                ("left", v.left),
+            ):
+                families[name].add_metric([v.name, v.scope], float(value))
+        yield from families.values()
+        waiting = GaugeMetricFamily(
+            "dex_budget_calls_waiting", "Calls waiting for a person because a budget was used up"
+        )
+        waiting.add_metric([], float(source.runtime.store.calls_waiting_for_budget()))
+        yield waiting
 
     def _sql(self) -> Iterator[Metric]:
         pair = ["tool", "effect_class"]

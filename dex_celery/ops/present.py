@@ -27,6 +27,7 @@ from dex_celery.model.effects import traits_of
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.model.report_text import already_reported
 from dex_celery.model.times import format_utc
+from dex_celery.ops.budgets import budget_lines, call_budgets
 from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import Tool
 
@@ -302,6 +303,10 @@ def call_details(
     )
     evidence = repeat_evidence(source.runtime.store, record)
     details["repeat"] = evidence.as_dict() if evidence is not None else None
+    # Write budgets (S13.1): what the call was charged, the limit it was judged by, each scope
+    # now, and why it waits (or was rejected) when one had too little left.
+    details["budgets"] = call_budgets(source, record) if record.budgets else []
+    details["budget_reason"] = record.budget_reason
     runtime = source.runtime
     now = time.time() if ledger_error is not None else runtime.ledger.now()
     details["preview"] = shown_preview(record, runtime.tools, runtime.settings, now)
@@ -385,6 +390,7 @@ def render_details(d: dict[str, Any], *, full: bool = False, app: str | None = N
     if d.get("repeat"):
         lines.append(f"repeat    held back: {d['repeat']['reason']}")
         lines.append(f"          now: {d['repeat']['earlier_now']}")
+    lines.extend(budget_lines(d.get("budgets") or [], d.get("budget_reason")))
     lines.extend(_attempt_lines(d["attempt_log"], full))
     if d["late_result"] is not None:
         lines.append(f"late      {json.dumps(d['late_result'], ensure_ascii=False)}")

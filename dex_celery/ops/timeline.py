@@ -26,6 +26,7 @@ import redis
 
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ledger.ledger import LedgerCall
+from dex_celery.model.budgets import charges_of_json
 from dex_celery.model.ids import validate_id
 from dex_celery.model.links import session_path
 from dex_celery.model.outcomes import CallStatus
@@ -40,6 +41,7 @@ from dex_celery.ops.present import (
     cut_text,
     cut_value,
 )
+from dex_celery.store.budgets import WENT_THROUGH
 from dex_celery.store.freezes import FreezeHold, WriteFreezes
 from dex_celery.store.unknowns import REPORTED, UnknownOutcome, UnknownOutcomes
 from dex_celery.tools.redact import record_arguments
@@ -54,6 +56,8 @@ class EntryKind(StrEnum):
     ASSISTANT = "assistant"
     SYSTEM = "system"
     CALL_REQUESTED = "call_requested"
+    BUDGET_CHARGED = "budget_charged"
+    BUDGET_OVER = "budget_over"
     APPROVAL_ASKED = "approval_asked"
     APPROVAL_DECIDED = "approval_decided"
     #: A write freeze held the call at its claim (S13.2), and a thaw let it run.
@@ -63,6 +67,7 @@ class EntryKind(StrEnum):
     ATTEMPT_ENDED = "attempt_ended"
     CALL_ENDED = "call_ended"
     TOOL_RESULT = "tool_result"
+    BUDGET_SETTLED = "budget_settled"
     OUTCOME_SURFACED = "outcome_surfaced"
     OUTCOME_CHECK_FAILED = "outcome_check_failed"
     REPORT = "report"
@@ -238,6 +243,60 @@ def _approval_entries(record: ToolCallRecord) -> Iterator[Entry]:
         )
 
 
+def _budget_entries(facts: SessionFacts) -> Iterator[Entry]:
+    """Write budgets (S13.1): what each call was charged when requested (the limit it was
+    judged by), a call over a budget and why, and what became of the charge when the call
+    ended (spent, held while unknown, released) or was reconciled."""
+    verdicts = {u.call_key: u for u in facts.unknowns if u.verdict}
+    for record in facts.calls:
+        charges = charges_of_json(record.budgets)
+        if not charges:
+            continue
+        if record.budget_reason:
+            yield Entry(
+                record.requested_at,
+                EntryKind.BUDGET_OVER,
+                f"over budget: {record.budget_reason}",
+                call_key=record.key,
+                state=record.status.value,
+            )
+        else:
+            for c in charges:
+                yield Entry(
+                    record.requested_at,
+                    EntryKind.BUDGET_CHARGED,
+                    f"charged {c.amount} to budget {c.name} ({c.scope_id}, limit {c.limit}): "
+                    "reserved",
+                    call_key=record.key,
+                    state="reserved",
+                )
+        if record.budget_reason or not record.finished or not record.finished_at:
+            continue
+        state = {
+            CallStatus.SUCCEEDED: "spent",
+            CallStatus.OUTCOME_UNKNOWN: "held until reconciled",
+        }.get(record.status, "released")
+        names = ", ".join(c.name for c in charges)
+        yield Entry(
+            record.finished_at,
+            EntryKind.BUDGET_SETTLED,
+            f"budget {names}: {state}",
+            call_key=record.key,
+            state=state.split()[0],
+        )
+        settled = verdicts.get(record.key)
+        if settled is not None and settled.reported_at is not None:
+            state = "spent" if settled.verdict == WENT_THROUGH else "released"
+            yield Entry(
+                settled.reported_at,
+                EntryKind.BUDGET_SETTLED,
+                f"budget {names}: {state} (reconciled: {settled.verdict})",
+                call_key=record.key,
+                actor="reconcile",
+                state=state,
+            )
+
+
 def _ended(record: ToolCallRecord) -> str:
     tried = f"{record.attempts} attempt{'' if record.attempts == 1 else 's'}"
     return f"{record.status.value} after {tried}"
@@ -357,6 +416,7 @@ SOURCES: tuple[EntrySource, ...] = (
     _session_entries,
     _message_entries,
     _call_entries,
+    _budget_entries,
     _attempt_entries,
     _reconcile_entries,
     _freeze_entries,

@@ -321,6 +321,8 @@ class WebhookSender:
                 # Held back by the repeat guard (S5.4): why, and the earlier call it repeats.
                 body["repeat_of"] = record.repeat_of
                 body["repeat_reason"] = record.repeat_reason
+                # Waits because a write budget had too little left (S13.1): why.
+                body["budget_reason"] = record.budget_reason
                 # Approved once, but its tool changed before it ran: why it waits again (S13.3).
                 body["waits_again"] = record.rewait_reason
                 # What the call would do, from the tool's preview function (S13.5).

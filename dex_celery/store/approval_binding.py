@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import or_, update
 
+from dex_celery.audit import call_entries
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ApprovalDecision
 from dex_celery.store.base import StoreBase
@@ -91,7 +92,14 @@ class ApprovalBinding(StoreBase):
         if expected_arguments is not None:
             query = query.where(tool_calls.c.arguments == expected_arguments)
         with self.engine.begin() as conn:
-            return bool(conn.execute(query.values(**values)).rowcount == 1)
+            if conn.execute(query.values(**values)).rowcount != 1:
+                return False
+            entries = [call_entries.decided(key, decision, CallStatus.PENDING.value)]
+            if edit is not None:
+                entries.append(call_entries.edited(key, edit.arguments, decision.decided_by))
+            appended = self.audit.append(conn, *entries)
+        appended.committed()
+        return True
 
     def claim_approved(
         self,
@@ -163,4 +171,10 @@ class ApprovalBinding(StoreBase):
             .where(tool_calls.c.approved_digest == approved)
         )
         with self.engine.begin() as conn:
-            return bool(conn.execute(query.values(**values)).rowcount == 1)
+            if conn.execute(query.values(**values)).rowcount != 1:
+                return False
+            waits = CallStatus.AWAITING_APPROVAL.value
+            asked = call_entries.asked_again(key, waits, "rewait", deadline)
+            appended = self.audit.append(conn, asked)
+        appended.committed()
+        return True

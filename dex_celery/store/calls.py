@@ -19,6 +19,9 @@ from sqlalchemy import (
     update,
 )
 
+from dex_celery.audit import call_entries
+from dex_celery.audit.entries import Entry
+from dex_celery.model.budgets import BudgetCharge, charges_json
 from dex_celery.model.ids import CallKey, validate_id
 from dex_celery.model.list_limits import check_list_limit
 from dex_celery.model.outcomes import CallStatus
@@ -28,6 +31,7 @@ from dex_celery.model.records import (
     ToolCallRecord,
 )
 from dex_celery.store.base import StoreBase
+from dex_celery.store.budgets import insert_charges
 from dex_celery.store.commit import transaction
 from dex_celery.store.counts import Ended, count_ended
 from dex_celery.store.dialect import IN_CHUNK, insert_many_ignore
@@ -75,6 +79,7 @@ class CallRecords(StoreBase):
             defaults: dict[str, EffectClass | None] = {}
             rows: list[dict[str, Any]] = []
             batched: set[str] = set()
+            charged: dict[str, tuple[BudgetCharge, ...]] = {}
             for new in new_calls:
                 if new.key.key in batched:
                     continue
@@ -105,7 +110,13 @@ class CallRecords(StoreBase):
                         trace_context=new.trace_context,
                     )
                 )
-            if any(r["status"] == CallStatus.AWAITING_APPROVAL.value for r in rows):
+                if new.charges:  # only then: the common request keeps its compiled insert
+                    rows[-1]["budgets"] = charges_json(new.charges)
+                    charged[new.key.key] = new.charges
+            if charged:  # one batch, one set of columns
+                for row in rows:
+                    row.setdefault("budgets", None)
+            if charged or any(r["status"] == CallStatus.AWAITING_APPROVAL.value for r in rows):
                 _keep_digests(rows, new_calls)
             if hot is not None and len(rows) == 1 and tuple(rows[0]) == REQUEST_COLUMNS:
                 # One call, the common request: its driver SQL (`store/hot_request.py`).
@@ -113,6 +124,8 @@ class CallRecords(StoreBase):
                 created = {str(inserted[0])} if inserted is not None else set()
             else:
                 created = insert_many_ignore(conn, tool_calls, rows)
+            for key in created & charged.keys():
+                insert_charges(conn, key, charged[key], now)
             if repeats is not None:
                 definitions = {n.key.key: n.definition_digest for n in new_calls}
                 self._guard_repeats(
@@ -124,6 +137,9 @@ class CallRecords(StoreBase):
                 for new in new_calls:
                     if new.key.key in known:
                         check(new, known[new.key.key])
+            entries = [e for r in rows if r["key"] in created for e in call_entries.requested(r)]
+            appended = self.audit.append(conn, *entries)
+        appended.committed()
         fresh = {r["key"]: call_record(r) for r in rows if r["key"] in created}
         out: list[tuple[ToolCallRecord, bool]] = []
         for key in keys:
@@ -234,17 +250,28 @@ class CallRecords(StoreBase):
                     tool_calls.c.arguments,
                     tool_calls.c.effect,
                     tool_calls.c.attempts,
+                    tool_calls.c.claimed_attempt,
+                    tool_calls.c.claimed_at,
+                    tool_calls.c.claimed_by,
                     tool_calls.c.approval_edit,
                 )
             ).first()
             if row is None:
                 return False
+            call = CallKey.parse(key)
             message = tool_message_row(
-                CallKey.parse(key), row.tool_name, row.arguments, outcome, now, row.approval_edit
+                call, row.tool_name, row.arguments, outcome, now, row.approval_edit
             )
             conn.execute(insert(messages).values(**message))
             ended = (row.tool_name, row.effect, outcome.status.value, int(row.attempts or 0))
             count_ended(conn, hot_statements(self.engine), [ended])
+            entries: list[Entry] = []
+            if decision is not None:
+                entries.append(call_entries.decided(key, decision, None))
+            claim = row._mapping
+            entries += call_entries.ended(call, outcome, values["finished_at"], claim)
+            appended = self.audit.append(conn, *entries)
+        appended.committed()
         return True
 
     def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
@@ -265,6 +292,7 @@ class CallRecords(StoreBase):
         with driver_cursor(self.engine) as conn:  # the recorder's path: `store/hot.py`
             mine: list[dict[str, Any]] = []
             ended: list[Ended] = []
+            entries: list[Entry] = []
             for r in rows:
                 got = hot.end_pending.first(
                     conn,
@@ -285,9 +313,14 @@ class CallRecords(StoreBase):
                     tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now, r.edit)
                 )
                 ended.append((r.tool_name, got[0], r.outcome.status.value, r.outcome.attempts))
+                claim = {"claimed_attempt": got[1], "claimed_at": got[2], "claimed_by": got[3]}
+                finished = r.outcome.decided_at or now
+                entries += call_entries.ended(r.key, r.outcome, finished, claim)
             if mine:
                 hot.insert_message.execute_many(conn, mine)
             count_ended(conn, hot, ended)
+            appended = self.audit.append(conn, *entries)  # the batch carries its entries
+        appended.committed()
 
     def claim_write(self, key: str, attempt: int, *, fence: str, owner: str, now: float) -> bool:
         """The write fence: commit this attempt's claim before any tool code runs.
@@ -315,6 +348,8 @@ class CallRecords(StoreBase):
         """Evidence from a fenced attempt (S5.2); never touches status, error or result."""
         with self.engine.begin() as conn:
             conn.execute(update(tool_calls).where(tool_calls.c.key == key).values(late_result=late))
+            appended = self.audit.append(conn, call_entries.late_result(key, late))
+        appended.committed()
 
     def decide(
         self, key: str, decision: ApprovalDecision, *, now: float, epoch: str | None = None
@@ -342,7 +377,12 @@ class CallRecords(StoreBase):
                 .where(tool_calls.c.approval_deadline > now)
                 .values(**values)
             )
-            return bool(result.rowcount == 1)
+            if result.rowcount != 1:
+                return False
+            status = CallStatus.PENDING.value
+            appended = self.audit.append(conn, call_entries.decided(key, decision, status))
+        appended.committed()
+        return True
 
     def pending_approvals(
         self, now: float, *, session_id: str | None = None, limit: int = 100
@@ -489,10 +529,11 @@ class CallRecords(StoreBase):
 def _keep_digests(rows: list[dict[str, Any]], new_calls: Sequence[NewCall]) -> None:
     """A batch with a call that waits for a person keeps, for each such call, the digests its
     approval will be bound to (S13.3); every row gets the columns, so the batch stays one
-    statement. Calls that run at once keep none (nothing to bind)."""
+    statement. Calls that run at once keep none (nothing to bind), except a call that draws on a
+    write budget: its open may find the budget used up and make it wait (S13.1.4)."""
     by_key = {new.key.key: new for new in new_calls}
     for row in rows:
-        waits = row["status"] == CallStatus.AWAITING_APPROVAL.value
+        waits = row["status"] == CallStatus.AWAITING_APPROVAL.value or bool(row.get("budgets"))
         new = by_key[row["key"]]
         row["arguments_digest"] = new.repeat_digest if waits else None
         row["definition_digest"] = new.definition_digest if waits else None

@@ -57,3 +57,12 @@ def insert_many_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]
         stmt = make(table).on_conflict_do_nothing().returning(table.c.key)
         return {str(k) for k in conn.execute(stmt, rows).scalars()}
     return {r["key"] for r in rows if insert_ignore(conn, table, **r)}
+
+
+def upsert(conn: Connection, table: Table, values: dict[str, Any], keys: list[str]) -> Any:
+    """INSERT, or on a conflict of `keys` UPDATE the row to `values` (PostgreSQL and SQLite)."""
+    make: Any = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    stmt = make(table).values(**values)
+    return stmt.on_conflict_do_update(
+        index_elements=keys, set_={k: v for k, v in values.items() if k not in keys}
+    )

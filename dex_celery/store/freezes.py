@@ -14,6 +14,9 @@ from typing import Any
 
 from sqlalchemy import Engine, RowMapping, delete, insert, select, update
 
+from dex_celery.audit import call_entries
+from dex_celery.audit.chain import NOTHING, Appended, AuditLog
+from dex_celery.audit.entries import Entry, EntryKind
 from dex_celery.model.freeze import ALL_TOOLS, FreezeMode, WriteFreeze
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
@@ -59,8 +62,13 @@ class WriteFreezes:
     """Repository over `dex_write_freezes` and `dex_freeze_holds`, on the `Store`'s engine
     (`engine`: `lambda: store.engine`, or the ledger guard's, which has no `Store`)."""
 
-    def __init__(self, engine: Callable[[], Engine]) -> None:
+    def __init__(self, engine: Callable[[], Engine], audit: AuditLog | None = None) -> None:
         self._engine = engine
+        #: The audit log freezes, thaws, holds and releases are appended to (docs/audit.md).
+        self._audit = audit
+
+    def _append(self, conn: Any, *entries: Entry) -> Appended:
+        return self._audit.append(conn, *entries) if self._audit is not None else NOTHING
 
     # --- freezes ---------------------------------------------------------------------------------
 
@@ -85,6 +93,10 @@ class WriteFreezes:
                     .returning(write_freezes.c.id)
                 ).scalar_one()
                 made.append(WriteFreeze(int(new_id), tool, mode, reason, by, now))
+            kind = EntryKind.FREEZE
+            done = [call_entries.freeze(kind, t, by, reason, mode.value) for t in tools]
+            appended = self._append(conn, *done)
+        appended.committed()
         return made
 
     def end(self, tools: Sequence[str] | None, by: str, now: float) -> list[WriteFreeze]:
@@ -96,7 +108,12 @@ class WriteFreezes:
             rows = conn.execute(
                 query.values(thawed_by=by, thawed_at=now).returning(*write_freezes.c)
             ).mappings()
-            return sorted((_freeze(r) for r in rows), key=lambda f: f.id)
+            thawed = sorted((_freeze(r) for r in rows), key=lambda f: f.id)
+            kind = EntryKind.THAW
+            done = [call_entries.freeze(kind, f.tool, by, None, None) for f in thawed]
+            appended = self._append(conn, *done)
+        appended.committed()
+        return thawed
 
     def active(self) -> list[WriteFreeze]:
         """The freezes in force, oldest first."""
@@ -141,6 +158,9 @@ class WriteFreezes:
                     may_have_run=1 if may_have_run else 0,
                 )
             )
+            waits = CallStatus.AWAITING_APPROVAL.value
+            appended = self._append(conn, call_entries.asked_again(key, waits, "frozen", deadline))
+        appended.committed()
         return True
 
     def holders(self, keys: Sequence[str]) -> dict[str, WriteFreeze]:
@@ -213,6 +233,10 @@ class WriteFreezes:
                         .values(released_at=now)
                     )
                     resumed = self._resume(conn, row["key"], now)
+                    appended = NOTHING
+                    if resumed:
+                        appended = self._append(conn, call_entries.released(row["key"]))
+                appended.committed()
                 if resumed:
                     held = HeldCall(
                         call_record({**row, "status": CallStatus.PENDING.value}),

@@ -14,24 +14,34 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
+from dex_celery.audit.chain import AuditLog
+from dex_celery.audit.keys import Signer
 from dex_celery.store.approval_binding import ApprovalBinding
+from dex_celery.store.budgets import BudgetRecords
 from dex_celery.store.calls import CallRecords
 from dex_celery.store.schema import metadata
 from dex_celery.store.sessions import SessionsAndMessages
 from dex_celery.store.sql_engine import EngineHandle
 
 
-class Store(CallRecords, SessionsAndMessages, ApprovalBinding):
+class Store(CallRecords, SessionsAndMessages, ApprovalBinding, BudgetRecords):
     """Repository over one database. Safe to share between threads; re-made after a fork."""
 
     def __init__(
-        self, url: str, *, clock: Callable[[], float] = time.time, schema: str | None = None
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        schema: str | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.url = url
         self.clock = clock
         #: PostgreSQL schema of the tables (`Settings.database_schema`); None: the default one.
         self.schema = schema
         self._engine = EngineHandle(url, schema=schema)
+        #: Entries are timed by the store's clock, the ledger's (S10.1), as the records are.
+        self.audit = AuditLog(lambda: self.engine, signer, clock=lambda: self.clock())
 
     @property
     def engine(self) -> Engine:

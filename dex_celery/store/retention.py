@@ -13,6 +13,8 @@ Each table, and what a prune does to it (docs/operations.md, "Retention"):
 - `dex_sessions`, `dex_session_owners`: a session goes when no call of it is left and it has no
   message from after the cutoff (and began before it).
 - `dex_unknown_outcomes`: a removed (reconciled) call's row goes with it.
+- `dex_budget_charges`: a removed call's charges go with it (a retention shorter than a budget's
+  window makes a recount of that budget forget successes older than the retention).
 - `dex_repeat_guards`: a slot whose holder is removed goes with it (the guard would let the
   next identical call pass either way: a slot naming no call is free).
 - `dex_call_counts`: the removed calls are subtracted in the delete's transaction, so the counts
@@ -40,6 +42,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, delete, exists, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from dex_celery.audit import call_entries
+from dex_celery.audit.chain import NOTHING, AuditLog
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.repeat_rule import judge_repeat
 from dex_celery.store.counts import count_ended
@@ -47,6 +51,7 @@ from dex_celery.store.dialect import IN_CHUNK, one_of
 from dex_celery.store.hot import hot_statements
 from dex_celery.store.rows import call_record
 from dex_celery.store.schema import (
+    budget_charges,
     messages,
     repeat_guards,
     tool_calls,
@@ -260,10 +265,16 @@ def _attempts(log: str | None) -> list[Any]:
 _waiting = tool_calls.alias("waiting")
 
 
-def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
+def delete_calls(
+    engine: Engine,
+    records: list[dict[str, Any]],
+    audit: AuditLog | None = None,
+    cutoff: float = 0.0,
+) -> Removed:
     """Delete the archived calls, their TOOL messages, reconcile rows and guard slots, and take
     them off the counts, in one transaction. A call whose row changed since it was archived (a
-    late result arrived; a call waiting for approval now repeats it) stays."""
+    late result arrived; a call waiting for approval now repeats it) stays. `audit`: the log the
+    batch's `history_pruned` entry is appended to, naming the calls removed (S13.4.5)."""
     if not records:
         return Removed()
     keys = [r["key"] for r in records]
@@ -311,6 +322,9 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
             conn.execute(
                 delete(unknown_outcomes).where(one_of(conn, unknown_outcomes.c.call_key, chunk))
             )
+            conn.execute(
+                delete(budget_charges).where(one_of(conn, budget_charges.c.call_key, chunk))
+            )
         slots = sorted({(g[1], g[0]) for g in gone})
         for chunk in chunks(slots):
             conn.execute(
@@ -319,6 +333,10 @@ def delete_calls(engine: Engine, records: list[dict[str, Any]]) -> Removed:
                 .where(one_of(conn, repeat_guards.c.holder, [k for _, k in chunk]))
             )
         _uncount(conn, engine, [(t, e, st, a) for _, _, t, e, st, a in gone])
+        appended = NOTHING
+        if audit is not None and gone_keys:
+            appended = audit.append(conn, call_entries.pruned(gone_keys, cutoff))
+    appended.committed()
     return Removed(calls=len(gone), messages=dropped)
 
 

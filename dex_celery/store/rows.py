@@ -64,6 +64,8 @@ def call_record(row: RowMapping | dict[str, Any]) -> ToolCallRecord:
         repeat_reason=row.get("repeat_reason"),
         repeat_digest=row.get("repeat_digest"),
         trace_context=row.get("trace_context"),
+        budgets=row.get("budgets"),
+        budget_reason=row.get("budget_reason"),
         arguments_digest=row.get("arguments_digest"),
         definition_digest=row.get("definition_digest"),
         approved_digest=row.get("approved_digest"),

@@ -107,6 +107,10 @@ tool_calls = Table(
     # retry or record made later by the sweeper joins the request's trace. Written by the
     # request's INSERT itself; NULL when the requester did not trace.
     Column("trace_context", Text, nullable=True),
+    # Write budgets (S13.1, `model/budgets.py`): the charges the call drew on as fixed at its
+    # request (JSON), and why it waits for a person (or was rejected) when one had too little.
+    Column("budgets", Text, nullable=True),
+    Column("budget_reason", Text, nullable=True),
     # Approvals bound to what was approved (S13.3, docs/guardrails.md): set only for calls that
     # wait for a person. The digests of the validated arguments and of the tool's definition
     # (`tools/definition_digest.py`), the binding of both an approval was given for (consumed
@@ -194,8 +198,24 @@ unknown_outcomes = Table(
     Column("last_error", Text, nullable=True),
     Column("report", Text, nullable=True),
     Column("reported_at", Float, nullable=True),
+    # What the check said became of the call, where it could tell (`engine/reconcile.py`):
+    # `went_through` or `did_not_run`; it settles the call's write budgets (S13.1).
+    Column("verdict", String(16), nullable=True),
     # The runs read only open rows of tools that have a check.
     Index("ix_dex_unknown_outcomes_open", "state", "tool_name"),
+)
+
+# Each call's charge to each write budget scope (S13.1), written with the call: after Redis went
+# back in time or lost a scope, the scope is counted again from these rows and their calls'
+# statuses (`store/budgets.py`), conservatively. The primary key is that count's one lookup.
+budget_charges = Table(
+    "dex_budget_charges",
+    metadata,
+    Column("budget", String(64), primary_key=True),
+    Column("scope", String(220), primary_key=True),
+    Column("call_key", String(620), primary_key=True),
+    Column("amount", BigInteger, nullable=False),
+    Column("requested_at", Float, nullable=False),
 )
 
 # The ledger this database belongs to (one row). A process whose Redis holds another ledger
@@ -251,6 +271,59 @@ mcp_tool_pins = Table(
     Column("digest", String(64), nullable=False),
     Column("accepted_at", Float, nullable=False),
     Column("accepted_by", String(200), nullable=False),
+)
+
+# The audit log (docs/audit.md, S13.4): every decision as an entry of its writer's hash chain.
+# A writer is one thread of one process (`audit/chain.py`); `seq` numbers its entries from 1 and
+# each entry's `hash` covers the one before it (`prev`), so an edit, a deletion, an insertion or
+# a reordering breaks the chain. The last entry of each transaction carries an Ed25519
+# `signature` of its hash, made with the key `key_id` names. `id` is storage order only: nothing
+# trusts it. Entries hold no secret values (the display rule, docs/secrets.md).
+audit_log = Table(
+    "dex_audit_log",
+    metadata,
+    Column("id", _id, primary_key=True, autoincrement=True),
+    Column("writer", String(40), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("call_key", String(620), nullable=True),
+    Column("session_id", String(200), nullable=True),
+    Column("body", Text, nullable=False),
+    Column("prev", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("signature", String(100), nullable=True),
+    Column("key_id", String(16), nullable=True),
+    Index("uq_dex_audit_log_chain", "writer", "seq", unique=True),
+    Index("ix_dex_audit_log_call", "call_key"),
+    Index("ix_dex_audit_log_at", "at"),
+)
+
+# Each writer's chain head, signed, upserted in the transaction that appends (one row per
+# writer, written only by it: no lock is shared between writers). A chain whose last entry is
+# not its head was cut or extended behind the writer's back.
+audit_heads = Table(
+    "dex_audit_heads",
+    metadata,
+    Column("writer", String(40), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("signature", String(100), nullable=True),
+    Column("key_id", String(16), nullable=True),
+)
+
+# Where `history prune` cut each chain: the last removed entry's seq and hash, signed by the
+# pruning process; the chain left in SQL continues from it, and the archive ends with it.
+audit_checkpoints = Table(
+    "dex_audit_checkpoints",
+    metadata,
+    Column("writer", String(40), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("cut_at", Float, nullable=False),
+    Column("signature", String(100), nullable=True),
+    Column("key_id", String(16), nullable=True),
 )
 
 # The write freeze (S13.2, `store/freezes.py`): one row per freeze an operator began, kept after

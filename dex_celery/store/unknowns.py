@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
+from dex_celery.audit import call_entries
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.store.dialect import insert_ignore
@@ -37,6 +38,8 @@ class UnknownOutcome:
     last_error: str | None
     report: str | None
     reported_at: float | None
+    #: What the check said became of the call (`went_through`, `did_not_run`), if it told.
+    verdict: str | None = None
 
 
 class UnknownOutcomes:
@@ -128,7 +131,9 @@ class UnknownOutcomes:
                 )
             )
 
-    def report(self, record: ToolCallRecord, text: str, *, now: float) -> bool:
+    def report(
+        self, record: ToolCallRecord, text: str, *, now: float, verdict: str | None = None
+    ) -> bool:
         """Send `text` to the session as a user message and mark the call reported, atomically.
 
         False (and nothing sent) if another runner reported it first.
@@ -138,7 +143,9 @@ class UnknownOutcomes:
                 update(unknown_outcomes)
                 .where(unknown_outcomes.c.call_key == record.key)
                 .where(unknown_outcomes.c.state == OPEN)
-                .values(state=REPORTED, report=text, reported_at=now, last_error=None)
+                .values(
+                    state=REPORTED, report=text, reported_at=now, last_error=None, verdict=verdict
+                )
             )
             if claimed.rowcount != 1:
                 return False
@@ -150,6 +157,9 @@ class UnknownOutcomes:
                     created_at=now,
                 )
             )
+            sent = call_entries.report_sent(record.key, record.session_id, text, now)
+            appended = self.store.audit.append(conn, sent)
+        appended.committed()
         return True
 
     def mark_reported(self, key: str, *, now: float) -> bool:
@@ -195,4 +205,5 @@ def _row(row: Any) -> UnknownOutcome:
         last_error=row["last_error"],
         report=row["report"],
         reported_at=row["reported_at"],
+        verdict=row.get("verdict"),
     )

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from dex_celery.model.budgets import BudgetCharge
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass, PolicySnapshot
@@ -48,6 +49,8 @@ class NewCall:
     identity: str | None = None
     #: The request's trace context, kept with the call (JSON text; `engine/tracing.py`).
     trace_context: str | None = None
+    #: The write budgets it draws on (S13.1), fixed now and recorded with it.
+    charges: tuple[BudgetCharge, ...] = ()
     #: The digest of the tool's definition (`tools/definition_digest.py`); kept only for a
     #: call that waits for a person, with `repeat_digest` as its arguments' digest (S13.3).
     definition_digest: str | None = None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
@@ -90,6 +90,9 @@ class CallIdentity:
     #: The digest two requests share exactly when they are the same call: the tool, `text`,
     #: and a keyed digest of the received secret values (`repeat_digest.py`).
     fingerprint: str
+    #: Every argument as the tool receives it, secret values included: what a write budget
+    #: sums (S13.1), never the raw request. Not part of the identity.
+    received: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def identify(tool: Tool, arguments: Mapping[str, Any], secret_key: str | None) -> CallIdentity:
@@ -100,7 +103,7 @@ def identify(tool: Tool, arguments: Mapping[str, Any], secret_key: str | None) -
     text = canonical_json({k: (REDACTED if k in names else v) for k, v in received.items()})
     secrets = {n: received[n] for n in names if n in received}
     mac = secrets_digest(secrets, secret_key, given=any(n in arguments for n in names))
-    return CallIdentity(text, repeat_digest(tool.name, text, mac))
+    return CallIdentity(text, repeat_digest(tool.name, text, mac), received)
 
 
 def identity_text(tool: Tool, arguments: Mapping[str, Any]) -> str:

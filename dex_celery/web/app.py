@@ -39,6 +39,7 @@ from dex_celery.model.ids import CallKey
 from dex_celery.model.links import SESSIONS_PATH, session_path
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.times import format_utc
+from dex_celery.ops.budgets import declared_budgets, scope_views
 from dex_celery.ops.metrics import registry_for
 from dex_celery.ops.present import (
     approval_contexts,
@@ -446,6 +447,14 @@ class WebApp:
             checks=checks,
         )
 
+    def budgets_page(self, request: Request, identity: Identity) -> HTMLResponse:
+        """Every write budget scope: used, held and left (S13.1)."""
+        declared = declared_budgets(self.dex, self.dex.tools.values())
+        views = scope_views(self.dex, declared)
+        return self.page(
+            request, "budgets.html", identity, views=views, declared=list(declared.values())
+        )
+
     async def reconcile(self, request: Request, identity: Identity) -> Response:
         form = await request.form()
         session_id = str(form.get("session", ""))
@@ -488,6 +497,7 @@ class WebApp:
             Route("/calls/{key:path}", gate(self._threaded(self.call_page), read)),
             Route(SESSIONS_PATH + "{session_id}", gate(self._threaded(self.session_page), read)),
             Route("/unknowns", gate(self._threaded(self.unknowns_page), read)),
+            Route("/budgets", gate(self._threaded(self.budgets_page), read)),
             Route("/unknowns/reconcile", gate(self.reconcile, decide), methods=["POST"]),
             Route("/metrics", gate(self._threaded(self.metrics), Scope.METRICS)),
             *self.freeze_pages.routes(),

@@ -42,7 +42,7 @@ class FreezePages:
         self.dex = dex
         self.make_page = page
         self.gate = gate
-        self.freezes = WriteFreezes(lambda: dex.store.engine)
+        self.freezes = WriteFreezes(lambda: dex.store.engine, dex.store.audit)
 
     def banner(self) -> list[str]:
         """One line per freeze in force, for the top of every page; a database that cannot say

@@ -194,7 +194,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dex_celery.model",
         ),
     ),
-    ("parts", ("dex_celery.tools", "dex_celery.ledger", "dex_celery.store")),
+    # The audit log and the store write in one transaction: each calls the other (docs/audit.md).
+    (
+        "parts",
+        ("dex_celery.tools", "dex_celery.ledger", "dex_celery.store", "dex_celery.audit"),
+    ),
     ("engine", ("dex_celery.engine",)),
     ("sides", ("dex_celery.ops", "dex_celery.client")),
     ("wiring", ("dex_celery.processes", "dex_celery.integrations")),

@@ -1,15 +1,17 @@
-"""docs/guardrails.md's "Previews" files run as written in a fresh folder, against a real
-redis-server, database and prefork worker: the listing shows the preview (S13.5)."""
+"""docs/guardrails.md's files run as written in a fresh folder, against a real redis-server,
+database and (for "Previews") a prefork worker: the listing shows the preview (S13.5); the
+budgets' example prints what the page says it prints (S13.1)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devtools.processes import CeleryWorker, wait_for
+from devtools.processes import ROOT, CeleryWorker, wait_for
 from dex_celery import Dex
 from tests.support.docs_files import reader_path, run_in, write_files
 
@@ -57,3 +59,15 @@ def test_the_listing_shows_what_the_refund_would_do(
     text = listed()
     assert "    preview: Refund 42.00 EUR to Ada Lovelace for order 17\n" in text
     assert "4111" not in text
+
+
+def test_four_refunds_print_what_the_budgets_section_shows(
+    folder: Path, env: dict[str, str]
+) -> None:
+    """S13.1: three refunds of a session are admitted, the fourth waits saying why, a refund
+    over the tenant's day of cents is rejected with text the model can act on."""
+    printed = run_in(folder, env, sys.executable, "four_refunds.py")
+    page = (ROOT / "docs/guardrails.md").read_text()
+    shown = re.search(r"prints\n\n```\n(.*?)```", page, re.S)
+    assert shown is not None
+    assert [line.rstrip() for line in printed.splitlines()] == shown.group(1).splitlines()

@@ -63,6 +63,8 @@ def names_its_app(command: str) -> bool:
         return True
     if words[0] in NO_APP:
         return True
+    if words[:2] == ["audit", "verify"] and "--file" in words:
+        return True  # an export checked offline, with the public key alone (docs/audit.md)
     return any(w in ("-A", "--app") or w.startswith("--app=") for w in words)
 
 
@@ -71,6 +73,8 @@ def test_the_check_catches_a_command_without_its_app() -> None:
     (command,) = readme_commands(text)
     assert not names_its_app(command)
     assert names_its_app("dex-celery -A shop web --port 8000")
+    assert names_its_app("dex-celery audit verify --file x.jsonl --public-key KEY")
+    assert not names_its_app("dex-celery audit verify --since 1d")
     assert names_its_app("dex-celery db upgrade")
 
 

@@ -66,7 +66,16 @@ def test_dns_rebinding_cannot_read_or_decide(dex: Dex, start_web: Callable[..., 
             headers={"Origin": f"http://{forged}", "Referer": f"http://{forged}/approvals"},
         )
         assert decided.status_code in (400, 421)
-        for path in ("/", "/calls", f"/calls/{key}", "/unknowns", "/metrics", "/healthz", "/login"):
+        for path in (
+            "/",
+            "/calls",
+            f"/calls/{key}",
+            "/unknowns",
+            "/budgets",
+            "/metrics",
+            "/healthz",
+            "/login",
+        ):
             assert browser.get(path).status_code in (400, 421), path
     assert awaiting(dex, key)
     # The real names still work: loopback by address and by name.

@@ -1,0 +1,112 @@
+"""A write budget held while its call's outcome is unknown (S13.1.3), with real prefork workers
+and a real SIGKILL, on a private redis-server and on a Redis Cluster (the ledger of one shard,
+the broker a separate redis-server).
+
+A budget of one write per session: the write is killed mid-run, ends `outcome_unknown`, and its
+unit stays held, so the next write of the session waits for a person saying so. Reconciliation
+settles it: "went through" spends the unit (the next write still waits), "did not run" releases
+it (the next write runs). Two witnesses: the record and the tool's own log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from devtools.processes import Worker
+from devtools.redis_cluster import RedisClusterNodes
+from devtools.toolapp import make_app
+from dex_celery import CallStatus, Dex, DidNotRun, OutcomeChecks, Settings, WentThrough
+from dex_celery.ops.timeline import EntryKind, session_timeline
+from tests.support.crash import lines, wait_finished, wait_started
+
+pytestmark = pytest.mark.crash
+
+TOOL = "slow_non_idempotent_write"
+BUDGET = f"writes: tools={TOOL} limit=1 label=writes"
+
+
+@pytest.fixture(params=["redis-server", "redis-cluster"])
+def env(env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    out = {**env, "DEX_BUDGETS": BUDGET, "DEX_SCHEDULE_TO_START": "60"}
+    if request.param == "redis-cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        assert isinstance(cluster, RedisClusterNodes)
+        out |= {"DEX_REDIS_URL": cluster.url, "DEX_BROKER_URL": env["DEX_REDIS_URL"]}
+    yield out
+
+
+@pytest.fixture
+def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _app, dex = make_app(Settings.from_env(env))
+    dex.store.create_schema()
+    return dex
+
+
+def _held_after_kill(dex: Dex, worker: Worker, session: str) -> str:
+    client = dex.client()
+    record = client.request_call(session, "t1", "w1", TOOL, {"seconds": 60})
+    assert record.status is CallStatus.PENDING
+    wait_started(record.key)
+    worker.kill_all()
+    assert wait_finished(dex, record.key).status is CallStatus.OUTCOME_UNKNOWN
+    assert _totals(dex, session) == (0.0, 0.0, 1.0)  # held
+    assert len(lines(record.key, "start")) == 1
+    return record.key
+
+
+def _totals(dex: Dex, session: str) -> tuple[float, float, float] | None:
+    return dex.ledger.read_budget(dex.keys.budget("writes", f"session:{session}"), window=0.0)
+
+
+@pytest.mark.parametrize("went_through", [False, True], ids=["did-not-run", "went-through"])
+def test_a_killed_write_holds_its_budget_until_reconciled(
+    dex: Dex,
+    start_worker: Callable[..., Worker],
+    sweeper: threading.Event,
+    went_through: bool,
+) -> None:
+    session = "went" if went_through else "not-run"
+    key = _held_after_kill(dex, start_worker(concurrency=1), session)
+
+    waiting = dex.client().request_call(session, "t2", "w2", TOOL, {"seconds": 0.05})
+    assert waiting.status is CallStatus.AWAITING_APPROVAL
+    assert waiting.budget_reason is not None
+    assert waiting.budget_reason.startswith("1 of 1 writes in this session already used or in")
+
+    checks = OutcomeChecks()
+    verdict = WentThrough if went_through else DidNotRun
+    checks.register(TOOL, lambda k, _args: verdict(f"the order service says: {k}"))
+    report = dex.runtime.reconciler.run_once(checks=checks)
+    assert report.reported == 1, report
+    expected = (0.0, 1.0, 0.0) if went_through else (0.0, 0.0, 0.0)
+    assert _totals(dex, session) == expected
+    # The session's story says so too (S13.6.5).
+    settled = [
+        e.summary
+        for e in session_timeline(dex, session).entries
+        if e.kind is EntryKind.BUDGET_SETTLED and e.call_key == key
+    ]
+    verdict_text = (
+        "spent (reconciled: went_through)"
+        if went_through
+        else ("released (reconciled: did_not_run)")
+    )
+    assert settled == ["budget writes: held until reconciled", f"budget writes: {verdict_text}"]
+
+    start_worker(concurrency=1)
+    later = dex.client().request_call(session, "t3", "w3", TOOL, {"seconds": 0.05})
+    if went_through:  # spent: the session's one write is used
+        assert later.status is CallStatus.AWAITING_APPROVAL
+        assert not lines(later.key, "start")
+    else:  # released: the unit is usable by the next call
+        assert later.status is CallStatus.PENDING
+        assert wait_finished(dex, later.key).status is CallStatus.SUCCEEDED
+        assert len(lines(later.key, "start")) == 1
+        assert _totals(dex, session) == (0.0, 1.0, 0.0)
+    # The killed write ran once, by its own log, and never again.
+    assert len(lines(key, "start")) == 1

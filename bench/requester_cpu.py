@@ -33,7 +33,7 @@ _PHASES = (
     ("dex_celery.store.calls", "session_default", "  session's default effect (read)"),
     ("dex_celery.engine.dispatch", "Dispatcher._start_many", "open and publish (_start_many)"),
     ("dex_celery.engine.dispatch", "Dispatcher._captured", "  the message, built by Celery"),
-    ("dex_celery.ledger.ledger", "Ledger.open_many", "  open script (EVALSHA)"),
+    ("dex_celery.ledger.ledger", "Ledger.open_replies", "  open script (EVALSHA)"),
     ("dex_celery.engine.dispatch", "Dispatcher.publish", "  publish after open (Celery)"),
 )
 

@@ -97,10 +97,15 @@ def _text(value: Any) -> str:
 
 def _config_get(client: redis.Redis) -> dict[str, Any]:
     # CONFIG GET takes several patterns since Redis 7.0; one call per name works everywhere.
+    found: dict[str, Any] = {}
+    if isinstance(client, redis.RedisCluster):
+        # A cluster's pipeline refuses CONFIG GET; a plain call asks the default node.
+        for name in CHECKED:
+            found.update(client.config_get(name))
+        return found
     pipe = client.pipeline(transaction=False)
     for name in CHECKED:
         pipe.config_get(name)
-    found: dict[str, Any] = {}
     for reply in pipe.execute():
         found.update(reply)
     return found

@@ -90,7 +90,7 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
     "docs": ["import mkdocs", "import mkdocstrings"],
 }
 #: Modules the examples import that are the reader's own (the examples' app modules).
-OWN_MODULES = {"shop", "tools_app", "config", "tasks"}
+OWN_MODULES = {"shop", "tools_app", "config", "tasks", "refunds"}
 #: Top-level modules the core install provides.
 CORE_MODULES = {"celery", "kombu", "redis", "sqlalchemy", "alembic", "click", "pydantic"}
 

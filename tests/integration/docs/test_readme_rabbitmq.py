@@ -73,13 +73,18 @@ def test_the_readme_rabbitmq_commands_run_a_worker_on_quorum_queues(
     log = tmp_path / "worker.log"
     try:
         for command in section_commands():
-            words = [re.sub(r"\bdex\b", name, w) for w in shlex.split(command)]
+            words = [re.sub(r"\bdex\b(?!-)", name, w) for w in shlex.split(command)]
             if words[0] == "export":
                 variable, _, value = words[1].partition("=")
                 env[variable] = own.get(variable, value)
             elif words[0] == "rabbitmqctl":
                 words[0] = str(rabbitmqctl())
                 done = subprocess.run(words, capture_output=True, text=True, timeout=120)
+                assert done.returncode == 0, (command, done.stdout, done.stderr)
+            elif words[0] == "dex-celery":
+                done = subprocess.run(
+                    words, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+                )
                 assert done.returncode == 0, (command, done.stdout, done.stderr)
             elif words[0] == "celery":
                 with log.open("wb") as out:

@@ -56,9 +56,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     assert_read_and_write_succeeded(dex, model.tool_results(), read_key, write_key)
     # What led to the call is in the session (the copy of the CLI's transcript).
     snapshot = dex.client().get_agent_snapshot(session)
-    assert [m.text for m in snapshot.messages if m.mirrored][:1] == [
-        "Look up order A and keep it."
-    ]
+    assert [m.text for m in snapshot.messages if m.mirrored][:1] == ["Look up order A and keep it."]
 
 
 def test_allowed_and_denied_writes_are_recorded_with_who_decided(
@@ -122,7 +120,9 @@ def test_an_edited_approval_is_refused_and_without_ask_the_call_waits(
     with ScriptedMessages(
         [[_use("guarded_write", {"value": "asked"}, "call_edit")], "Not sent."]
     ) as model:
-        desk = Desk(dex, model, ["guarded_write"], tmp_path / "a", session_id="claude-edit", ask=edit)
+        desk = Desk(
+            dex, model, ["guarded_write"], tmp_path / "a", session_id="claude-edit", ask=edit
+        )
         desk.ask("Send it.")
     edit_key = "claude-edit/turn-1/call_edit"
     record = dex.client().get_call(edit_key)

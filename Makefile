@@ -26,6 +26,11 @@ CREWAI_TYPED := dex_celery/integrations/crewai.py dex_celery/testing/models/crew
 # CPU, so more processes than this machine's 2 cores shortens the run (docs/testing.md).
 TEST_JOBS ?= 3
 
+# The Claude Code CLI the Claude Agent SDK tests drive (npm, from the repository's lock file;
+# docs/frameworks.md, "Claude Agent SDK"). Without npm the tests skip, saying why.
+CLAUDE_JS := tests/js/claude
+CLAUDE_STAMP := $(CLAUDE_JS)/node_modules/.installed
+
 .PHONY: demo test docs lint install clean
 
 $(STAMP): pyproject.toml
@@ -41,7 +46,10 @@ $(CREWAI_STAMP): pyproject.toml
 		'hypothesis>=6.100' 'mypy>=1.11'
 	touch $(CREWAI_STAMP)
 
-install: $(STAMP) $(CREWAI_STAMP)
+$(CLAUDE_STAMP): $(CLAUDE_JS)/package-lock.json
+	if command -v npm >/dev/null; then cd $(CLAUDE_JS) && npm ci --no-audit --no-fund && touch node_modules/.installed; fi
+
+install: $(STAMP) $(CREWAI_STAMP) $(CLAUDE_STAMP)
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
@@ -56,7 +64,7 @@ lint: $(STAMP) $(CREWAI_STAMP)
 	$(BIN)/mypy
 	$(CREWAI_VENV)/bin/mypy --strict --follow-imports=silent --cache-dir $(CREWAI_VENV)/.mypy_cache $(CREWAI_TYPED)
 
-test: lint
+test: lint $(CLAUDE_STAMP)
 	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25
 	DEX_REQUIRE_CREWAI=1 $(CREWAI_VENV)/bin/pytest -q -p no:cacheprovider $(CREWAI_TESTS)
 
@@ -65,4 +73,4 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(CREWAI_VENV) .pytest_cache .mypy_cache .ruff_cache .site
+	rm -rf $(VENV) $(DEMO_VENV) $(CREWAI_VENV) $(CLAUDE_JS)/node_modules .pytest_cache .mypy_cache .ruff_cache .site

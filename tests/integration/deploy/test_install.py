@@ -78,6 +78,11 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools",
         "from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call",
     ],
+    "claude-agent-sdk": [
+        "from claude_agent_sdk import ClaudeSDKClient, PermissionResultDeny",
+        "from dex_celery.integrations.claude_agent import DexClaude, model_tool_name",
+        "from dex_celery.testing.models.claude_messages import ScriptedMessages, tool_use",
+    ],
     "crewai": [
         "from crewai import Agent, Crew, Task",
         "from crewai.state.checkpoint_config import CheckpointConfig",

@@ -53,3 +53,22 @@ def test_the_adk_confirmation_names_the_waiting_call_without_the_card(
     )  # fmt: skip
     assert "awaiting_approval" in shown
     assert "Refund order 1002 to ***." in shown.split("conversation before the call", 1)[1]
+
+
+def test_the_claude_agent_sdk_example_asks_the_person_and_records_the_rejection(
+    folder: Path, env: dict[str, str], dex: Dex
+) -> None:
+    """The example drives the npm CLI of tests/js/claude (skipped, saying why, without Node.js)
+    against its scripted Messages API server."""
+    from tests.support.claude_agent import claude_cli
+
+    cli = claude_cli()
+    printed = run_in(folder, {**env, "CLAUDE_CLI": str(cli)}, sys.executable, "claude_approval.py")
+    shown_line, read = printed.strip().splitlines()[-2:]
+    shown = ast.literal_eval(shown_line)
+    assert shown["dex_key"] == "claude-7/turn-1/toolu_1" and shown["tool"] == "refund"
+    assert shown["arguments"]["card"] == "***" and "4111" not in printed
+    record = dex.client().get_call("claude-7/turn-1/toolu_1")
+    assert record.approval is not None and record.approval.decided_by == "alice"
+    assert "not without the receipt" in (record.error or "")
+    assert read.startswith("The call was rejected and did not run")

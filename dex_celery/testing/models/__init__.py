@@ -11,5 +11,7 @@ reconciliation report). One module per framework, imported only where that frame
 - `dex_celery.testing.models.openai_agents`: `ScriptedModel` (the OpenAI Agents SDK's own
   scripted model, with the same reading helpers);
 - `dex_celery.testing.models.google_adk`: `ScriptedLlm` (a Google ADK `BaseLlm`);
-- `dex_celery.testing.models.crewai`: `ScriptedLLM` (a CrewAI `BaseLLM`).
+- `dex_celery.testing.models.crewai`: `ScriptedLLM` (a CrewAI `BaseLLM`);
+- `dex_celery.testing.models.agent_framework`: `ScriptedChatClient` (a Microsoft Agent Framework
+  chat client with its function invocation and chat middleware layers).
 """

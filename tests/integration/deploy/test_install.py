@@ -78,6 +78,11 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools",
         "from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call",
     ],
+    "agent-framework": [
+        "from agent_framework import Agent, Message",
+        "from dex_celery.integrations.agent_framework import DexTools, decision",
+        "from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call",
+    ],
     "crewai": [
         "from crewai import Agent, Crew, Task",
         "from crewai.state.checkpoint_config import CheckpointConfig",

@@ -304,14 +304,20 @@ class DexTools(ContextProvider):
         the dex session before the calls are requested."""
         turn = model_responses(messages) + 1
         turns = self.state_of(session).setdefault(_TURNS, {})
+        secrets: dict[str, Any] = {}
         for message in response.messages:
             for content in message.contents:
                 if content.type == "function_call" and content.call_id:
                     turns[content.call_id] = turn
+                    tool = self._tools.get(str(content.name))
+                    if tool is not None:
+                        arguments = dict(content.parse_arguments() or {})
+                        for name, value in call_secrets(tool, arguments).items():
+                            secrets[f"{content.call_id}.{name}"] = value
         dex_session = self.session_of(session)
         if dex_session:
             seen = seen_messages([*messages, *response.messages])
-            await self.bridge.conversation.arecord(dex_session, seen)
+            await self.bridge.conversation.arecord(dex_session, seen, secrets)
 
 
 class _DexTurns(ChatMiddleware):

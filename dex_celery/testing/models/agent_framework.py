@@ -10,16 +10,18 @@ the same script; `seen` keeps every request's messages, so a test checks what th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from agent_framework import (
     BaseChatClient,
     ChatMiddlewareLayer,
     ChatResponse,
+    ChatResponseUpdate,
     Content,
     FunctionInvocationLayer,
     Message,
+    ResponseStream,
 )
 
 #: One model response: contents (text and function calls), or the final text.
@@ -76,9 +78,15 @@ class ScriptedChatClient(
         options: Mapping[str, Any],
         **kwargs: Any,
     ) -> Any:
-        if stream:
-            raise NotImplementedError("the scripted client answers whole responses only")
-        return self._respond(messages)
+        if not stream:
+            return self._respond(messages)
+
+        async def updates() -> AsyncIterator[ChatResponseUpdate]:
+            response = await self._respond(messages)
+            for message in response.messages:
+                yield ChatResponseUpdate(role="assistant", contents=list(message.contents))
+
+        return ResponseStream(updates(), finalizer=ChatResponse.from_updates)
 
     def user_texts(self, call: int = -1) -> list[str]:
         """The user messages (text) of the model's `call`-th request."""

@@ -184,3 +184,32 @@ def test_an_expired_approval_and_an_edited_one_are_read_as_rejections(
     assert tool_messages(dex, edit_key) == [outputs["call_edit"]]
     assert outputs["call_late"].startswith("The call was rejected and did not run")
     assert lines(late_key, "start") == [] and lines(edit_key, "start") == []
+
+
+def test_a_streamed_run_keys_its_calls_by_the_same_turns(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    """`agent.run(..., stream=True)`: the chat middleware notes the turns from the streamed
+    response, so a call of the run's second response is `turn-2` there too."""
+    import asyncio
+
+    start_worker()
+    client = ScriptedChatClient(
+        [
+            [tool_call("echo", {"query": "a"}, "call_a")],
+            [tool_call("echo", {"query": "b"}, "call_b")],
+            "Done.",
+        ]
+    )
+    desk = Desk(dex, client, ["echo"], "maf-stream")
+
+    async def streamed() -> str:
+        stream = desk.agent.run("Look up a, then b.", session=desk.session, stream=True)
+        async for _ in stream:
+            pass
+        return (await stream.get_final_response()).text
+
+    assert asyncio.run(streamed()) == "Done."
+    keys = [c.key for c in dex.client().get_agent_snapshot("maf-stream").tool_calls]
+    assert sorted(keys) == ["maf-stream/turn-1/call_a", "maf-stream/turn-2/call_b"]
+    assert client.tool_results()["call_b"] == tool_messages(dex, "maf-stream/turn-2/call_b")[0]

@@ -14,4 +14,6 @@ reconciliation report). One module per framework, imported only where that frame
 - `dex_celery.testing.models.crewai`: `ScriptedLLM` (a CrewAI `BaseLLM`);
 - `dex_celery.testing.models.claude_messages`: `ScriptedMessages` (a Messages API server for the
   `claude` CLI the Claude Agent SDK runs).
+- `dex_celery.testing.models.agent_framework`: `ScriptedChatClient` (a Microsoft Agent Framework
+  chat client with its function invocation and chat middleware layers).
 """

@@ -1,7 +1,8 @@
 """One conversation (S12.1) in each supported framework, after a real SIGKILL.
 
-For Pydantic AI, LangGraph (`create_agent`), the OpenAI Agents SDK and Google ADK, driven by the
-scripted models of `dex_celery.testing.models`: a customer asks for a refund; the
+For Pydantic AI, LangGraph (`create_agent`), the OpenAI Agents SDK, Google ADK and the Microsoft
+Agent Framework, driven by the scripted models of `dex_celery.testing.models`: a customer asks
+for a refund; the
 `non_idempotent_write` starts on a real prefork worker, which is SIGKILLed (main process and pool
 children) mid-call, so the call ends `outcome_unknown` and the model reads that text. The reconcile beat job's pass
 (`reconcile_once`, with an outcome check) sends the report to the session; the agent's next run
@@ -297,4 +298,55 @@ def test_google_adk_model_reads_the_reconciliation_report_once(
     restored.restore(saved_before_report)
     restored.ask(FOLLOW_UP)
     assert len(checks.reports(model.user_texts())) == 1
+    _one_run(key)
+
+
+# --- Microsoft Agent Framework -----------------------------------------------------------------
+
+
+def test_agent_framework_model_reads_the_reconciliation_report_once(
+    dex: Dex, start_worker: Callable[..., Worker], sweeper: threading.Event
+) -> None:
+    """The report goes into the next run's input: the model reads it after the user's new
+    message, and the session's history stores it there, before the reply."""
+    from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
+    from tests.support.agent_framework import Desk, texts
+
+    dex.register_outcome_check(TOOL, checks.report_check)
+    worker = start_worker()
+    yes = "Yes: the order system says the refund went through."
+    client = ScriptedChatClient(
+        [
+            [tool_call(TOOL, ARGUMENTS, "call_refund")],
+            "I could not confirm the refund; I will not try it again until it is checked.",
+            yes,
+            "You are welcome.",
+        ]
+    )
+    desk = Desk(dex, client, [TOOL], "maf-refund")
+    key = "maf-refund/turn-1/call_refund"
+
+    killed_mid_call(worker, key, lambda: desk.ask(ASK))
+    assert OUTCOME_UNKNOWN_TOOL_RESULT in client.tool_results()["call_refund"]
+    saved_before_report = desk.snapshot()
+    checks.reconcile_reports(dex, key)
+
+    assert desk.ask(FOLLOW_UP).text == yes
+    assert len(checks.reports(client.user_texts())) == 1
+    assert client.user_texts()[0] == ASK and FOLLOW_UP in client.user_texts()
+    read = client.user_texts()
+    (report,) = checks.reports(read)
+    assert read.index(FOLLOW_UP) < read.index(report)
+    assert [c.key for c in dex.client().get_agent_snapshot("maf-refund").tool_calls] == [key]
+    stored = texts(desk.history())
+    assert stored.index(FOLLOW_UP) < stored.index(report) < stored.index(yes)
+    # The history keeps the report: the next run is not handed it again.
+    desk.ask("Thanks.")
+    assert len(checks.reports(client.user_texts())) == 1
+    assert checks.reports(texts(desk.history())) == [report]
+
+    # A session restored from the snapshot saved before the report (a lost run): handed it once.
+    restored = Desk(dex, client, [TOOL], "maf-refund", snapshot=saved_before_report)
+    restored.ask(FOLLOW_UP)
+    assert len(checks.reports(client.user_texts())) == 1
     _one_run(key)

@@ -83,6 +83,11 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from dex_celery.integrations.claude_agent import DexClaude, model_tool_name",
         "from dex_celery.testing.models.claude_messages import ScriptedMessages, tool_use",
     ],
+    "agent-framework": [
+        "from agent_framework import Agent, Message",
+        "from dex_celery.integrations.agent_framework import DexTools, decision",
+        "from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call",
+    ],
     "crewai": [
         "from crewai import Agent, Crew, Task",
         "from crewai.state.checkpoint_config import CheckpointConfig",

@@ -1,5 +1,6 @@
-"""docs/frameworks.md's "Reconciliation" and "Approvals in context" files and command, run as
-written in a fresh folder against a real redis-server and database (S12.1)."""
+"""docs/frameworks.md's examples (Reconciliation, Approvals in context, Google ADK, Microsoft
+Agent Framework) and commands, run as written in a fresh folder against a real redis-server and
+database (S12.1)."""
 
 from __future__ import annotations
 
@@ -72,3 +73,24 @@ def test_the_claude_agent_sdk_example_asks_the_person_and_records_the_rejection(
     assert record.approval is not None and record.approval.decided_by == "alice"
     assert "not without the receipt" in (record.error or "")
     assert read.startswith("The call was rejected and did not run")
+
+
+def test_the_agent_framework_approval_request_names_the_call_and_a_rejection_is_recorded(
+    folder: Path, env: dict[str, str], dex: Dex
+) -> None:
+    printed = run_in(folder, env, sys.executable, "maf_approval.py")
+    lines = printed.strip().splitlines()
+    shown = ast.literal_eval(lines[0])
+    assert shown["dex_key"] == "maf-7/turn-1/call_1"
+    assert shown["arguments"]["card"] == "***" and "4111" not in printed
+    assert lines[-1] == "Not refunded."
+    record = dex.client().get_call("maf-7/turn-1/call_1")
+    assert record.status.value == "rejected"
+    assert record.approval is not None and record.approval.decided_by == "alice"
+    assert "not to this card" in (record.error or "")
+    shown_call = run_in(
+        folder, env, str(Path(sys.executable).with_name("dex-celery")),
+        "-A", "shop", "calls", "show", "maf-7/turn-1/call_1",
+    )  # fmt: skip
+    assert "rejected" in shown_call and "alice" in shown_call
+    assert "Refund order 1002 to ***." in shown_call.split("conversation before the call", 1)[1]

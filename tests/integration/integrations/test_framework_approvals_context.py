@@ -110,11 +110,22 @@ def _google_adk(dex: Dex) -> str:
     return "adk-ctx/turn-1/call_1"
 
 
+def _agent_framework(dex: Dex) -> str:
+    from dex_celery.testing.models.agent_framework import ScriptedChatClient, text, tool_call
+    from tests.support.agent_framework import Desk, approvals
+
+    client = ScriptedChatClient([[text(SAID), tool_call("refund", ARGUMENTS, "call_1")], "Done."])
+    asked = approvals(Desk(dex, client, ["refund"], "maf-ctx").ask(ASK))
+    assert asked["call_1"][1]["arguments"]["card"] == "***"
+    return "maf-ctx/turn-1/call_1"
+
+
 FRAMEWORKS: dict[str, Callable[[Dex], str]] = {
     "pydantic_ai": _pydantic_ai,
     "langgraph": _langgraph,
     "openai_agents": _openai_agents,
     "google_adk": _google_adk,
+    "agent_framework": _agent_framework,
 }
 
 

@@ -1,6 +1,7 @@
 """Long calls are not silent (S12.1): a framework call that waits reports its progress where
 the framework's user sees it: LangGraph's custom stream events, the callback of the Pydantic AI,
-Agents SDK and ADK adapters, and a log line. A real prefork worker runs a 2 s read."""
+Agents SDK, ADK and Agent Framework adapters, and a log line. A real prefork worker runs a 2 s
+read."""
 
 from __future__ import annotations
 
@@ -86,3 +87,19 @@ def test_google_adk_reports_progress_to_its_callback(
     assert seen and {p.key for p in seen} == {"adk-long/turn-1/call_long"}
     assert all(p.timeout == 300.0 and p.tool == READ[0] for p in seen)
     assert model.tool_results()["call_long"] == '"found"'
+
+
+def test_agent_framework_reports_progress_to_its_callback(
+    dex: Dex, start_worker: Callable[..., Worker]
+) -> None:
+    from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
+    from tests.support.agent_framework import Desk
+
+    start_worker()
+    seen: list[CallProgress] = []
+    client = ScriptedChatClient([[tool_call(*READ, "call_long")], "Found it."])
+    desk = Desk(dex, client, [READ[0]], "maf-long", progress=seen.append)
+    assert desk.ask("Look it up.").text == "Found it."
+    assert seen and {p.key for p in seen} == {"maf-long/turn-1/call_long"}
+    assert all(p.timeout == 300.0 and p.tool == READ[0] for p in seen)
+    assert client.tool_results()["call_long"] == '"found"'

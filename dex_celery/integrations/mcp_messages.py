@@ -133,9 +133,7 @@ class SessionMessages:
         identity = self.identity_of(ctx)
         asked = arguments.get(SESSION_ARGUMENT)
         try:
-            session = (
-                scoped_session(identity, asked) if asked else self.default_session(identity)
-            )
+            session = scoped_session(identity, asked) if asked else self.default_session(identity)
         except DexError as e:
             raise MCPError(code=mcp_types.INVALID_PARAMS, message=str(e)) from None
         if session is None:

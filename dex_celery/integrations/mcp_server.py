@@ -55,8 +55,8 @@ from mcp.server.stdio import stdio_server
 from dex_celery.access import Credentials, HostAllowlist, Identity, check_bind, local_identity
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.conversation import Conversation
+from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
 from dex_celery.integrations.mcp_messages import SessionMessages
 from dex_celery.integrations.mcp_namespace import NAMESPACE_END, namespace_of, scoped_session

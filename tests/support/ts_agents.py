@@ -31,6 +31,7 @@ MISSING = f"node 22 is missing: run `npm ci` in {JS} (`make install` does)"
 TOKEN = "agent-tok"
 TOKENS = f"agent:{TOKEN}:tools:call,rival:rival-tok:tools:call"
 FRAMEWORKS = ("ai-sdk", "mastra")
+SERVER = (DEX_CELERY, "--app", "devtools.toolapp:dex", "mcp", "--transport", "http")
 
 
 def session_of(session: str) -> str:
@@ -44,8 +45,7 @@ def mcp_http(env: dict[str, str], session: str, *extra: str) -> Iterator[str]:
     port = free_port()
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(
-            [DEX_CELERY, "--app", "devtools.toolapp:dex", "mcp", "--transport", "http"]
-            + ["--port", str(port), "--session", session, *extra],
+            [*SERVER, "--port", str(port), "--session", session, *extra],
             cwd=ROOT,
             env={**os.environ, **env, "PYTHONPATH": str(ROOT), "DEX_WEB_TOKENS": TOKENS},
             stdout=subprocess.DEVNULL,

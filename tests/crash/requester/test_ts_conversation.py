@@ -83,7 +83,7 @@ def test_ts_agent_model_reads_the_reconciliation_report_once(
         checks.reconcile_reports(dex, key)  # one report; a second pass sends nothing
 
         second = turn(framework, url, tmp_path, "t2", FOLLOW_UP, [REPLY], first.history)
-        (request,) = second.seen  # one model request: the reply, no call
+        assert len(second.seen) == 1  # one model request: the reply, no call
         assert len(checks.reports(second.user_texts())) == 1
         assert second.user_texts()[0] == ASK
         assert second.user_texts()[-2:][0] == FOLLOW_UP
@@ -94,7 +94,9 @@ def test_ts_agent_model_reads_the_reconciliation_report_once(
         assert at_report < at_reply
 
         # The turn after, from the history saved with the report: not handed it again.
-        third = turn(framework, url, tmp_path, "t3", "Thanks.", ["You are welcome."], second.history)
+        third = turn(
+            framework, url, tmp_path, "t3", "Thanks.", ["You are welcome."], second.history
+        )
         assert len(checks.reports(third.user_texts())) == 1
         assert third.user_texts()[-1] == "Thanks."
         # A turn resumed from the history saved before it (that turn was lost): handed it once.

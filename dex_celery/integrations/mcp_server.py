@@ -55,8 +55,10 @@ from mcp.server.stdio import stdio_server
 from dex_celery.access import Credentials, HostAllowlist, Identity, check_bind, local_identity
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
+from dex_celery.integrations.conversation import Conversation
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
+from dex_celery.integrations.mcp_messages import SessionMessages
 from dex_celery.integrations.mcp_namespace import NAMESPACE_END, namespace_of, scoped_session
 from dex_celery.integrations.mcp_outcome import (
     OUTCOME_META_KEY,
@@ -305,6 +307,19 @@ class DexMcpServer:
         self.server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
         self.server.extensions[TASKS_EXTENSION] = {}
+        # The session's messages for the client's agent (reconcile reports): `mcp_messages`.
+        self.messages = SessionMessages(
+            Conversation(dex),
+            self.owners,
+            identity_of=self.identity_of,
+            default_session=self.default_session,
+        )
+        self.server.add_request_handler(
+            "prompts/list", mcp_types.PaginatedRequestParams, self.messages.list
+        )
+        self.server.add_request_handler(
+            "prompts/get", mcp_types.GetPromptRequestParams, self.messages.get
+        )
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None

@@ -70,6 +70,7 @@ from dex_celery.integrations.mcp_tasks import (
     TASKS_EXTENSION,
     TaskMethods,
     TaskParams,
+    UpdateParams,
     created,
     speaks_tasks,
 )
@@ -323,6 +324,8 @@ class DexMcpServer:
         )
         self.server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
+        # Not in the SDK's method tables: served the way tasks/get and tasks/cancel are.
+        self.server.add_request_handler("tasks/update", UpdateParams, self.tasks.update)
         self.server.extensions[TASKS_EXTENSION] = {}
         # Every answer carries the outcome field; advertising it lets a client rely on it.
         self.server.extensions[OUTCOME_EXTENSION] = extension_settings()

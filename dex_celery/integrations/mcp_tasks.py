@@ -14,6 +14,12 @@ idempotency key, so the task is the call's record seen through MCP, kept as long
 - `tasks/cancel` of a call waiting for approval rejects it, recorded with who asked (the
   caller's identity as the server knows it); of a call already queued or running it changes
   nothing, and its answer says so: the tool may still take effect.
+- A call waiting for a person's approval is `input_required`: its `inputRequests` hold one
+  form (`APPROVAL_INPUT`, an `elicitation/create`) with the approval's context (the tool, the
+  arguments by the one display rule, the deadline, why it waits again). `tasks/update`
+  answers it: approve (optionally with edited arguments, S13.3.3), or reject. Only an identity
+  with the scope `approvals:decide` may (S11.3); the decision is the one `Approvals` makes for
+  the web app and the CLI, one conditional update, so of two deciders exactly one wins (S6.3).
 
 A task id is not a capability: only the identity owning the call's session, in its own
 namespace (`mcp_namespace`), may read or cancel it (`store/owners.py`), and any other id answers "no such task", whether or not it exists.
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -36,9 +43,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from dex_celery.access import Identity
+from dex_celery.access import Identity, Scope
 from dex_celery.client.dex_client import AsyncDexClient
-from dex_celery.errors import ApprovalError, DexError, InvalidId, UnknownCall
+from dex_celery.errors import ApprovalError, DexError, InvalidEdit, InvalidId, UnknownCall
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_namespace import scoped_session
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
@@ -48,6 +55,7 @@ from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.times import format_utc
 from dex_celery.store.owners import SessionOwners
+from dex_celery.tools.redact import record_arguments
 
 log = logging.getLogger("dex_celery.mcp")
 
@@ -57,6 +65,13 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 DEADLINE_META_KEY = "dex-celery/approval-deadline"
 #: `_meta` key of a `tasks/cancel` answer: `rejected`, `already_ended` or `may_still_run`.
 CANCEL_META_KEY = "dex-celery/cancel"
+
+#: `_meta` key of an `input_required` task: what the person decides on (`approval_context`).
+APPROVAL_META_KEY = "dex-celery/approval"
+#: The key of the approval form in an `input_required` task's `inputRequests`.
+APPROVAL_INPUT = "dex-celery/approval"
+#: `_meta` key of a `tasks/update` acknowledgement: `approved`, `rejected` or `none`.
+DECISION_META_KEY = "dex-celery/decision"
 
 _NO_SUCH_TASK = "Failed to retrieve task: Task not found"
 #: Seconds between two `tasks/get` a client is asked to keep (`pollIntervalMs`): a person's
@@ -68,6 +83,12 @@ class TaskParams(mcp_types.RequestParams):
     """`tasks/get` and `tasks/cancel` params."""
 
     task_id: str = Field(alias="taskId")
+
+
+class UpdateParams(TaskParams):
+    """`tasks/update` params: the client's answers to the task's `inputRequests`, by key."""
+
+    input_responses: dict[str, Any] = Field(default_factory=dict, alias="inputResponses")
 
 
 def speaks_tasks(ctx: ServerRequestContext[Any]) -> bool:
@@ -100,6 +121,51 @@ def _working_message(record: ToolCallRecord, where: str | None) -> str:
     return where or "queued or running on a worker"
 
 
+def approval_context(record: ToolCallRecord) -> dict[str, Any]:
+    """What a person decides on, as the approvals page shows it: the tool, the arguments by the
+    one display rule (secrets `***`), the deadline and why the call waits again (S13.3.2)."""
+    context: dict[str, Any] = {
+        "tool": record.tool_name,
+        "arguments": record_arguments(record),
+        "deadline": _iso(record.approval_deadline) if record.approval_deadline else None,
+    }
+    if record.rewait_reason:
+        context["rewaitReason"] = record.rewait_reason
+    return context
+
+
+def approval_request(record: ToolCallRecord) -> dict[str, Any]:
+    """The `elicitation/create` form of a call waiting for approval: approve or reject, a note,
+    and optionally the whole arguments to run with instead, as JSON text (S13.3.3)."""
+    shown = json.dumps(record_arguments(record), sort_keys=True, ensure_ascii=False)
+    return {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": (
+                f"Approve the call {record.key} of {record.tool_name} with arguments {shown}? "
+                "It has not run. Only an approver (scope approvals:decide) may answer."
+            ),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "decision": {
+                        "type": "string",
+                        "title": "Decision",
+                        "enum": ["approve", "reject"],
+                    },
+                    "note": {"type": "string", "title": "Note or reason"},
+                    "arguments": {
+                        "type": "string",
+                        "title": "Edited arguments (a JSON object), to run with instead",
+                    },
+                },
+                "required": ["decision"],
+            },
+        },
+    }
+
+
 def task_of(
     record: ToolCallRecord,
     result: mcp_types.CallToolResult | None,
@@ -125,6 +191,14 @@ def task_of(
         "pollIntervalMs": max(1, int(poll_interval * 1000)),
         "_meta": meta,
     }
+    if record.status is CallStatus.AWAITING_APPROVAL:
+        meta[APPROVAL_META_KEY] = approval_context(record)
+        return {
+            **task,
+            "status": "input_required",
+            "statusMessage": _working_message(record, where),
+            "inputRequests": {APPROVAL_INPUT: approval_request(record)},
+        }
     if not record.finished:
         return {**task, "status": "working", "statusMessage": _working_message(record, where)}
     if record.status is CallStatus.REJECTED:
@@ -201,6 +275,70 @@ class TaskMethods:
             "tool may still take effect: follow the task for its outcome",
         )
 
+    async def update(self, ctx: ServerRequestContext[Any], params: UpdateParams) -> dict[str, Any]:
+        """`tasks/update`: the answer to the approval form of a call waiting for a person.
+
+        The caller must own the call's session, or be an approver naming the call's full key
+        (the web app shows approvers every waiting call); and must hold `approvals:decide`.
+        Anyone else gets an error and the call keeps waiting. The decision is `Approvals`'
+        (S6): a call decided meanwhile, by the web app, the CLI or another client, is an
+        error here and changes nothing (S6.3)."""
+        identity = self.identity_of(ctx)
+        try:
+            record = await self._owned_record(ctx, params.task_id)
+        except MCPError:
+            if not identity.may(Scope.APPROVALS_DECIDE):
+                raise
+            record = await self._any_record(params.task_id)
+        if not identity.may(Scope.APPROVALS_DECIDE):
+            log.warning("%s may not decide %s (no approvals:decide)", identity.name, record.key)
+            raise MCPError(
+                code=mcp_types.INVALID_REQUEST,
+                message=(
+                    f"{identity.name} may not decide approvals (needs the scope "
+                    "approvals:decide); the call keeps waiting"
+                ),
+            )
+        answer = params.input_responses.get(APPROVAL_INPUT)
+        if not isinstance(answer, Mapping):
+            return _update_answer("none", "no answer to the approval form: nothing decided")
+        action = answer.get("action")
+        content = answer.get("content") if isinstance(answer.get("content"), Mapping) else {}
+        assert isinstance(content, Mapping)
+        note = content.get("note") if isinstance(content.get("note"), str) else None
+        decision = content.get("decision")
+        try:
+            if action == "accept" and decision == "approve":
+                edit = content.get("arguments")
+                edit = edit if isinstance(edit, str) and edit.strip() else None
+                record = await self.client.approve(
+                    record.key, identity.name, note or None, edit=edit
+                )
+                log.info("%s approved %s through tasks/update", identity.name, record.key)
+                return _update_answer("approved", f"approved by {identity.name}")
+            if action == "decline" or (action == "accept" and decision == "reject"):
+                await self.client.reject(
+                    record.key, identity.name, note or "rejected through MCP (tasks/update)"
+                )
+                log.info("%s rejected %s through tasks/update", identity.name, record.key)
+                return _update_answer("rejected", f"rejected by {identity.name}")
+        except (ApprovalError, InvalidEdit, InvalidId) as e:
+            raise MCPError(code=mcp_types.INVALID_PARAMS, message=str(e)) from None
+        if action == "cancel":
+            return _update_answer("none", "the form was dismissed: nothing decided")
+        raise MCPError(
+            code=mcp_types.INVALID_PARAMS,
+            message='answer the approval form with action "accept" and decision "approve" or '
+            '"reject", or action "decline"',
+        )
+
+    async def _any_record(self, task_id: str) -> ToolCallRecord:
+        """The call a full key names, for an approver (who may decide any waiting call)."""
+        try:
+            return await self.client.get_call(CallKey.parse(task_id).key)
+        except (InvalidId, UnknownCall):
+            raise MCPError(code=mcp_types.INVALID_PARAMS, message=_NO_SUCH_TASK) from None
+
     async def _owned_record(self, ctx: ServerRequestContext[Any], task_id: str) -> ToolCallRecord:
         """The call `task_id` names if the caller owns its session; otherwise the same
         "not found" whether or not it exists (a task id is not a capability)."""
@@ -225,6 +363,10 @@ class TaskMethods:
         except (InvalidId, UnknownCall) as e:  # a malformed id or an unknown call
             log.info("tasks: %s asked for %r: %s", identity.name, task_id, e)
             raise MCPError(code=mcp_types.INVALID_PARAMS, message=_NO_SUCH_TASK) from None
+
+
+def _update_answer(decision: str, text: str) -> dict[str, Any]:
+    return {"_meta": {DECISION_META_KEY: decision, "dex-celery/decision-message": text}}
 
 
 def _cancel_answer(state: str, text: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The client side of the MCP tasks extension, for tests: the `mcp` SDK 2.3.0 ships the task
 types of 2025-11-25 only, so a 2026-07-28 client declares the extension itself (a
 `ClientExtension` whose claim admits `resultType: "task"`) and sends `tasks/get` and
-`tasks/cancel` as its own requests (`Mcp-Name` set to the task id, as the extension requires
+`tasks/cancel` (and `tasks/update`) as its own requests (`Mcp-Name` set to the task id, as the extension requires
 over HTTP)."""
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from pydantic import ConfigDict
 from pydantic.alias_generators import to_camel
 
-from dex_celery.integrations.mcp_tasks import TASKS_EXTENSION, TaskParams
+from dex_celery.integrations.mcp_tasks import (
+    APPROVAL_INPUT,
+    TASKS_EXTENSION,
+    TaskParams,
+    UpdateParams,
+)
 
 _LOOSE = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
@@ -39,6 +44,11 @@ class TaskState(mcp_types.Result):
     status: str
     status_message: str | None = None
     result: dict[str, Any] | None = None
+
+
+class UpdateTask(mcp_types.Request[UpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    name_param: ClassVar[str | None] = "taskId"
 
 
 class CancelAnswer(mcp_types.Result):
@@ -91,8 +101,23 @@ async def cancel_task(client: Client, task_id: str) -> CancelAnswer:
     )
 
 
+async def update_task(client: Client, task_id: str, answer: dict[str, Any]) -> CancelAnswer:
+    """`tasks/update` with `answer` (an `ElicitResult`) to the approval form."""
+    params = UpdateParams(taskId=task_id, inputResponses={APPROVAL_INPUT: answer})
+    return await client.session.send_request(UpdateTask(params=params), CancelAnswer)
+
+
+def approve(note: str = "", arguments: str = "") -> dict[str, Any]:
+    """The approval form's answer that approves (with edited arguments, as JSON text)."""
+    content = {"decision": "approve", "note": note}
+    if arguments:
+        content["arguments"] = arguments
+    return {"action": "accept", "content": content}
+
+
 async def wait_task(client: Client, task_id: str, *, timeout: float = 60) -> TaskState:
-    """Poll `tasks/get` until the task leaves `working`."""
+    """Poll `tasks/get` until the task leaves `working` (a task waiting for a person is
+    `input_required`: only its decision moves it on)."""
     with anyio.fail_after(timeout):
         while True:
             state = await get_task(client, task_id)

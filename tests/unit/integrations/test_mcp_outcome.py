@@ -65,7 +65,7 @@ def _record(status: CallStatus, error: str | None = None) -> ToolCallRecord:
 @pytest.mark.parametrize(
     ("status", "error", "task_status", "outcome"),
     [
-        (CallStatus.AWAITING_APPROVAL, None, "working", "pending"),
+        (CallStatus.AWAITING_APPROVAL, None, "input_required", "pending"),
         (CallStatus.PENDING, None, "working", "pending"),
         (CallStatus.SUCCEEDED, None, "completed", "executed"),
         (

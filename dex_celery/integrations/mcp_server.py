@@ -68,8 +68,10 @@ from dex_celery.integrations.mcp_outcome import (
 )
 from dex_celery.integrations.mcp_tasks import (
     TASKS_EXTENSION,
+    ListenParams,
     TaskMethods,
     TaskParams,
+    TaskStatusPush,
     UpdateParams,
     created,
     speaks_tasks,
@@ -326,6 +328,10 @@ class DexMcpServer:
         self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
         # Not in the SDK's method tables: served the way tasks/get and tasks/cancel are.
         self.server.add_request_handler("tasks/update", UpdateParams, self.tasks.update)
+        # `notifications/tasks/status` over `subscriptions/listen` (`tasksStatus`): the SDK's
+        # own listen handler knows the list-changed kinds only, so this one serves the method.
+        push = TaskStatusPush(self.tasks, dex.runtime.events)
+        self.server.add_request_handler("subscriptions/listen", ListenParams, push)
         self.server.extensions[TASKS_EXTENSION] = {}
         # Every answer carries the outcome field; advertising it lets a client rely on it.
         self.server.extensions[OUTCOME_EXTENSION] = extension_settings()

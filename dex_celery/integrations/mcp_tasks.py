@@ -25,23 +25,30 @@ A task id is not a capability: only the identity owning the call's session, in i
 namespace (`mcp_namespace`), may read or cancel it (`store/owners.py`), and any other id answers "no such task", whether or not it exists.
 Clients that do not declare the extension (and every client of an older revision) get the
 answers of `mcp_server` as before.
+
+Task status is also pushed (`TaskStatusPush`): a `subscriptions/listen` request naming task
+ids under `notifications.tasksStatus` gets, on its stream, a `notifications/tasks/status` with
+the whole task for the state it is in and for each later change of its status, once each and in
+order (`_meta["dex-celery/sequence"]` counts them), for the caller's own tasks only. Polling
+`tasks/get` keeps working.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import mcp_types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from dex_celery.access import Identity, Scope
 from dex_celery.client.dex_client import AsyncDexClient
@@ -50,6 +57,7 @@ from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_namespace import scoped_session
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
 from dex_celery.integrations.mcp_unanswered import UnansweredCalls
+from dex_celery.ledger.events import AgentEvent
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
@@ -83,6 +91,12 @@ class TaskParams(mcp_types.RequestParams):
     """`tasks/get` and `tasks/cancel` params."""
 
     task_id: str = Field(alias="taskId")
+
+
+class ListenParams(mcp_types.RequestParams):
+    """`subscriptions/listen` params as the tasks extension widens them (`tasksStatus`)."""
+
+    notifications: dict[str, Any] = Field(default_factory=dict)
 
 
 class UpdateParams(TaskParams):
@@ -371,3 +385,134 @@ def _update_answer(decision: str, text: str) -> dict[str, Any]:
 
 def _cancel_answer(state: str, text: str) -> dict[str, Any]:
     return {"_meta": {CANCEL_META_KEY: state, "dex-celery/cancel-message": text}}
+
+
+#: The notification of a task's status, as the tasks extension names it.
+TASK_STATUS_METHOD = "notifications/tasks/status"
+#: `_meta` key of each pushed status: 1, 2, ... on one subscription stream.
+SEQUENCE_META_KEY = "dex-celery/sequence"
+#: Seconds between two reads of the subscribed records when no event arrives (a safety net:
+#: events wake the stream at once).
+PUSH_RECHECK = 1.0
+
+
+class _Notification(BaseModel):
+    """A server notification the SDK has no type for (`session.send_notification` sends its
+    `method` and `params` as they are)."""
+
+    method: str
+    params: dict[str, Any]
+
+
+def _status_of(status: CallStatus) -> str:
+    """The task status a dex status shows as (the table of docs/mcp.md)."""
+    if status is CallStatus.AWAITING_APPROVAL:
+        return "input_required"
+    if status is CallStatus.REJECTED:
+        return "cancelled"
+    return "completed" if status.terminal else "working"
+
+
+class TaskStatusPush:
+    """`subscriptions/listen` with `tasksStatus`: status changes of the caller's tasks, pushed.
+
+    The stream is woken by the deployment's events stream (`AgentEvents`, S7.3) and, failing
+    that, every `PUSH_RECHECK` seconds; each wake reads the subscribed records. A change of a
+    task's status seen in an event (the record may have moved on further already) is pushed as
+    the record in that state, so a client sees `input_required`, `working` and `completed` in
+    that order even when the call ran faster than one read. Ids the caller does not own are
+    left out of the acknowledgement, as if they did not exist. The stream ends (gracefully)
+    once every subscribed task has ended."""
+
+    def __init__(self, tasks: TaskMethods, events: Any) -> None:
+        self.tasks = tasks
+        #: `AgentEvents`: `latest_position()` and `read(after, count=, block=)`.
+        self.events = events
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any], params: ListenParams
+    ) -> dict[str, Any]:
+        from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+
+        subscription = ctx.request_id
+        if subscription is None:
+            raise MCPError(code=mcp_types.INVALID_REQUEST, message="listen needs a request id")
+        asked = params.notifications.get("tasksStatus")
+        if asked is not None and not speaks_tasks(ctx):
+            raise MCPError(
+                code=mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message="Missing required client capability",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        ids = [i for i in asked if isinstance(i, str)] if isinstance(asked, list) else []
+        owned: dict[str, str] = {}  # the key of each task the caller owns -> the id it named
+        for task_id in ids[:100]:
+            with contextlib.suppress(MCPError):
+                record = await self.tasks._owned_record(ctx, task_id)
+                owned[record.key] = task_id
+        meta = {SUBSCRIPTION_ID_META_KEY: subscription}
+        position = await asyncio.to_thread(self.events.latest_position)
+        await self._send(
+            ctx,
+            "notifications/subscriptions/acknowledged",
+            {"notifications": {"tasksStatus": list(owned.values())}, "_meta": meta},
+        )
+        sent: dict[str, str] = {}
+        sequence = 0
+        seen: list[AgentEvent] = []
+        while owned:
+            for key in list(owned):
+                records = await self._states(key, seen)
+                for record in records:
+                    status = _status_of(record.status)
+                    if sent.get(key) == status:
+                        continue
+                    sent[key] = status
+                    sequence += 1
+                    task = await self._task(record)
+                    task["_meta"] = {**task["_meta"], **meta, SEQUENCE_META_KEY: sequence}
+                    await self._send(ctx, TASK_STATUS_METHOD, task)
+                if sent.get(key) in ("completed", "cancelled"):
+                    del owned[key]
+            if not owned:
+                break
+            found = await asyncio.to_thread(
+                self.events.read, position, count=100, block=PUSH_RECHECK
+            )
+            seen = [e for e in found if e.key in owned]
+            if found:
+                position = found[-1].position
+        return {"resultType": "complete", "_meta": meta}
+
+    async def _states(self, key: str, events: list[AgentEvent]) -> list[ToolCallRecord]:
+        """The states to show of `key`, oldest first: each status its events passed through,
+        then the record as it is now."""
+        record = await self.tasks.client.get_call(key)
+        states = []
+        for event in events:
+            if (
+                event.key == key
+                and isinstance(event.status, CallStatus)
+                and _status_of(event.status) != _status_of(record.status)
+            ):
+                states.append(_as_of(record, event.status))
+        return [*states, record]
+
+    async def _task(self, record: ToolCallRecord) -> dict[str, Any]:
+        result = await self.tasks.result_of(record) if record.finished else None
+        return task_of(record, result, poll_interval=self.tasks.poll_interval)
+
+    async def _send(
+        self, ctx: ServerRequestContext[Any], method: str, params: dict[str, Any]
+    ) -> None:
+        notification = cast(
+            mcp_types.ServerNotification, _Notification(method=method, params=params)
+        )
+        await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+
+
+def _as_of(record: ToolCallRecord, status: CallStatus) -> ToolCallRecord:
+    """`record` as it was while in `status`, for a status it has passed already."""
+    if status.terminal:
+        return record
+    return dataclasses.replace(record, status=status, finished_at=None)

@@ -12,13 +12,15 @@ from typing import Any, ClassVar, Literal
 import anyio
 import mcp_types
 from mcp import Client
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from pydantic import ConfigDict
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dex_celery.integrations.mcp_tasks import (
     APPROVAL_INPUT,
+    TASK_STATUS_METHOD,
     TASKS_EXTENSION,
+    ListenParams,
     TaskParams,
     UpdateParams,
 )
@@ -71,16 +73,54 @@ async def _no_resolve(result: CreatedTask, ctx: ClaimContext) -> mcp_types.CallT
     raise AssertionError("tests call with allow_claimed=True and follow the task themselves")
 
 
+class PushedStatus(BaseModel):
+    """The params of a `notifications/tasks/status` (a whole `DetailedTask`)."""
+
+    model_config = _LOOSE
+    task_id: str
+    status: str
+    meta: dict[str, Any] = Field(default_factory=dict, alias="_meta")
+
+
 class Tasks(ClientExtension):
     identifier = TASKS_EXTENSION
+
+    def __init__(self, pushed: list[PushedStatus] | None = None) -> None:
+        self.pushed = pushed
 
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=_no_resolve)]
 
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        pushed = self.pushed
+        if pushed is None:
+            return ()
 
-def tasks_client(target: Any, **kwargs: Any) -> Client:
-    """A `Client` of `target` that declares the tasks extension on every request."""
-    return Client(target, extensions=[Tasks()], **kwargs)
+        async def keep(params: PushedStatus) -> None:
+            pushed.append(params)
+
+        return [
+            NotificationBinding(method=TASK_STATUS_METHOD, params_type=PushedStatus, handler=keep)
+        ]
+
+
+def tasks_client(target: Any, *, pushed: list[PushedStatus] | None = None, **kwargs: Any) -> Client:
+    """A `Client` of `target` that declares the tasks extension on every request; pushed task
+    statuses it receives are appended to `pushed`."""
+    return Client(target, extensions=[Tasks(pushed)], **kwargs)
+
+
+class ListenTasks(mcp_types.Request[ListenParams, Literal["subscriptions/listen"]]):
+    method: Literal["subscriptions/listen"] = "subscriptions/listen"
+
+
+async def listen_tasks(client: Client, task_ids: list[str]) -> mcp_types.Result:
+    """`subscriptions/listen` for `task_ids`; returns when the server ends the stream (every
+    subscribed task ended). The statuses arrive on the client's `pushed` list."""
+    params = ListenParams(notifications={"tasksStatus": task_ids})
+    return await client.session.send_request(
+        ListenTasks(params=params), mcp_types.Result, request_read_timeout_seconds=120
+    )
 
 
 async def call(

@@ -8,10 +8,18 @@ prefork workers SIGKILLed mid-write, the sweeper, and the tool's own log.
 - A call refused before any worker took it (rejected by a person, S6.2; bad arguments, S9.3)
   gives `not_executed`.
 - An opaque key (no `/`) is one call too: sent twice, recorded once.
+- The MCP Inspector's CLI sends the key (`--tool-metadata`, the command of the extension's
+  doc) and reads the outcome.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +29,7 @@ import pytest
 from mcp import Client
 from mcp.client.extension import advertise
 
-from devtools.processes import Worker
+from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_outcome import (
@@ -142,3 +150,31 @@ def test_an_opaque_key_is_one_call(
     assert again.meta[IDEMPOTENCY_META_KEY] == key
     assert key.split("/")[1] == "key"
     assert [c.key for c in dex.client().pending_approvals()] == [key]
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is missing")
+def test_the_inspector_sends_the_key_and_reads_the_outcome(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """The command of the extension's doc, twice: one call, one run, both answers `executed`."""
+    start_worker()
+    doc = (ROOT / "docs" / "mcp-outcome-extension.md").read_text()
+    (command,) = [shlex.split(c) for c in re.findall(r"^npx .*$", doc, re.MULTILINE)]
+    key = "desk/t1/charge-7"
+
+    def inspector(url: str) -> dict[str, Any]:
+        names = {"charge": "slow_non_idempotent_write", "amount=7": "seconds=0"}
+        argv = [url if a.startswith("http://127.0.0.1:8000") else names.get(a, a) for a in command]
+        done = subprocess.run(
+            argv, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0 and done.stdout.startswith("{"), (done.stdout, done.stderr)
+        return dict(json.loads(done.stdout))
+
+    with _server("http", env) as target:
+        answers = [inspector(str(target)) for _ in range(2)]
+    for answer in answers:
+        assert answer["_meta"][OUTCOME_META_KEY] == "executed", answer
+        assert answer["_meta"][IDEMPOTENCY_META_KEY] == key
+    assert dex.client().get_call(key).status is CallStatus.SUCCEEDED
+    assert len(lines(key, "start")) == 1

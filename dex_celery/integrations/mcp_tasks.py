@@ -256,7 +256,7 @@ class TaskMethods:
         self.poll_interval = poll_interval
 
     async def get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
-        record = await self._owned_record(ctx, params.task_id)
+        record = await self.owned_record(ctx, params.task_id)
         result, where = None, None
         if record.status is CallStatus.PENDING:
             where = await asyncio.to_thread(self.where_is, record.key)
@@ -268,7 +268,7 @@ class TaskMethods:
         return task_of(record, result, poll_interval=self.poll_interval, where=where)
 
     async def cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
-        record = await self._owned_record(ctx, params.task_id)
+        record = await self.owned_record(ctx, params.task_id)
         identity = self.identity_of(ctx)
         if record.status is CallStatus.AWAITING_APPROVAL:
             try:
@@ -299,7 +299,7 @@ class TaskMethods:
         error here and changes nothing (S6.3)."""
         identity = self.identity_of(ctx)
         try:
-            record = await self._owned_record(ctx, params.task_id)
+            record = await self.owned_record(ctx, params.task_id)
         except MCPError:
             if not identity.may(Scope.APPROVALS_DECIDE):
                 raise
@@ -353,7 +353,7 @@ class TaskMethods:
         except (InvalidId, UnknownCall):
             raise MCPError(code=mcp_types.INVALID_PARAMS, message=_NO_SUCH_TASK) from None
 
-    async def _owned_record(self, ctx: ServerRequestContext[Any], task_id: str) -> ToolCallRecord:
+    async def owned_record(self, ctx: ServerRequestContext[Any], task_id: str) -> ToolCallRecord:
         """The call `task_id` names if the caller owns its session; otherwise the same
         "not found" whether or not it exists (a task id is not a capability)."""
         if not speaks_tasks(ctx):
@@ -448,7 +448,7 @@ class TaskStatusPush:
         owned: dict[str, str] = {}  # the key of each task the caller owns -> the id it named
         for task_id in ids[:100]:
             with contextlib.suppress(MCPError):
-                record = await self.tasks._owned_record(ctx, task_id)
+                record = await self.tasks.owned_record(ctx, task_id)
                 owned[record.key] = task_id
         meta = {SUBSCRIPTION_ID_META_KEY: subscription}
         position = await asyncio.to_thread(self.events.latest_position)

@@ -47,7 +47,8 @@ class Scope(enum.StrEnum):
     METRICS = "metrics"
     #: Read calls, approvals waiting and unknown outcomes (web pages).
     CALLS_READ = "calls:read"
-    #: Approve or reject a call, reconcile a session's unknown outcomes (web POSTs).
+    #: Approve or reject a call, reconcile a session's unknown outcomes (web POSTs; MCP
+    #: `tasks/update`, docs/mcp.md).
     APPROVALS_DECIDE = "approvals:decide"
     #: List and call tools through `dex-celery mcp`.
     TOOLS_CALL = "tools:call"

@@ -25,6 +25,22 @@ for it): a server can deduplicate on it. What can go wrong maps onto dex's outco
 | the server could not be reached or refused the handshake   | retryable       | retried (read, idempotent write), else `failed`, "did not run" |
 | the server answered with an error (`isError`, JSON-RPC)    | tool error      | `failed` with the server's text |
 | the connection broke after `tools/call` was sent (the server died, timed out, dropped it) | lost (`ToolLost`) | retried (read, idempotent write), else a read is `failed` and a write `outcome_unknown` (S4.3) |
+
+A server that advertises the outcome extension (`dex-celery/outcome`,
+docs/mcp-outcome-extension.md; `dex-celery mcp` does) says itself whether the call ran, and treats a
+re-sent key as the same call, so its answers replace those guesses (`settle`):
+
+| the server's `_meta["dex-celery/outcome"]` | attempt ends as |
+|--------------------------------------------|-----------------|
+| `executed`                                  | the result, or a tool error if `isError` |
+| `not_executed`                              | retryable, "did not run" (S4.2): nothing took effect |
+| `unknown`                                   | lost (`ToolLost`): a write becomes `outcome_unknown` |
+| `pending`                                   | the same key is sent again after `pollIntervalMs` until it says more |
+| absent or unknown to this revision          | the rules of the table above |
+
+and a connection that broke after `tools/call` was sent is opened again and the same key re-sent
+(`RESENDS` times): the answer is the same call's outcome, never a second run. Only if no answer
+comes back is the attempt lost.
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ import anyio
 import httpx2
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.extension import advertise
 from mcp.client.streamable_http import streamable_http_client
 
 from dex_celery.async_bridge import run_sync
@@ -57,6 +74,12 @@ from dex_celery.errors import (
     RetryableToolError,
     ToolError,
     ToolLost,
+)
+from dex_celery.integrations.mcp_outcome import (
+    OUTCOME_EXTENSION,
+    Outcome,
+    advertised,
+    outcome_in,
 )
 from dex_celery.integrations.mcp_sessions import pool
 from dex_celery.ledger.events import AgentEvents
@@ -154,17 +177,19 @@ class McpServer:
         return self.url or " ".join(self.command)
 
     def client(self) -> Client:
-        handler = self._on_message
+        # Declared to every server: one that advertises the outcome extension answers with it.
+        options: dict[str, Any] = {
+            "message_handler": self._on_message,
+            "extensions": [advertise(OUTCOME_EXTENSION)],
+        }
         if self.url is not None:
             if self.headers:
-                return Client(
-                    _http_transport(self.url, dict(self.headers)), message_handler=handler
-                )
-            return Client(self.url, message_handler=handler)
+                return Client(_http_transport(self.url, dict(self.headers)), **options)
+            return Client(self.url, **options)
         params = StdioServerParameters(
             command=self.command[0], args=list(self.command[1:]), env=dict(self.env), cwd=self.cwd
         )
-        return Client(params, message_handler=handler)
+        return Client(params, **options)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self.on_tools_changed:
@@ -603,6 +628,8 @@ class McpToolFunction:
             raise
         except Exception as e:
             raise self._unreachable(e) from e
+        if advertised(client.server_capabilities.extensions):
+            return await self._call_with_outcome(client, arguments, meta)
         session = sessions.current(server)
         try:
             result = await client.call_tool(self.tool_name, arguments, meta=meta)
@@ -613,15 +640,97 @@ class McpToolFunction:
                 sessions.discard(server, session)
                 raise self._lost(error) from error
             # The server answered: it refused the request (unknown tool, bad params, ...).
-            raise ToolError(
-                f"MCP server {server.name!r} refused the call of {self.tool_name!r}: "
-                f"{error.message}"
-            ) from error
+            raise self._refused(error) from error
         except Exception as e:
             # From here on the server may have acted on the call: the attempt is lost.
             sessions.discard(server, session)
             raise self._lost(e) from e
         return self._value(result)
+
+    # --- servers of the outcome extension (docs/mcp-outcome-extension.md) ---------------------
+
+    async def _call_with_outcome(
+        self, client: Client, arguments: dict[str, Any], meta: mcp_types.RequestParamsMeta
+    ) -> Any:
+        """One attempt on a server that states outcomes and keeps a key one call: a broken
+        connection is opened again and the key re-sent; a `pending` answer is asked again."""
+        server, sessions = self.server, pool()
+        broken: BaseException | None = None
+        resends = 0
+        while True:
+            session = sessions.current(server)
+            try:
+                result = await client.call_tool(self.tool_name, arguments, meta=meta)
+            except asyncio.CancelledError:
+                raise
+            except MCPError as error:
+                if error.code not in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                    raise self._error_outcome(error) from error
+                sessions.discard(server, session)
+                broken = error
+            except Exception as e:
+                sessions.discard(server, session)
+                broken = e
+            else:
+                broken = None
+                outcome = outcome_in(result.meta)
+                if outcome is not Outcome.PENDING:
+                    return self._settle(result, outcome)
+                await anyio.sleep(_poll_interval(result.meta))
+            while True:
+                if broken is not None:
+                    # The server may have acted on it: only its answer to the key can say.
+                    resends += 1
+                    if resends > RESENDS:
+                        raise self._lost(broken) from broken
+                    log.info(
+                        "MCP server %s: the connection broke during %s (%s); sending its key again",
+                        server.name,
+                        meta.get(IDEMPOTENCY_META_KEY),
+                        _describe(broken),
+                    )
+                    await anyio.sleep(min(RESEND_BACKOFF * 2 ** (resends - 1), 2.0))
+                try:
+                    client = await sessions.session(server)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    broken = broken or e
+
+    def _settle(self, result: mcp_types.CallToolResult, outcome: Outcome | None) -> Any:
+        """The attempt's end from the outcome the server stated (None: it stated none)."""
+        if outcome is Outcome.NOT_EXECUTED:
+            raise RetryableToolError(
+                f"{DID_NOT_RUN}: MCP server {self.server.name!r} says {self.tool_name!r} was not "
+                f"executed ({_texts(result) or 'no reason given'})"
+            )
+        if outcome is Outcome.UNKNOWN:
+            raise ToolLost(
+                f"MCP server {self.server.name!r} says the outcome of {self.tool_name!r} is "
+                f"unknown: it may or may not have taken effect ({_texts(result)})"
+            )
+        return self._value(result)
+
+    def _error_outcome(self, error: MCPError) -> DexError:
+        """A JSON-RPC error of a server of the extension: its `data` may state the outcome."""
+        data = error.error.data if isinstance(error.error.data, Mapping) else None
+        outcome = outcome_in(data)
+        if outcome is Outcome.UNKNOWN:
+            return ToolLost(
+                f"MCP server {self.server.name!r} answered {self.tool_name!r} with an error and "
+                f"says its outcome is unknown: {error.message}"
+            )
+        if outcome is Outcome.EXECUTED:
+            return ToolError(f"MCP server {self.server.name!r}: {error.message}")
+        # `not_executed`, or no outcome: a JSON-RPC error refuses the request before it runs.
+        return self._refused(error)
+
+    def _refused(self, error: MCPError) -> ToolError:
+        return ToolError(
+            f"MCP server {self.server.name!r} refused the call of {self.tool_name!r}: "
+            f"{error.message}"
+        )
 
     def _unreachable(self, e: BaseException) -> RetryableToolError:
         return RetryableToolError(
@@ -652,6 +761,27 @@ class McpToolFunction:
             block.model_dump(mode="json", by_alias=True, exclude_none=True)
             for block in result.content
         ]
+
+
+#: Times a broken connection is opened again and the same key re-sent to a server of the outcome
+#: extension before the attempt counts as lost.
+RESENDS = 5
+#: Seconds before the first re-send after a broken connection; doubled each time, at most 2.
+RESEND_BACKOFF = 0.25
+#: Seconds between two sends of a key whose call the server says is `pending`, unless its answer
+#: asks for another interval (`_meta["pollIntervalMs"]`).
+PENDING_POLL = 1.0
+
+
+def _poll_interval(meta: Mapping[str, Any] | None) -> float:
+    given = (meta or {}).get("pollIntervalMs")
+    if isinstance(given, int | float) and 0 < given <= 60_000:
+        return float(given) / 1000
+    return PENDING_POLL
+
+
+def _texts(result: mcp_types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
 
 
 def _json_or_text(text: str) -> Any:

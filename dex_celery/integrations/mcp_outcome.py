@@ -17,11 +17,18 @@ the extension dex-celery proposes to MCP clients (docs/mcp.md):
 
 A request refused before anything was recorded answers `not_executed`; one whose recording
 is itself in doubt (`in_flight`) answers `pending`: asking again the same way follows it.
+
+The field is published as an experimental MCP extension, `dex-celery/outcome`
+(docs/mcp-outcome-extension.md): a server advertises it under `capabilities.extensions`, a client
+declares it and sends an idempotency key, and a re-sent key is the same call. `dex-celery mcp`
+advertises it; dex-celery's MCP client (`mcp_client`) reads it from any server that does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 from dex_celery.model.outcomes import DID_NOT_RUN, CallStatus
 
@@ -30,6 +37,10 @@ OUTCOME_META_KEY = "dex-celery/outcome"
 #: The `_meta` key of the call's dex status (`awaiting_approval` ... `outcome_unknown`), or
 #: `refused` / `in_flight` for a request that recorded no call / may have.
 STATUS_META_KEY = "dex-celery/status"
+#: The extension's identifier, under `capabilities.extensions` of both sides (SEP-2133 form).
+OUTCOME_EXTENSION = "dex-celery/outcome"
+#: The revision of docs/mcp-outcome-extension.md a server implements (its settings' `version`).
+OUTCOME_EXTENSION_VERSION = "2026-12-06"
 
 
 class Outcome(StrEnum):
@@ -57,3 +68,27 @@ def outcome_of(status: CallStatus, error: str | None) -> Outcome:
         did_not_run = (error or "").startswith(DID_NOT_RUN)
         return Outcome.NOT_EXECUTED if did_not_run else Outcome.EXECUTED
     return Outcome.PENDING
+
+
+def extension_settings() -> dict[str, Any]:
+    """What a server advertises under `capabilities.extensions["dex-celery/outcome"]`."""
+    return {
+        "version": OUTCOME_EXTENSION_VERSION,
+        "outcomes": [o.value for o in Outcome],
+        "idempotencyKeyMeta": "dex-celery/idempotency-key",
+    }
+
+
+def outcome_in(meta: Mapping[str, Any] | None) -> Outcome | None:
+    """The outcome a result's, task's or error's `_meta` (or error `data`) states, or None if it
+    states none or a value this revision does not know (the client's fallback rules apply)."""
+    value = (meta or {}).get(OUTCOME_META_KEY)
+    try:
+        return Outcome(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def advertised(extensions: Mapping[str, Any] | None) -> bool:
+    """True if a server's `capabilities.extensions` advertise this extension."""
+    return isinstance(extensions, Mapping) and OUTCOME_EXTENSION in extensions

@@ -61,22 +61,27 @@ from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_S
 from dex_celery.integrations.mcp_messages import SessionMessages
 from dex_celery.integrations.mcp_namespace import NAMESPACE_END, namespace_of, scoped_session
 from dex_celery.integrations.mcp_outcome import (
+    OUTCOME_EXTENSION,
     OUTCOME_META_KEY,
     STATUS_META_KEY,
     Outcome,
+    extension_settings,
     outcome_of,
 )
 from dex_celery.integrations.mcp_tasks import (
     TASKS_EXTENSION,
+    ListenParams,
     TaskMethods,
     TaskParams,
+    TaskStatusPush,
+    UpdateParams,
     created,
     speaks_tasks,
 )
 from dex_celery.integrations.mcp_unanswered import UnansweredCalls
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.effects import UNDECLARED_EFFECT, EffectClass
-from dex_celery.model.ids import CallKey, validate_id
+from dex_celery.model.ids import KEY_SEPARATOR, MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.policy import approval_by_default
 from dex_celery.model.records import ToolCallRecord
@@ -107,6 +112,9 @@ TOOLS_LIST_TTL_MS = 60_000
 
 #: The turn id of calls that arrive without ids.
 ANONYMOUS_TURN = "mcp"
+#: The turn id of calls named by an opaque idempotency key (one without `/`), as a client of the
+#: outcome extension may send (docs/mcp-outcome-extension.md).
+OPAQUE_KEY_TURN = "key"
 #: Answers that do not give the outcome yet.
 _UNANSWERED = frozenset({CallStatus.AWAITING_APPROVAL.value, CallStatus.PENDING.value})
 
@@ -165,6 +173,8 @@ def call_ids(
     if key is not None:
         if not isinstance(key, str):
             raise InvalidId(f"_meta {IDEMPOTENCY_META_KEY!r} must be a string 'session/turn/call'")
+        if KEY_SEPARATOR not in key:
+            return opaque_call(key, default_session)
         parsed = CallKey.parse(key)
         return CallIds(parsed.session_id, parsed.turn_id, parsed.tool_call_id)
     given = [meta.get(k) for k in (SESSION_META_KEY, TURN_META_KEY, TOOL_CALL_META_KEY)]
@@ -180,6 +190,18 @@ def call_ids(
         parsed = CallKey.parse(unanswered)
         return CallIds(parsed.session_id, parsed.turn_id, parsed.tool_call_id)
     return CallIds(default_session, ANONYMOUS_TURN, uuid.uuid4().hex)
+
+
+def opaque_call(key: str, session_id: str) -> CallIds:
+    """The call an opaque idempotency key names: one call per key in the caller's default
+    session (the key's digest is its id, so any text of up to `MAX_ID_LENGTH` characters will
+    do). The answers carry the call's full key, which names the same call when sent again."""
+    if not key or len(key) > MAX_ID_LENGTH or not key.isprintable():
+        raise InvalidId(
+            f"_meta {IDEMPOTENCY_META_KEY!r} must be 1 to {MAX_ID_LENGTH} printable characters"
+        )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return CallIds(session_id, OPAQUE_KEY_TURN, digest)
 
 
 def _canonical(arguments: Mapping[str, Any]) -> str:
@@ -306,6 +328,12 @@ class DexMcpServer:
         )
         self.server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         self.server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
+        # Not in the SDK's method tables: served the way tasks/get and tasks/cancel are.
+        self.server.add_request_handler("tasks/update", UpdateParams, self.tasks.update)
+        # `notifications/tasks/status` over `subscriptions/listen` (`tasksStatus`): the SDK's
+        # own listen handler knows the list-changed kinds only, so this one serves the method.
+        push = TaskStatusPush(self.tasks, dex.runtime.events)
+        self.server.add_request_handler("subscriptions/listen", ListenParams, push)
         self.server.extensions[TASKS_EXTENSION] = {}
         # The session's messages for the client's agent (reconcile reports): `mcp_messages`.
         self.messages = SessionMessages(
@@ -320,6 +348,8 @@ class DexMcpServer:
         self.server.add_request_handler(
             "prompts/get", mcp_types.GetPromptRequestParams, self.messages.get
         )
+        # Every answer carries the outcome field; advertising it lets a client rely on it.
+        self.server.extensions[OUTCOME_EXTENSION] = extension_settings()
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None

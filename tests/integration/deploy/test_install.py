@@ -49,6 +49,8 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from mcp.types import ToolAnnotations",
         "import dex_celery.integrations.mcp_client",
         "import dex_celery.integrations.mcp_server",
+        "import dex_celery.integrations.mcp_task_call",
+        "import anyio",
         "import uvicorn",
     ],
     "openai-agents": [

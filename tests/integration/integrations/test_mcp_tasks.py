@@ -78,9 +78,9 @@ def test_a_write_needing_approval_is_a_task_that_completes_once_approved_and_run
 
     created = seen["created"]
     assert isinstance(created, CreatedTask), created
-    assert created.task_id == key and created.status == "working"
+    assert created.task_id == key and created.status == "input_required"
     waiting = seen["waiting"]
-    assert waiting.status == "working"
+    assert waiting.status == "input_required"
     assert "waiting for a person's approval until" in (waiting.status_message or "")
     assert waiting.meta[STATUS_META_KEY] == "awaiting_approval"
     assert waiting.meta[OUTCOME_META_KEY] == "pending"
@@ -234,7 +234,7 @@ def test_a_task_of_another_token_is_neither_readable_nor_cancellable(
         seen = anyio.run(scenario, target)
 
     assert isinstance(seen["created"], CreatedTask)
-    assert seen["own"].status == "working"
+    assert seen["own"].status == "input_required"
     for method in ("get", "cancel"):
         assert "Task not found" in seen[f"rival_{method}"], seen
         # The same answer whether or not the task exists.

@@ -7,9 +7,25 @@ import mcp_types
 import pytest
 
 from dex_celery import EffectClass, Settings, ToolPolicy
+from dex_celery.errors import InvalidId
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, Outcome, outcome_of
-from dex_celery.integrations.mcp_tasks import DEADLINE_META_KEY, created, task_of
+from dex_celery.integrations.mcp_outcome import (
+    OUTCOME_EXTENSION,
+    OUTCOME_META_KEY,
+    Outcome,
+    advertised,
+    extension_settings,
+    outcome_in,
+    outcome_of,
+)
+from dex_celery.integrations.mcp_server import call_ids, opaque_call
+from dex_celery.integrations.mcp_tasks import (
+    APPROVAL_INPUT,
+    APPROVAL_META_KEY,
+    DEADLINE_META_KEY,
+    created,
+    task_of,
+)
 from dex_celery.model.outcomes import DID_NOT_RUN, CallStatus
 from dex_celery.model.policy import resolve_policy
 from dex_celery.model.records import ToolCallRecord
@@ -65,7 +81,7 @@ def _record(status: CallStatus, error: str | None = None) -> ToolCallRecord:
 @pytest.mark.parametrize(
     ("status", "error", "task_status", "outcome"),
     [
-        (CallStatus.AWAITING_APPROVAL, None, "working", "pending"),
+        (CallStatus.AWAITING_APPROVAL, None, "input_required", "pending"),
         (CallStatus.PENDING, None, "working", "pending"),
         (CallStatus.SUCCEEDED, None, "completed", "executed"),
         (
@@ -97,3 +113,36 @@ def test_a_task_shows_the_record_with_its_outcome_field(
         assert "until 2027-01-15 08:10:00 UTC" in task["statusMessage"]
     if not status.terminal:  # a call that cannot finish at once answers with its task
         assert created(record, poll_interval=1.0) == {"resultType": "task", **task}
+
+
+def test_the_extension_is_advertised_and_read_back() -> None:
+    """docs/mcp-outcome-extension.md: the settings name every outcome; a client reads a stated
+    outcome, and treats a missing or unknown value as none (its fallback rules apply)."""
+    settings = extension_settings()
+    assert set(settings["outcomes"]) == {o.value for o in Outcome}
+    assert advertised({OUTCOME_EXTENSION: settings}) and not advertised({}) and not advertised(None)
+    assert outcome_in({OUTCOME_META_KEY: "unknown"}) is Outcome.UNKNOWN
+    assert outcome_in({OUTCOME_META_KEY: "maybe"}) is None
+    assert outcome_in(None) is None
+
+
+def test_an_opaque_key_names_one_call_in_the_callers_default_session() -> None:
+    first = opaque_call("3f0c1a52-9d7e-4b7e-9a51", "mcp-alice")
+    assert first == opaque_call("3f0c1a52-9d7e-4b7e-9a51", "mcp-alice")
+    assert first.key.startswith("mcp-alice/key/")
+    assert opaque_call("another", "mcp-alice") != first
+    assert call_ids({IDEMPOTENCY_META_KEY: "3f0c1a52-9d7e-4b7e-9a51"}, "mcp-alice") == first
+    with pytest.raises(InvalidId):
+        opaque_call("x" * 201, "mcp-alice")
+
+
+def test_a_call_waiting_for_approval_is_input_required_with_its_form() -> None:
+    """docs/mcp.md, "Approvals as input_required": the context and an elicitation form that
+    the SDK's own types accept."""
+    record = _record(CallStatus.AWAITING_APPROVAL, None)
+    task = task_of(record, None, poll_interval=1.0)
+    assert task["status"] == "input_required"
+    assert task["_meta"][APPROVAL_META_KEY]["tool"] == record.tool_name
+    form = task["inputRequests"][APPROVAL_INPUT]
+    request = mcp_types.ElicitRequest.model_validate(form)
+    assert request.method == "elicitation/create"

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from dex_celery.audit.entries import digest
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.budgets import charges_of_json
@@ -60,6 +61,8 @@ class EntryKind(StrEnum):
     BUDGET_OVER = "budget_over"
     APPROVAL_ASKED = "approval_asked"
     APPROVAL_DECIDED = "approval_decided"
+    #: An approver's edit of the arguments, one decision with the approval (S13.3.3).
+    APPROVAL_EDITED = "approval_edited"
     #: A write freeze held the call at its claim (S13.2), and a thaw let it run.
     HELD_BY_FREEZE = "held_by_freeze"
     RELEASED_BY_THAW = "released_by_thaw"
@@ -243,6 +246,37 @@ def _approval_entries(record: ToolCallRecord) -> Iterator[Entry]:
         )
 
 
+def _edit_entries(facts: SessionFacts) -> Iterator[Entry]:
+    """An approver's edit of the arguments (S13.3.3): who, what changed (before and after as
+    the call keeps them, under the one display rule: secrets `***`), and the digest of the
+    arguments the call runs with, the one the audit log's `approval_edited` entry holds
+    (docs/audit.md)."""
+    for record in facts.calls:
+        edit = record.approval_edit
+        if edit is None:
+            continue
+        changed = sorted(set(edit.before) | set(edit.after))
+        changed = [k for k in changed if edit.before.get(k) != edit.after.get(k)]
+        what = ", ".join(changed) if changed else "nothing"
+        before = json.dumps(edit.before, ensure_ascii=False, sort_keys=True)
+        after = json.dumps(edit.after, ensure_ascii=False, sort_keys=True)
+        yield Entry(
+            edit.at,
+            EntryKind.APPROVAL_EDITED,
+            f"arguments edited by {edit.by} when approving (changed: {what}); "
+            f"arguments digest {_short(digest(record.arguments))}",
+            call_key=record.key,
+            actor=edit.by,
+            text=facts.cut(f"{before} -> {after}"),
+            state="edited",
+        )
+
+
+def _short(hex_digest: str | None) -> str:
+    """A digest as people compare it with the audit log's (its first 16 hex digits)."""
+    return (hex_digest or "-")[:16]
+
+
 def _budget_entries(facts: SessionFacts) -> Iterator[Entry]:
     """Write budgets (S13.1): what each call was charged when requested (the limit it was
     judged by), a call over a budget and why, and what became of the charge when the call
@@ -252,25 +286,38 @@ def _budget_entries(facts: SessionFacts) -> Iterator[Entry]:
         charges = charges_of_json(record.budgets)
         if not charges:
             continue
+        approval = record.approval
+        admitted_over = approval is not None and approval.decision == "approved"
         if record.budget_reason:
             yield Entry(
                 record.requested_at,
                 EntryKind.BUDGET_OVER,
                 f"over budget: {record.budget_reason}",
                 call_key=record.key,
-                state=record.status.value,
+                state=CallStatus.AWAITING_APPROVAL.value
+                if admitted_over or not record.finished
+                else record.status.value,
             )
-        else:
+        if not record.budget_reason or (approval is not None and admitted_over):
+            # Reserved at its open; one a person approved over its budget, at the approval.
+            at, by = record.requested_at, ""
+            if record.budget_reason and approval is not None:
+                at, by = (
+                    approval.decided_at,
+                    f" (admitted over the budget by {approval.decided_by})",
+                )
             for c in charges:
                 yield Entry(
-                    record.requested_at,
+                    at,
                     EntryKind.BUDGET_CHARGED,
                     f"charged {c.amount} to budget {c.name} ({c.scope_id}, limit {c.limit}): "
-                    "reserved",
+                    f"reserved{by}",
                     call_key=record.key,
                     state="reserved",
                 )
-        if record.budget_reason or not record.finished or not record.finished_at:
+        elif record.budget_reason:
+            continue  # never admitted: nothing was reserved, nothing to settle
+        if not record.finished or not record.finished_at:
             continue
         state = {
             CallStatus.SUCCEEDED: "spent",
@@ -416,6 +463,7 @@ SOURCES: tuple[EntrySource, ...] = (
     _session_entries,
     _message_entries,
     _call_entries,
+    _edit_entries,
     _budget_entries,
     _attempt_entries,
     _reconcile_entries,

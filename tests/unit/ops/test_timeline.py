@@ -154,6 +154,7 @@ def test_an_edited_approval_says_who_what_changed_and_the_audit_logs_digest() ->
         EntryKind.APPROVAL_DECIDED,
         EntryKind.APPROVAL_EDITED,
     ]
+    assert entries[0].text == '{"amount": 500, "card": "***"}'  # as requested
     edited = entries[3]
     assert (edited.at, edited.actor, edited.state) == (102.0, "alice", "edited")
     assert "edited by alice when approving (changed: amount)" in edited.summary

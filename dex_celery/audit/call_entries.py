@@ -15,6 +15,7 @@ from typing import Any
 
 from dex_celery.audit.entries import Entry, EntryKind, digest
 from dex_celery.ledger.attempt_log import parse_attempt_log
+from dex_celery.model.budgets import BudgetCharge, charges_of_json
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ApprovalDecision
@@ -43,6 +44,61 @@ def requested(row: Mapping[str, Any]) -> list[Entry]:
         asked = {"deadline": row["approval_deadline"], "repeat_of": row.get("repeat_of")}
         entries.append(Entry(EntryKind.APPROVAL_ASKED, asked, key, session, row["requested_at"]))
     return entries
+
+
+def budget_reserved(row: Mapping[str, Any], charges: Iterable[BudgetCharge]) -> list[Entry]:
+    """A budgeted call's charges as its request records them (S13.1.1), one entry per budget:
+    what the ledger's open then reserves (S13.1.2). A call the open finds over a budget is
+    asked again (`asked_again`, "over budget"); its charge is released when it ends."""
+    key, session = row["key"], row["session_id"]
+    return [
+        Entry(EntryKind.BUDGET_RESERVED, _charge(c), key, session, row["requested_at"])
+        for c in charges
+    ]
+
+
+#: What becomes of a charge when its call ends (S13.1.3), by the status the database holds.
+_SETTLED = {
+    CallStatus.SUCCEEDED.value: EntryKind.BUDGET_SPENT,
+    CallStatus.OUTCOME_UNKNOWN.value: EntryKind.BUDGET_HELD,
+}
+
+
+def budget_settled(key: CallKey, charges: str | None, status: str, at: float | None) -> list[Entry]:
+    """The charges of a call that ended (`charges`: the record's `budgets` column, as its
+    outcome's UPDATE returned it): spent if it succeeded, held while its outcome is unknown,
+    released if it failed (did not run) or was rejected. None for a call without charges."""
+    kind = _SETTLED.get(status, EntryKind.BUDGET_RELEASED)
+    return [
+        Entry(kind, {**_charge(c), "status": status}, key.key, key.session_id, at)
+        for c in charges_of_json(charges)
+    ]
+
+
+def budget_reconciled(
+    key: str, charges: str | None, verdict: str, spent: bool, at: float
+) -> list[Entry]:
+    """An unknown outcome's held charges, settled by reconciliation's verdict (S13.1.3): went
+    through (`spent`) or did not run (released)."""
+    kind = EntryKind.BUDGET_SPENT if spent else EntryKind.BUDGET_RELEASED
+    session = CallKey.parse(key).session_id
+    return [
+        Entry(kind, {**_charge(c), "verdict": verdict}, key, session, at)
+        for c in charges_of_json(charges)
+    ]
+
+
+def _charge(c: BudgetCharge) -> dict[str, Any]:
+    """A charge as entries name it: the budget, its scope, the amount and the limit it was
+    judged by (with its measure and window: what the limit counts)."""
+    return {
+        "budget": c.name,
+        "scope": c.scope_id,
+        "charge": c.amount,
+        "limit": c.limit,
+        "measure": c.measure,
+        "window": c.window,
+    }
 
 
 def decided(key: str, decision: ApprovalDecision, status: str | None) -> Entry:
@@ -215,6 +271,7 @@ class CallWord:
 #: Which entry names a call's last word: the furthest along its life.
 _RANKS: dict[str, int] = {
     EntryKind.CALL_REQUESTED: 0,
+    EntryKind.BUDGET_RESERVED: 0,
     EntryKind.APPROVAL_ASKED: 1,
     EntryKind.APPROVAL_DECIDED: 2,
     EntryKind.APPROVAL_EXPIRED: 2,
@@ -223,6 +280,9 @@ _RANKS: dict[str, int] = {
     EntryKind.ATTEMPT_STARTED: 3,
     EntryKind.ATTEMPT_ENDED: 4,
     EntryKind.OUTCOME: 5,
+    EntryKind.BUDGET_SPENT: 5,
+    EntryKind.BUDGET_HELD: 5,
+    EntryKind.BUDGET_RELEASED: 5,
     EntryKind.LATE_RESULT: 6,
     EntryKind.REPORT_SENT: 6,
 }

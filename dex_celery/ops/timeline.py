@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from dex_celery.audit.entries import digest
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.budgets import charges_of_json
@@ -44,7 +45,7 @@ from dex_celery.ops.present import (
 from dex_celery.store.budgets import WENT_THROUGH
 from dex_celery.store.freezes import FreezeHold, WriteFreezes
 from dex_celery.store.unknowns import REPORTED, UnknownOutcome, UnknownOutcomes
-from dex_celery.tools.redact import record_arguments
+from dex_celery.tools.redact import record_arguments, shown_arguments
 
 
 class EntryKind(StrEnum):
@@ -60,6 +61,8 @@ class EntryKind(StrEnum):
     BUDGET_OVER = "budget_over"
     APPROVAL_ASKED = "approval_asked"
     APPROVAL_DECIDED = "approval_decided"
+    #: An approver's edit of the arguments, one decision with the approval (S13.3.3).
+    APPROVAL_EDITED = "approval_edited"
     #: A write freeze held the call at its claim (S13.2), and a thaw let it run.
     HELD_BY_FREEZE = "held_by_freeze"
     RELEASED_BY_THAW = "released_by_thaw"
@@ -194,12 +197,20 @@ def _message_entries(facts: SessionFacts) -> Iterator[Entry]:
 
 
 def _call_entries(facts: SessionFacts) -> Iterator[Entry]:
-    """Each call's request (with its arguments under the display rule), its approval asked and
-    decided (or expired), and its end."""
+    """Each call's request (with its arguments as requested, under the display rule), its
+    approval asked and decided (or expired), and its end. A call a write freeze held waits from
+    its hold (`_freeze_entries`), not from its request."""
+    held = {h.call_key for h in facts.holds}
     for record in facts.calls:
-        arguments, _ = (
-            (record_arguments(record), False) if facts.full else cut_value(record_arguments(record))
+        # As requested: a call an approver edited keeps the requested arguments in its edit
+        # (under the display rule, as `record_arguments` shows them); the edit is an entry.
+        edit = record.approval_edit
+        requested = (
+            shown_arguments(edit.before, record.policy.secret_arguments)
+            if edit is not None
+            else record_arguments(record)
         )
+        arguments, _ = (requested, False) if facts.full else cut_value(requested)
         yield Entry(
             record.requested_at,
             EntryKind.CALL_REQUESTED,
@@ -207,7 +218,7 @@ def _call_entries(facts: SessionFacts) -> Iterator[Entry]:
             call_key=record.key,
             text=json.dumps(arguments, ensure_ascii=False, sort_keys=True),
         )
-        yield from _approval_entries(record)
+        yield from _approval_entries(record, asked=record.key not in held)
         if record.finished and record.finished_at:
             yield Entry(
                 record.finished_at,
@@ -219,17 +230,18 @@ def _call_entries(facts: SessionFacts) -> Iterator[Entry]:
             )
 
 
-def _approval_entries(record: ToolCallRecord) -> Iterator[Entry]:
+def _approval_entries(record: ToolCallRecord, *, asked: bool = True) -> Iterator[Entry]:
     if record.approval_deadline is None and record.approval is None:
         return
     held = f"; held back: {record.repeat_reason}" if record.repeat_reason else ""
-    yield Entry(
-        record.requested_at,
-        EntryKind.APPROVAL_ASKED,
-        f"waits for a person's decision until {format_utc(record.approval_deadline)}{held}",
-        call_key=record.key,
-        state=CallStatus.AWAITING_APPROVAL.value,
-    )
+    if asked:
+        yield Entry(
+            record.requested_at,
+            EntryKind.APPROVAL_ASKED,
+            f"waits for a person's decision until {format_utc(record.approval_deadline)}{held}",
+            call_key=record.key,
+            state=CallStatus.AWAITING_APPROVAL.value,
+        )
     approval = record.approval
     if approval is not None:
         yield Entry(
@@ -243,6 +255,38 @@ def _approval_entries(record: ToolCallRecord) -> Iterator[Entry]:
         )
 
 
+def _edit_entries(facts: SessionFacts) -> Iterator[Entry]:
+    """An approver's edit of the arguments (S13.3.3): who, what changed (before and after as
+    the call keeps them, under the one display rule: secrets `***`), and the digest of the
+    arguments the call runs with, the one the audit log's `approval_edited` entry holds
+    (docs/audit.md)."""
+    for record in facts.calls:
+        edit = record.approval_edit
+        if edit is None:
+            continue
+        secrets = record.policy.secret_arguments
+        was, now = shown_arguments(edit.before, secrets), shown_arguments(edit.after, secrets)
+        changed = [k for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+        what = ", ".join(changed) if changed else "none shown"
+        before = json.dumps(was, ensure_ascii=False, sort_keys=True)
+        after = json.dumps(now, ensure_ascii=False, sort_keys=True)
+        yield Entry(
+            edit.at,
+            EntryKind.APPROVAL_EDITED,
+            f"arguments edited by {edit.by} when approving (changed: {what}); "
+            f"arguments digest {_short(digest(record.arguments))}",
+            call_key=record.key,
+            actor=edit.by,
+            text=facts.cut(f"{before} -> {after}"),
+            state="edited",
+        )
+
+
+def _short(hex_digest: str | None) -> str:
+    """A digest as people compare it with the audit log's (its first 16 hex digits)."""
+    return (hex_digest or "-")[:16]
+
+
 def _budget_entries(facts: SessionFacts) -> Iterator[Entry]:
     """Write budgets (S13.1): what each call was charged when requested (the limit it was
     judged by), a call over a budget and why, and what became of the charge when the call
@@ -252,25 +296,38 @@ def _budget_entries(facts: SessionFacts) -> Iterator[Entry]:
         charges = charges_of_json(record.budgets)
         if not charges:
             continue
+        approval = record.approval
+        admitted_over = approval is not None and approval.decision == "approved"
         if record.budget_reason:
             yield Entry(
                 record.requested_at,
                 EntryKind.BUDGET_OVER,
                 f"over budget: {record.budget_reason}",
                 call_key=record.key,
-                state=record.status.value,
+                state=CallStatus.AWAITING_APPROVAL.value
+                if admitted_over or not record.finished
+                else record.status.value,
             )
-        else:
+        if not record.budget_reason or (approval is not None and admitted_over):
+            # Reserved at its open; one a person approved over its budget, at the approval.
+            at, by = record.requested_at, ""
+            if record.budget_reason and approval is not None:
+                at, by = (
+                    approval.decided_at,
+                    f" (admitted over the budget by {approval.decided_by})",
+                )
             for c in charges:
                 yield Entry(
-                    record.requested_at,
+                    at,
                     EntryKind.BUDGET_CHARGED,
                     f"charged {c.amount} to budget {c.name} ({c.scope_id}, limit {c.limit}): "
-                    "reserved",
+                    f"reserved{by}",
                     call_key=record.key,
                     state="reserved",
                 )
-        if record.budget_reason or not record.finished or not record.finished_at:
+        elif record.budget_reason:
+            continue  # never admitted: nothing was reserved, nothing to settle
+        if not record.finished or not record.finished_at:
             continue
         state = {
             CallStatus.SUCCEEDED: "spent",
@@ -386,11 +443,17 @@ def _reconcile_entries(facts: SessionFacts) -> Iterator[Entry]:
 
 def _freeze_entries(facts: SessionFacts) -> Iterator[Entry]:
     """The write freeze (S13.2): a call held at its claim, with the freeze's reason, and the
-    thaw that let it run. A call a `--reject` freeze ended shows as its decision."""
+    thaw that let it run. A call a `--reject` freeze ended shows as its decision.
+
+    The hold is timed by the holding worker's reading of the ledger's clock, the request by the
+    requester's (S10.1): each process's reading may be a millisecond apart, so a hold is never
+    shown before its call's request, nor a release before its hold."""
+    requested = {c.key: c.requested_at for c in facts.calls}
     for hold in facts.holds:
         freeze = hold.freeze
+        held_at = max(hold.held_at, requested.get(hold.call_key, hold.held_at))
         yield Entry(
-            hold.held_at,
+            held_at,
             EntryKind.HELD_BY_FREEZE,
             f"held by a write freeze of {freeze.scope_text} (frozen by {freeze.frozen_by} "
             f"since {format_utc(freeze.since)})",
@@ -402,7 +465,7 @@ def _freeze_entries(facts: SessionFacts) -> Iterator[Entry]:
         if hold.released_at is not None:
             by = freeze.thawed_by or "a thaw"
             yield Entry(
-                hold.released_at,
+                max(hold.released_at, held_at),
                 EntryKind.RELEASED_BY_THAW,
                 f"released to run: writes of {freeze.scope_text} thawed by {by}",
                 call_key=hold.call_key,
@@ -416,6 +479,7 @@ SOURCES: tuple[EntrySource, ...] = (
     _session_entries,
     _message_entries,
     _call_entries,
+    _edit_entries,
     _budget_entries,
     _attempt_entries,
     _reconcile_entries,

@@ -137,7 +137,12 @@ class CallRecords(StoreBase):
                 for new in new_calls:
                     if new.key.key in known:
                         check(new, known[new.key.key])
-            entries = [e for r in rows if r["key"] in created for e in call_entries.requested(r)]
+            entries: list[Entry] = []
+            for r in rows:
+                if r["key"] in created:
+                    entries += call_entries.requested(r)
+                    if r["key"] in charged:  # in the same INSERT as the rest (S13.4.1)
+                        entries += call_entries.budget_reserved(r, charged[r["key"]])
             appended = self.audit.append(conn, *entries)
         appended.committed()
         fresh = {r["key"]: call_record(r) for r in rows if r["key"] in created}
@@ -254,6 +259,7 @@ class CallRecords(StoreBase):
                     tool_calls.c.claimed_at,
                     tool_calls.c.claimed_by,
                     tool_calls.c.approval_edit,
+                    tool_calls.c.budgets,
                 )
             ).first()
             if row is None:
@@ -270,6 +276,9 @@ class CallRecords(StoreBase):
                 entries.append(call_entries.decided(key, decision, None))
             claim = row._mapping
             entries += call_entries.ended(call, outcome, values["finished_at"], claim)
+            entries += call_entries.budget_settled(
+                call, row.budgets, outcome.status.value, values["finished_at"]
+            )
             appended = self.audit.append(conn, *entries)
         appended.committed()
         return True
@@ -316,6 +325,9 @@ class CallRecords(StoreBase):
                 claim = {"claimed_attempt": got[1], "claimed_at": got[2], "claimed_by": got[3]}
                 finished = r.outcome.decided_at or now
                 entries += call_entries.ended(r.key, r.outcome, finished, claim)
+                if got[4] is not None:  # its write budgets' charges (S13.1.3)
+                    status = r.outcome.status.value
+                    entries += call_entries.budget_settled(r.key, got[4], status, finished)
             if mine:
                 hot.insert_message.execute_many(conn, mine)
             count_ended(conn, hot, ended)

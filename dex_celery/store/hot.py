@@ -178,8 +178,8 @@ def _roll_back(raw: Any) -> None:
 @dataclass(frozen=True, slots=True)
 class HotStatements:
     #: End a pending call (`CallRecords.record_outcomes`): the compare-and-set on `pending`,
-    #: returning the call's effect class (for its count) and its write fence's claim (for its
-    #: audit entries) only when it ended here.
+    #: returning the call's effect class (for its count), its write fence's claim and its write
+    #: budgets' charges (for its audit entries) only when it ended here.
     end_pending: DriverStatement
     #: Its TOOL message (the columns of `rows.tool_message_row`).
     insert_message: DriverStatement
@@ -217,7 +217,13 @@ def _build(engine: Engine) -> HotStatements:
             attempts=bindparam("b_attempts"),
             attempt_log=bindparam("b_attempt_log"),
         )
-        .returning(calls.c.effect, calls.c.claimed_attempt, calls.c.claimed_at, calls.c.claimed_by)
+        .returning(
+            calls.c.effect,
+            calls.c.claimed_attempt,
+            calls.c.claimed_at,
+            calls.c.claimed_by,
+            calls.c.budgets,
+        )
     )
     claim_write = (
         update(calls)

@@ -16,6 +16,7 @@ from sqlalchemy import func, insert, select, update
 from dex_celery.audit import call_entries
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.store.budgets import WENT_THROUGH
 from dex_celery.store.dialect import insert_ignore
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, tool_calls, unknown_outcomes
@@ -157,8 +158,13 @@ class UnknownOutcomes:
                     created_at=now,
                 )
             )
-            sent = call_entries.report_sent(record.key, record.session_id, text, now)
-            appended = self.store.audit.append(conn, sent)
+            entries = [call_entries.report_sent(record.key, record.session_id, text, now)]
+            if verdict is not None:  # the verdict settles the held charges (S13.1.3)
+                spent = verdict == WENT_THROUGH
+                entries += call_entries.budget_reconciled(
+                    record.key, record.budgets, verdict, spent, now
+                )
+            appended = self.store.audit.append(conn, *entries)
         appended.committed()
         return True
 

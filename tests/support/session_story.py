@@ -3,9 +3,13 @@ the timeline tests (`sessions show`, the web app's session page) read (docs/oper
 "The session timeline").
 
 In order: a user and an assistant message; a read that succeeds; a read with a secret argument;
-a write a person approves (it then runs); a write whose approval deadline passes; a write whose
-worker is SIGKILLed mid-run (`outcome_unknown`), reconciled by its outcome check, which sends
-the session the real outcome.
+a write a person approves (it then runs); a write a person approves with edited arguments
+(S13.3.3); a write whose approval deadline passes; a write held by a write freeze at its claim,
+then let run by the thaw (S13.2); a write drawing on a write budget (S13.1) whose worker is
+SIGKILLed mid-run (`outcome_unknown`, its charge held), reconciled by its outcome check, which
+sends the session the real outcome and says it went through (the charge spent).
+
+The tests that read it run with `STORY_ENV` (the budget) in their environment.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import executions
-from dex_celery import CallStatus, Dex, MessageRole, reconcile_once
+from dex_celery import CallStatus, Dex, MessageRole, WentThrough, reconcile_once
 
 #: A session id with spaces and non-ASCII letters (all valid, `model/ids.py`): the CLI takes it
 #: as typed, the web app's path percent-encodes it.
@@ -25,6 +29,9 @@ USER_TEXT = "Please refund order 1002, it arrived broken."
 ASSISTANT_TEXT = "I will look the order up, then ask for the refund."
 NOTE = "refund agreed with the customer"
 REPORT = "Note from the order desk: the refund of order 1002 went through."
+FREEZE_REASON = "incident 42: the card processor double-charges"
+#: The write budget the killed write draws on: two refunds per session.
+STORY_ENV = {"DEX_BUDGETS": "refunds: tools=slow_non_idempotent_write limit=2 label=refunds"}
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,9 @@ class Story:
     read: str
     secret: str
     approved: str
+    edited: str
     expired: str
+    frozen: str
     unknown: str
 
 
@@ -52,15 +61,28 @@ def make_story(dex: Dex, start_worker: Callable[..., Worker]) -> Story:
     ).key
     approved = client.request_call(SESSION, "t2", "refund", "guarded_write", {"value": 1002}).key
     client.approve(approved, "alice", NOTE)
+    edited = client.request_call(SESSION, "t2", "refund-fee", "guarded_write", {"value": 15}).key
+    client.approve(edited, "alice", edit={"value": 5})
     expired = client.request_call(SESSION, "t2", "late", "guarded_write_short", {"value": 7}).key
-    client.wait([read, secret, approved], timeout=60)
+    client.wait([read, secret, approved, edited], timeout=60)
     wait_for(
         lambda: client.get_call(expired).approval is not None,
         timeout=30,
         what="the short approval deadline to pass",
     )
+    dex.writes.freeze(reason=FREEZE_REASON, by="ann")
+    frozen = client.request_call(
+        SESSION, "t3", "restock", "slow_idempotent_write", {"seconds": 0.05, "value": 1002}
+    ).key
+    wait_for(
+        lambda: client.get_call(frozen).status is CallStatus.AWAITING_APPROVAL,
+        timeout=30,
+        what="the write to be held at its claim",
+    )
+    assert dex.writes.thaw(by="bob").released == (frozen,)
+    assert client.wait([frozen], timeout=60)[0].status is CallStatus.SUCCEEDED
     unknown = client.request_call(
-        SESSION, "t3", "refund-2", "slow_non_idempotent_write", {"seconds": 60, "value": 1002}
+        SESSION, "t4", "refund-2", "slow_non_idempotent_write", {"seconds": 60, "value": 1002}
     ).key
     wait_for(lambda: executions(unknown), timeout=60, what="the write to start")
     worker.kill_all()
@@ -69,6 +91,8 @@ def make_story(dex: Dex, start_worker: Callable[..., Worker]) -> Story:
         timeout=60,
         what="outcome_unknown for the killed write",
     )
-    dex.register_outcome_check("slow_non_idempotent_write", lambda key, arguments: REPORT)
+    dex.register_outcome_check(
+        "slow_non_idempotent_write", lambda key, arguments: WentThrough(REPORT)
+    )
     assert reconcile_once(dex).reported_keys == (unknown,)
-    return Story(read, secret, approved, expired, unknown)
+    return Story(read, secret, approved, edited, expired, frozen, unknown)

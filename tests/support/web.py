@@ -43,9 +43,13 @@ class WebServer:
         return [str(exe), "--app", self.app, "web", "--host", self.host, "--port", str(self.port)]
 
     def start(self) -> WebServer:
+        # `PYTHONPATH`: the console script imports this checkout's code, as the workers do
+        # (their `python -m` puts it first), even where another checkout is installed.
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, **self.env, "PYTHONPATH": path}
         with self.log_path.open("wb") as out:
             self.process = subprocess.Popen(
-                self.command(), cwd=ROOT, env={**os.environ, **self.env},
+                self.command(), cwd=ROOT, env=env,
                 stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_parent(),
             )  # fmt: skip
         wait_for(self._healthy, timeout=30, what=f"the web app on port {self.port}")

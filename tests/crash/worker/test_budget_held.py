@@ -5,32 +5,46 @@ the broker a separate redis-server).
 A budget of one write per session: the write is killed mid-run, ends `outcome_unknown`, and its
 unit stays held, so the next write of the session waits for a person saying so. Reconciliation
 settles it: "went through" spends the unit (the next write still waits), "did not run" releases
-it (the next write runs). Two witnesses: the record and the tool's own log.
+it (the next write runs). Two witnesses: the record and the tool's own log. The audit log says
+the same (S13.4.1): the charge reserved with the request, held with the unknown outcome, then
+spent or released with the verdict; and `audit verify` finds nothing.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from sqlalchemy import select
 
 from devtools.processes import Worker
 from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, DidNotRun, OutcomeChecks, Settings, WentThrough
+from dex_celery.audit.keys import Signer
+from dex_celery.audit.verify import verify_database
 from dex_celery.ops.timeline import EntryKind, session_timeline
+from dex_celery.store.schema import audit_log
 from tests.support.crash import lines, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 
 TOOL = "slow_non_idempotent_write"
 BUDGET = f"writes: tools={TOOL} limit=1 label=writes"
+#: Every process of the deployment signs its audit entries with the same key.
+SIGNER = Signer.generate()
 
 
 @pytest.fixture(params=["redis-server", "redis-cluster"])
 def env(env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    out = {**env, "DEX_BUDGETS": BUDGET, "DEX_SCHEDULE_TO_START": "60"}
+    out = {
+        **env,
+        "DEX_BUDGETS": BUDGET,
+        "DEX_SCHEDULE_TO_START": "60",
+        "DEX_AUDIT_KEY": SIGNER.private_text(),
+    }
     if request.param == "redis-cluster":
         cluster = request.getfixturevalue("redis_cluster")
         assert isinstance(cluster, RedisClusterNodes)
@@ -110,3 +124,35 @@ def test_a_killed_write_holds_its_budget_until_reconciled(
         assert _totals(dex, session) == (0.0, 1.0, 0.0)
     # The killed write ran once, by its own log, and never again.
     assert len(lines(key, "start")) == 1
+    # The audit log's word on its charge, and the log verifies (S13.4.1, S13.4.3).
+    settled = "budget_spent" if went_through else "budget_released"
+    assert _budget_entries(dex, key) == [
+        ("budget_reserved", None),
+        ("budget_held", "outcome_unknown"),
+        (settled, "went_through" if went_through else "did_not_run"),
+    ]
+    findings = verify_database(dex.store, SIGNER.verifier())
+    assert findings.ok, findings.lines()
+
+
+def _budget_entries(dex: Dex, key: str) -> list[tuple[str, str | None]]:
+    """The call's budget entries in time order: (kind, the status or verdict that moved it)."""
+    query = (
+        select(audit_log.c.kind, audit_log.c.body)
+        .where(audit_log.c.call_key == key)
+        .where(audit_log.c.kind.like("budget_%"))
+        .order_by(audit_log.c.at)
+    )
+    with dex.store.engine.connect() as conn:
+        rows = conn.execute(query).all()
+    out = []
+    for kind, body in rows:
+        said = json.loads(body)
+        assert (said["budget"], said["scope"], said["charge"], said["limit"]) == (
+            "writes",
+            f"session:{key.split('/')[0]}",
+            1,
+            1,
+        )
+        out.append((kind, said.get("status") or said.get("verdict")))
+    return out

@@ -1,9 +1,10 @@
 """`dex-celery sessions show`: one session as one story, text and JSON (S13.6).
 
 The session (`tests/support/session_story.py`) is made by a real prefork worker: a succeeded
-read, a read with a secret, an approved write, an expired approval, and a write whose worker was
-SIGKILLed (`outcome_unknown`) then reconciled. The command runs in-process through click's
-runner against the test's `Dex`.
+read, a read with a secret, an approved write, a write approved with edited arguments, an
+expired approval, a write held by a write freeze until the thaw, and a budgeted write whose
+worker was SIGKILLed (`outcome_unknown`, its charge held) then reconciled as gone through (spent).
+The command runs in-process through click's runner against the test's `Dex`.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from dex_celery.cli.main import main
 from dex_celery.tools.redact import REDACTED
 from tests.support.session_story import (
     ASSISTANT_TEXT,
+    FREEZE_REASON,
     NOTE,
     REPORT,
     SECRET,
     SESSION,
+    STORY_ENV,
     USER_TEXT,
     Story,
     make_story,
@@ -35,6 +38,12 @@ from tests.support.session_story import (
 APP = "devtools.toolapp:dex"
 #: An entry's line of `sessions show`: its time in UTC, then its kind.
 ENTRY_LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC)  ([a-z]+(?: [a-z]+)*)  ")
+
+
+@pytest.fixture
+def env(env: dict[str, str]) -> dict[str, str]:
+    """The story's write budget, for the test process and its workers alike."""
+    return {**env, **STORY_ENV}
 
 
 @pytest.fixture
@@ -74,7 +83,9 @@ def test_sessions_show_tells_the_session_in_time_order(
         story.read: "succeeded",
         story.secret: "succeeded",
         story.approved: "succeeded",
+        story.edited: "succeeded",
         story.expired: "rejected",
+        story.frozen: "succeeded",
         story.unknown: "outcome_unknown",
     }
 
@@ -117,17 +128,65 @@ def test_sessions_show_tells_the_session_in_time_order(
     assert expired["state"] == "expired" and "approval deadline" in expired["summary"]
     assert "attempt_claimed" not in kinds_of(entries, story.expired)
 
-    # The killed write: lost, outcome_unknown, the model told so, surfaced, then the report.
-    unknown = kinds_of(entries, story.unknown)
-    assert unknown == [
+    # An approval with edited arguments (S13.3.3): who, what changed, the audit log's digest.
+    assert kinds_of(entries, story.edited)[:4] == [
         "call_requested",
+        "approval_asked",
+        "approval_decided",
+        "approval_edited",
+    ]
+    edit = next(
+        e for e in entries if e["call_key"] == story.edited and e["kind"] == "approval_edited"
+    )
+    assert edit["actor"] == "alice" and "(changed: value)" in edit["summary"]
+    asked_for = next(e for e in entries if e["call_key"] == story.edited)
+    assert asked_for["text"] == '{"value": 15}'  # as requested; it ran with the edit
+    assert (
+        "arguments digest " in edit["summary"] and edit["text"] == '{"value": 15} -> {"value": 5}'
+    )
+
+    # A write held by the freeze at its claim, then let run by bob's thaw (S13.2).
+    assert kinds_of(entries, story.frozen) == [
+        "call_requested",
+        "held_by_freeze",
+        "released_by_thaw",
         "attempt_claimed",
         "attempt_ended",
         "call_ended",
         "tool_result",
+    ]
+    held = next(
+        e for e in entries if e["call_key"] == story.frozen and e["kind"] == "held_by_freeze"
+    )
+    assert held["actor"] == "ann" and held["text"] == FREEZE_REASON
+    released = next(
+        e for e in entries if e["call_key"] == story.frozen and e["kind"] == "released_by_thaw"
+    )
+    assert released["actor"] == "bob"
+
+    # The killed write: charged to the budget, lost, outcome_unknown (its charge held), the
+    # model told so, surfaced, then the report, which says it went through (spent).
+    unknown = kinds_of(entries, story.unknown)
+    # (The TOOL message is written with the outcome, at its end or, by the sweeper, a little
+    # after it: before or after the charge held at that end.)
+    assert [k for k in unknown if k != "tool_result"] == [
+        "call_requested",
+        "budget_charged",
+        "attempt_claimed",
+        "attempt_ended",
+        "call_ended",
+        "budget_settled",
         "outcome_surfaced",
+        "budget_settled",
         "report",
     ], unknown
+    assert unknown.index("call_ended") < unknown.index("tool_result") < unknown.index("report")
+    moves = [
+        e["state"]
+        for e in entries
+        if e["call_key"] == story.unknown and e["kind"].startswith("budget")
+    ]
+    assert moves == ["reserved", "held", "spent"]
     by_kind = {e["kind"]: e for e in entries if e["call_key"] == story.unknown}
     assert by_kind["attempt_ended"]["state"] == "lost"
     assert by_kind["call_ended"]["state"] == "outcome_unknown"
@@ -136,6 +195,7 @@ def test_sessions_show_tells_the_session_in_time_order(
     assert entries[-1] == by_kind["report"]
 
     text = cli("sessions", "show", SESSION).output
+    print(text)  # TEMP
     assert text.splitlines()[0] == f"session   {SESSION}"
     assert SECRET not in text
     for needle in (
@@ -143,6 +203,9 @@ def test_sessions_show_tells_the_session_in_time_order(
         "approved by alice  (t2/refund)",
         NOTE,
         "outcome_unknown after 1 attempt",
+        "arguments edited by alice when approving",
+        "held by a write freeze of every tool (frozen by ann",
+        "budget refunds: spent (reconciled: went_through)",
         REPORT,
     ):
         assert needle in text, needle

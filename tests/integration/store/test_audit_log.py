@@ -450,3 +450,127 @@ def test_bound_approvals_edits_rewaits_budget_and_freeze_holds_verify(
             update(tool_calls).where(tool_calls.c.key == "g/t/edit").values(status="pending")
         )
     assert "g/t/edit" in only(verified(store), FindingClass.RECORD)
+
+
+def budget_moves(store: Store, key: str | None = None) -> list[tuple[str, str | None, dict]]:
+    """The budget entries (kind, call, body), in the order appended."""
+    query = (
+        select(audit_log.c.kind, audit_log.c.call_key, audit_log.c.body)
+        .where(audit_log.c.kind.like("budget_%"))
+        .order_by(audit_log.c.at, audit_log.c.writer, audit_log.c.seq)
+    )
+    if key is not None:
+        query = query.where(audit_log.c.call_key == key)
+    with store.engine.connect() as conn:
+        return [(r.kind, r.call_key, json.loads(r.body)) for r in conn.execute(query)]
+
+
+def test_budget_moves_are_entries(store: Store, clock: Clock) -> None:
+    """S13.4.1, S13.1.3: a budgeted call's charge is `budget_reserved` with its request, then
+    spent, held or released in the transaction that records its outcome (the recorder's batch,
+    a single outcome, an approver's reject, an expiry), and reconciliation's verdict settles a
+    held one; each entry names the budget, scope, charge and limit. Calls without charges have
+    none, and the log still verifies."""
+    from dataclasses import replace
+
+    from dex_celery.model.budgets import Budget, BudgetScope, charge_of
+    from dex_celery.store.budgets import DID_NOT_RUN, WENT_THROUGH
+    from dex_celery.store.unknowns import UnknownOutcomes
+
+    refunds = Budget("refunds", limit=3)
+    cents = Budget("cents", limit=900, measure="q", scope=BudgetScope.DEPLOYMENT, window="day")
+
+    def budgeted(key: str, **policy: object) -> object:
+        call = CallKey.parse(key)
+        charges = tuple(
+            charge_of(b, {"q": 7}, session_id=call.session_id, principal=None, tool_name="echo")
+            for b in (refunds, cents)
+        )
+        return replace(new_call(key, **policy), charges=charges)  # type: ignore[arg-type]
+
+    approval = dict(effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=60.0)
+    keys = ["ok", "boom", "unknown", "lost", "not-run", "no", "late"]
+    calls = [budgeted(f"b/t/{k}") for k in keys[:5]]
+    calls += [budgeted("b/t/no", **approval), budgeted("b/t/late", **approval)]
+    store.insert_calls([*calls, new_call("b/t/free")], epoch="e")  # type: ignore[list-item]
+    reserved = budget_moves(store)
+    assert {k for kind, k, _ in reserved if kind == "budget_reserved"} == {f"b/t/{k}" for k in keys}
+    assert len(reserved) == 2 * len(keys)
+    assert {
+        "budget": "cents",
+        "scope": "deployment",
+        "charge": 7,
+        "limit": 900,
+        "measure": "q",
+        "window": 86400.0,
+    } in [body for _, key, body in reserved if key == "b/t/ok"]
+
+    clock.now += 1
+
+    def row(key: str, status: CallStatus) -> OutcomeRow:
+        return OutcomeRow(CallKey.parse(key), "echo", '{"q":7}', Outcome(status, "", None, 1))
+
+    store.record_outcomes(  # the recorder's batch
+        [
+            row("b/t/ok", CallStatus.SUCCEEDED),
+            row("b/t/boom", CallStatus.FAILED),
+            row("b/t/unknown", CallStatus.OUTCOME_UNKNOWN),
+            row("b/t/lost", CallStatus.OUTCOME_UNKNOWN),
+            row("b/t/free", CallStatus.SUCCEEDED),
+        ]
+    )
+    assert store.record_outcome(  # the sweeper: no claim in SQL, so it did not run
+        "b/t/not-run", Outcome(CallStatus.FAILED, "did not run", did_not_run=True)
+    )
+    assert store.record_outcome(
+        "b/t/no",
+        Outcome(CallStatus.REJECTED, "rejected by bob"),
+        from_statuses=(CallStatus.AWAITING_APPROVAL,),
+        decision=ApprovalDecision("rejected", "bob", clock.now, None),
+    )
+    assert store.record_outcome(
+        "b/t/late",
+        Outcome(CallStatus.REJECTED, "the deadline passed"),
+        from_statuses=(CallStatus.AWAITING_APPROVAL,),
+        decision=ApprovalDecision("expired", "system", clock.now, None),
+    )
+    settled = {
+        key: kind
+        for kind, key, body in budget_moves(store)
+        if kind != "budget_reserved" and body["budget"] == "refunds"
+    }
+    assert settled == {
+        "b/t/ok": "budget_spent",
+        "b/t/boom": "budget_released",
+        "b/t/unknown": "budget_held",
+        "b/t/lost": "budget_held",
+        "b/t/not-run": "budget_released",
+        "b/t/no": "budget_released",
+        "b/t/late": "budget_released",
+    }
+    assert not budget_moves(store, "b/t/free")
+    (_, _, held), _cents = budget_moves(store, "b/t/unknown")[2:]
+    assert held == {
+        "budget": "refunds",
+        "scope": "session:b",
+        "charge": 1,
+        "limit": 3,
+        "measure": "count",
+        "window": 0.0,
+        "status": "outcome_unknown",
+    }
+
+    clock.now += 1
+    repo = UnknownOutcomes(store)
+    for key, verdict in (("b/t/unknown", WENT_THROUGH), ("b/t/lost", DID_NOT_RUN)):
+        record = store.get_call(key)
+        assert record is not None and repo.surface(record, now=clock.now)
+        assert repo.report(record, f"{key}: {verdict}", now=clock.now, verdict=verdict)
+    reconciled = [(kind, body.get("verdict")) for kind, _, body in budget_moves(store, "b/t/lost")]
+    assert reconciled[-2:] == [("budget_released", DID_NOT_RUN)] * 2
+    reconciled = [
+        (kind, body.get("verdict")) for kind, _, body in budget_moves(store, "b/t/unknown")
+    ]
+    assert reconciled[-2:] == [("budget_spent", WENT_THROUGH)] * 2
+    findings = verified(store)
+    assert findings.ok, findings.lines()

@@ -1,7 +1,9 @@
 """The session page (S13.6) in a real browser (Debian's chromium, headless, via Selenium) against
 a real `dex-celery web` process, for a session made by a real prefork worker: a succeeded read,
-an approved write, an expired approval, and a write whose worker was SIGKILLed, ended
-`outcome_unknown` and was reconciled (`tests/support/session_story.py`).
+an approved write, a write approved with edited arguments (S13.3.3), an expired approval, a
+write held by a write freeze until the thaw let it run (S13.2), and a write drawing on a write
+budget (S13.1) whose worker was SIGKILLed, ended `outcome_unknown` (its charge held) and was
+reconciled as gone through (spent) (`tests/support/session_story.py`).
 
 A person goes from a call's page to its session and reads the story in time order; while a call
 of the session is open the page refreshes itself until it ends. The route keeps every rule of
@@ -23,11 +25,26 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.model.links import session_path
-from tests.support.session_story import NOTE, REPORT, SECRET, SESSION, USER_TEXT, make_story
+from tests.support.session_story import (
+    FREEZE_REASON,
+    NOTE,
+    REPORT,
+    SECRET,
+    SESSION,
+    STORY_ENV,
+    USER_TEXT,
+    make_story,
+)
 from tests.support.web import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password"
 TOKENS = "reader:reader-token,agent:agent-token:tools:call"
+
+
+@pytest.fixture
+def env(env: dict[str, str]) -> dict[str, str]:
+    """The story's write budget, for the test process, its workers and the web app alike."""
+    return {**env, **STORY_ENV}
 
 
 @pytest.fixture
@@ -75,16 +92,61 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
         assert USER_TEXT in rows[1].text
         times = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#timeline td.at")]
         assert len(times) == len(rows) and all(t.endswith(" UTC") for t in times)
-        assert kinds(d, story.unknown) == [
+        unknown = kinds(d, story.unknown)
+        # (Its TOOL message is written at its end or, by the sweeper, a little after it.)
+        assert [k for k in unknown if k != "tool_result"] == [
             "call_requested",
+            "budget_charged",
             "attempt_claimed",
             "attempt_ended",
             "call_ended",
-            "tool_result",
+            "budget_settled",
             "outcome_surfaced",
+            "budget_settled",
             "report",
-        ]
+        ], unknown
         assert order[-1] == "report" and REPORT in rows[-1].text
+        # Its charge: reserved, held while unknown, spent once reconciled (S13.1.3).
+        charge = d.find_elements(
+            By.CSS_SELECTOR, f'#timeline tr[data-key="{story.unknown}"][data-kind^="budget"]'
+        )
+        said = [row.text for row in charge]
+        assert len(said) == 3, said
+        assert "reserved" in said[0] and "held until reconciled" in said[1], said
+        assert "spent (reconciled: went_through)" in said[2], said
+        assert "charged 1 to budget refunds" in charge[0].text and "limit 2" in charge[0].text
+
+        # The edited approval: who, what changed, the arguments before and after (S13.3.3).
+        edited = d.find_element(
+            By.CSS_SELECTOR,
+            f'#timeline tr[data-key="{story.edited}"][data-kind="approval_edited"]',
+        )
+        assert "arguments edited by alice when approving (changed: value)" in edited.text
+        assert '{"value": 15} -> {"value": 5}' in edited.text
+        assert kinds(d, story.edited)[:4] == [
+            "call_requested",
+            "approval_asked",
+            "approval_decided",
+            "approval_edited",
+        ]
+
+        # The write a freeze held at its claim, and the thaw that let it run (S13.2).
+        assert kinds(d, story.frozen)[:4] == [
+            "call_requested",
+            "held_by_freeze",
+            "released_by_thaw",
+            "attempt_claimed",
+        ]
+        held = d.find_element(
+            By.CSS_SELECTOR,
+            f'#timeline tr[data-key="{story.frozen}"][data-kind="held_by_freeze"]',
+        )
+        assert "frozen by ann" in held.text and FREEZE_REASON in held.text
+        thawed = d.find_element(
+            By.CSS_SELECTOR,
+            f'#timeline tr[data-key="{story.frozen}"][data-kind="released_by_thaw"]',
+        )
+        assert "thawed by bob" in thawed.text
         decided = d.find_element(
             By.CSS_SELECTOR,
             f'#timeline tr[data-key="{story.approved}"][data-kind="approval_decided"]',

@@ -10,11 +10,15 @@ from dataclasses import replace
 
 import pytest
 
+from dex_celery.audit.entries import digest
 from dex_celery.errors import ConfigurationError
+from dex_celery.model.approval_binding import ApprovalEdit
+from dex_celery.model.budgets import Budget, charge_of, charges_json
 from dex_celery.model.freeze import ALL_TOOLS, FreezeMode, WriteFreeze
 from dex_celery.model.links import session_path, session_url
-from dex_celery.model.policy import EffectClass
-from dex_celery.model.records import SessionRecord
+from dex_celery.model.outcomes import CallStatus
+from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.records import ApprovalDecision, SessionRecord, ToolCallRecord
 from dex_celery.ops.timeline import (
     SOURCES,
     Entry,
@@ -104,3 +108,101 @@ def test_a_write_freeze_joins_the_timeline_as_one_more_source() -> None:
         104.5,
         "bob",
     )
+
+
+def _call(**fields: object) -> ToolCallRecord:
+    """A write of the session `s`, requested at 101."""
+    policy = resolve_policy(
+        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, None, Settings()
+    )
+    base: dict[str, object] = dict(
+        key="s/t/c",
+        session_id="s",
+        turn_id="t",
+        tool_call_id="c",
+        tool_name="refund",
+        arguments='{"amount":300,"card":"***"}',
+        policy=policy,
+        status=CallStatus.SUCCEEDED,
+        error=None,
+        result='"ok"',
+        attempts=1,
+        requested_at=101.0,
+        finished_at=105.0,
+    )
+    return ToolCallRecord(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _refunds(limit: int = 2) -> str | None:
+    budget = Budget("refunds", limit=limit)
+    return charges_json([charge_of(budget, {}, session_id="s", principal=None, tool_name="x")])
+
+
+def test_an_edited_approval_says_who_what_changed_and_the_audit_logs_digest() -> None:
+    """S13.6.5 with S13.3.3: the edit is an entry of its own, after the decision it is one
+    with; values under the display rule (the call keeps them `***`)."""
+    edit = ApprovalEdit(
+        "alice", 102.0, {"amount": 500, "card": "***"}, {"amount": 300, "card": "***"}
+    )
+    approved = ApprovalDecision("approved", "alice", 102.0, None)
+    call = _call(approval_deadline=200.0, approval=approved, approval_edit=edit)
+    entries = [e for e in assemble(replace(FACTS, calls=(call,))) if e.call_key]
+    kinds = [e.kind for e in entries]
+    assert kinds[:4] == [
+        EntryKind.CALL_REQUESTED,
+        EntryKind.APPROVAL_ASKED,
+        EntryKind.APPROVAL_DECIDED,
+        EntryKind.APPROVAL_EDITED,
+    ]
+    assert entries[0].text == '{"amount": 500, "card": "***"}'  # as requested
+    edited = entries[3]
+    assert (edited.at, edited.actor, edited.state) == (102.0, "alice", "edited")
+    assert "edited by alice when approving (changed: amount)" in edited.summary
+    # The digest the audit log's `approval_edited` entry holds (docs/audit.md), shortened.
+    assert digest(call.arguments)[:16] in edited.summary  # type: ignore[index]
+    assert edited.text == '{"amount": 500, "card": "***"} -> {"amount": 300, "card": "***"}'
+
+
+@pytest.mark.parametrize(
+    ("status", "settled"),
+    [
+        (CallStatus.SUCCEEDED, "spent"),
+        (CallStatus.FAILED, "released"),
+        (CallStatus.OUTCOME_UNKNOWN, "held"),
+    ],
+)
+def test_a_budgeted_call_shows_its_charge_reserved_then_settled(
+    status: CallStatus, settled: str
+) -> None:
+    call = _call(status=status, budgets=_refunds())
+    budget = [e for e in assemble(replace(FACTS, calls=(call,))) if "budget" in e.kind.value]
+    assert [(e.kind, e.at, e.state) for e in budget] == [
+        (EntryKind.BUDGET_CHARGED, 101.0, "reserved"),
+        (EntryKind.BUDGET_SETTLED, 105.0, settled),
+    ]
+    assert "charged 1 to budget refunds (session:s, limit 2)" in budget[0].summary
+
+
+def test_a_call_over_budget_is_charged_only_once_a_person_admits_it() -> None:
+    """S13.1.4: over the budget, it waits; rejected, nothing was reserved; approved, its
+    charge is reserved at the approval and settled at its end."""
+    over = dict(budgets=_refunds(1), budget_reason="1 of 1 refunds in this session already used")
+    rejected = _call(
+        key="s/t/no",
+        status=CallStatus.REJECTED,
+        approval=ApprovalDecision("rejected", "bob", 103.0, None),
+        **over,
+    )
+    approved = _call(approval=ApprovalDecision("approved", "ann", 103.0, None), **over)
+    facts = replace(FACTS, calls=(rejected, approved))
+    budget = [
+        (e.call_name, e.kind, e.at, e.state) for e in assemble(facts) if "budget" in e.kind.value
+    ]
+    assert budget == [
+        ("t/c", EntryKind.BUDGET_OVER, 101.0, "awaiting_approval"),
+        ("t/no", EntryKind.BUDGET_OVER, 101.0, "rejected"),
+        ("t/c", EntryKind.BUDGET_CHARGED, 103.0, "reserved"),
+        ("t/c", EntryKind.BUDGET_SETTLED, 105.0, "spent"),
+    ]
+    charged = next(e for e in assemble(facts) if e.kind is EntryKind.BUDGET_CHARGED)
+    assert "admitted over the budget by ann" in charged.summary

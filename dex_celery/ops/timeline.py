@@ -23,7 +23,9 @@ from enum import StrEnum
 from typing import Any
 
 import redis
+from sqlalchemy import Engine, select
 
+from dex_celery.audit.entries import EntryKind as AuditKind
 from dex_celery.audit.entries import digest
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.ledger.ledger import LedgerCall
@@ -44,6 +46,7 @@ from dex_celery.ops.present import (
 )
 from dex_celery.store.budgets import WENT_THROUGH
 from dex_celery.store.freezes import FreezeHold, WriteFreezes
+from dex_celery.store.schema import audit_log
 from dex_celery.store.unknowns import REPORTED, UnknownOutcome, UnknownOutcomes
 from dex_celery.tools.redact import record_arguments, shown_arguments
 
@@ -63,6 +66,8 @@ class EntryKind(StrEnum):
     APPROVAL_DECIDED = "approval_decided"
     #: An approver's edit of the arguments, one decision with the approval (S13.3.3).
     APPROVAL_EDITED = "approval_edited"
+    #: An approved call sent back to wait: its tool changed before it ran (S13.3.2).
+    APPROVAL_ASKED_AGAIN = "approval_asked_again"
     #: A write freeze held the call at its claim (S13.2), and a thaw let it run.
     HELD_BY_FREEZE = "held_by_freeze"
     RELEASED_BY_THAW = "released_by_thaw"
@@ -135,6 +140,8 @@ class SessionFacts:
     full: bool
     #: The write freeze's holds of the session's calls (S13.2).
     holds: tuple[FreezeHold, ...] = ()
+    #: Approved calls sent back to wait (S13.3.2), from the audit log: (when, call, deadline).
+    rewaits: tuple[tuple[float, str, float | None], ...] = ()
 
     def cut(self, text: str | None) -> str | None:
         """A long text cut (`present.cut_text`) unless the timeline is read whole."""
@@ -280,6 +287,41 @@ def _edit_entries(facts: SessionFacts) -> Iterator[Entry]:
             text=facts.cut(f"{before} -> {after}"),
             state="edited",
         )
+
+
+def _rewait_entries(facts: SessionFacts) -> Iterator[Entry]:
+    """An approved call sent back to wait because its tool changed before it ran (S13.3.2).
+    The call's record keeps only its latest approval (a rewait clears the decision), so the
+    moment comes from the audit log's `approval_asked` entry that cleared it; the reason is
+    the record's (who approved, what changed)."""
+    reasons = {record.key: record.rewait_reason for record in facts.calls}
+    for at, key, deadline in facts.rewaits:
+        why = reasons.get(key) or "its tool changed after the approval, before it ran"
+        yield Entry(
+            at,
+            EntryKind.APPROVAL_ASKED_AGAIN,
+            f"waits for a person again until {format_utc(deadline)}: {why}",
+            call_key=key,
+            state=CallStatus.AWAITING_APPROVAL.value,
+        )
+
+
+def _rewaits(store_engine: Engine, session_id: str) -> tuple[tuple[float, str, float | None], ...]:
+    """The audit log's entries that sent an approved call of the session back to wait."""
+    query = (
+        select(audit_log.c.at, audit_log.c.call_key, audit_log.c.body)
+        .where(audit_log.c.session_id == session_id)
+        .where(audit_log.c.kind == AuditKind.APPROVAL_ASKED.value)
+        .order_by(audit_log.c.at)
+    )
+    with store_engine.connect() as conn:
+        rows = conn.execute(query).all()
+    found = []
+    for at, key, body in rows:
+        fields = json.loads(body)
+        if fields.get("cleared") and key:
+            found.append((float(at), str(key), fields.get("deadline")))
+    return tuple(found)
 
 
 def _short(hex_digest: str | None) -> str:
@@ -480,6 +522,7 @@ SOURCES: tuple[EntrySource, ...] = (
     _message_entries,
     _call_entries,
     _edit_entries,
+    _rewait_entries,
     _budget_entries,
     _attempt_entries,
     _reconcile_entries,
@@ -554,6 +597,7 @@ def gather(
         checked_tools=frozenset(checked_tools),
         full=full,
         holds=tuple(WriteFreezes(lambda: store.engine).holds_of([c.key for c in calls])),
+        rewaits=_rewaits(store.engine, session.id),
     )
     return facts, ledger_error
 

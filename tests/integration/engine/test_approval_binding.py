@@ -21,6 +21,8 @@ from dex_celery.engine.dispatch import AttemptMessage
 from dex_celery.integrations.framework_calls import pending_text, record_text
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ApprovalDecision
+from dex_celery.ops.timeline import EntryKind as TimelineKind
+from dex_celery.ops.timeline import session_timeline
 from dex_celery.store.approval_binding import ArgumentsEdit
 from tests.support import cliapp
 from tests.support.databases import ON_BOTH_DATABASES
@@ -125,6 +127,12 @@ def test_redeployed_tool_waits_again_and_says_why(
     entries: Any = first.ledger.client.xrange(first.keys.events)
     told = [f for _, f in entries if f.get("key") == record.key]
     assert told[-1]["type"] == "tool_call_awaiting_approval" and told[-1]["reason"] == reason
+    # The session's timeline (S13.6): approved by alice, then sent back to wait, saying why.
+    story = session_timeline(first, "s1")
+    kinds = [e.kind for e in story.entries if e.call_key == record.key]
+    assert kinds.count(TimelineKind.APPROVAL_ASKED_AGAIN) == 1, kinds
+    (again_entry,) = [e for e in story.entries if e.kind is TimelineKind.APPROVAL_ASKED_AGAIN]
+    assert reason in again_entry.summary and again_entry.state == "awaiting_approval"
 
     # Approved again (from the new release): bound to the new definition, it runs once.
     second = release("2")

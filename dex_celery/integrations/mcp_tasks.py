@@ -47,6 +47,7 @@ from typing import Any, cast
 import mcp_types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
@@ -432,8 +433,6 @@ class TaskStatusPush:
     async def __call__(
         self, ctx: ServerRequestContext[Any], params: ListenParams
     ) -> dict[str, Any]:
-        from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
-
         subscription = ctx.request_id
         if subscription is None:
             raise MCPError(code=mcp_types.INVALID_REQUEST, message="listen needs a request id")

@@ -98,6 +98,9 @@ log = logging.getLogger("dex_celery.mcp")
 #: (`session/turn/call`, the same for every attempt, S2.1). Vendor-prefixed, since MCP has no
 #: standard key for it; `dex-celery mcp` reads the same key to take a caller's ids.
 IDEMPOTENCY_META_KEY = "dex-celery/idempotency-key"
+#: The tasks extension's identifier (2026-07-28), in a client's per-request capabilities and a
+#: server's: served by `mcp_tasks`, followed as a client by `mcp_remote_task`.
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: The `_meta` key carrying the attempt number (1, 2, ...), for the server's logs.
 ATTEMPT_META_KEY = "dex-celery/attempt"
 
@@ -177,10 +180,15 @@ class McpServer:
         return self.url or " ".join(self.command)
 
     def client(self) -> Client:
-        # Declared to every server: one that advertises the outcome extension answers with it.
+        # Imported here: `mcp_task_call` imports this module's names.
+        from dex_celery.integrations.mcp_task_call import tasks_extension
+
+        # Declared to every server: one that advertises the outcome extension answers with it,
+        # one that advertises the tasks extension may answer a call with a task
+        # (`mcp_remote_task` follows it); any other server ignores both.
         options: dict[str, Any] = {
             "message_handler": self._on_message,
-            "extensions": [advertise(OUTCOME_EXTENSION)],
+            "extensions": [advertise(OUTCOME_EXTENSION), tasks_extension()],
         }
         if self.url is not None:
             if self.headers:
@@ -628,7 +636,13 @@ class McpToolFunction:
             raise
         except Exception as e:
             raise self._unreachable(e) from e
-        if advertised(client.server_capabilities.extensions):
+        extensions = client.server_capabilities.extensions
+        if isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions:
+            from dex_celery.integrations.mcp_remote_task import RemoteTaskCall
+
+            follow = RemoteTaskCall(self, ctx, client, arguments, meta, advertised(extensions))
+            return await follow.run()
+        if advertised(extensions):
             return await self._call_with_outcome(client, arguments, meta)
         session = sessions.current(server)
         try:

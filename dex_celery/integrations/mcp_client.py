@@ -41,6 +41,10 @@ re-sent key as the same call, so its answers replace those guesses (`settle`):
 and a connection that broke after `tools/call` was sent is opened again and the same key re-sent
 (`RESENDS` times): the answer is the same call's outcome, never a second run. Only if no answer
 comes back is the attempt lost.
+
+A server that advertises the tasks extension (`TASKS_EXTENSION`) gets the call as a task,
+followed by `mcp_remote_task` (polled, asked for again by its id after a broken connection,
+cancelled shortly before the attempt's time limit).
 """
 
 from __future__ import annotations

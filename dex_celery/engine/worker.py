@@ -468,7 +468,9 @@ class Worker:
         pump = self.pump
         arguments, sealed = given
         key = call.key
-        ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key))
+        limit = claim.start_to_close
+        deadline = time.monotonic() + limit if limit > 0 else None
+        ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key), deadline=deadline)
         pump.add(key, fence, ctx, claim.heartbeat_timeout)
         try:
             pause_at(PausePoint.TOOL_STARTED, key)

@@ -41,6 +41,10 @@ re-sent key as the same call, so its answers replace those guesses (`settle`):
 and a connection that broke after `tools/call` was sent is opened again and the same key re-sent
 (`RESENDS` times): the answer is the same call's outcome, never a second run. Only if no answer
 comes back is the attempt lost.
+
+A server that advertises the tasks extension (`TASKS_EXTENSION`) gets the call as a task,
+followed by `mcp_remote_task` (polled, asked for again by its id after a broken connection,
+cancelled shortly before the attempt's time limit).
 """
 
 from __future__ import annotations
@@ -98,6 +102,9 @@ log = logging.getLogger("dex_celery.mcp")
 #: (`session/turn/call`, the same for every attempt, S2.1). Vendor-prefixed, since MCP has no
 #: standard key for it; `dex-celery mcp` reads the same key to take a caller's ids.
 IDEMPOTENCY_META_KEY = "dex-celery/idempotency-key"
+#: The tasks extension's identifier (2026-07-28), in a client's per-request capabilities and a
+#: server's: served by `mcp_tasks`, followed as a client by `mcp_remote_task`.
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: The `_meta` key carrying the attempt number (1, 2, ...), for the server's logs.
 ATTEMPT_META_KEY = "dex-celery/attempt"
 
@@ -177,10 +184,15 @@ class McpServer:
         return self.url or " ".join(self.command)
 
     def client(self) -> Client:
-        # Declared to every server: one that advertises the outcome extension answers with it.
+        # Imported here: `mcp_task_call` imports this module's names.
+        from dex_celery.integrations.mcp_task_call import tasks_extension
+
+        # Declared to every server: one that advertises the outcome extension answers with it,
+        # one that advertises the tasks extension may answer a call with a task
+        # (`mcp_remote_task` follows it); any other server ignores both.
         options: dict[str, Any] = {
             "message_handler": self._on_message,
-            "extensions": [advertise(OUTCOME_EXTENSION)],
+            "extensions": [advertise(OUTCOME_EXTENSION), tasks_extension()],
         }
         if self.url is not None:
             if self.headers:
@@ -628,7 +640,13 @@ class McpToolFunction:
             raise
         except Exception as e:
             raise self._unreachable(e) from e
-        if advertised(client.server_capabilities.extensions):
+        extensions = client.server_capabilities.extensions
+        if isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions:
+            from dex_celery.integrations.mcp_remote_task import RemoteTaskCall
+
+            follow = RemoteTaskCall(self, ctx, client, arguments, meta, advertised(extensions))
+            return await follow.run()
+        if advertised(extensions):
             return await self._call_with_outcome(client, arguments, meta)
         session = sessions.current(server)
         try:

@@ -102,6 +102,12 @@ class TaskOutcome:
         return self.status in ENDED or self.status == "result"
 
 
+def tasks_extension() -> ClientExtension:
+    """The client's side of the tasks extension (declared on every request, task results
+    admitted), for a `mcp.Client` built elsewhere (`mcp_client.McpServer.client`)."""
+    return _Tasks()
+
+
 def task_client(target: Any, **kwargs: Any) -> Client:
     """A `mcp.Client` of `target` (a URL, a stdio command, a transport) that declares the tasks
     extension and the outcome extension on every request."""
@@ -124,13 +130,55 @@ def _refused(e: MCPError, task_id: str | None) -> UnknownCall | ToolError:
     return ToolError(f"the MCP server refused: {e.message}")
 
 
+# --- the requests, raising the SDK's own errors (`mcp_remote_task` tells a broken connection
+# from a refusal by them); the public functions below turn those into dex-celery's -------------
+
+
+async def start_task(
+    client: Client,
+    tool: str,
+    arguments: Mapping[str, Any],
+    meta: mcp_types.RequestParamsMeta | None,
+) -> TaskOutcome:
+    """`tools/call` that admits a task: the created task, or (status `result`) the plain
+    result of a call that ended at once. Raises the SDK's `MCPError` and transport errors."""
+    first = await client.session.call_tool(tool, dict(arguments), meta=meta, allow_claimed=True)
+    if isinstance(first, mcp_types.CallToolResult):
+        outcome = outcome_in(first.meta) or (
+            Outcome.EXECUTED if not first.is_error else Outcome.UNKNOWN
+        )
+        task_id = (first.meta or {}).get(IDEMPOTENCY_META_KEY)
+        return TaskOutcome(task_id if isinstance(task_id, str) else None, "result", outcome, first)
+    assert isinstance(first, _Task)
+    return _outcome(first.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def read_task(client: Client, task_id: str) -> TaskOutcome:
+    """`tasks/get`, raising the SDK's errors."""
+    task = await client.session.send_request(_Get(params=_TaskId(taskId=task_id)), _Loose)
+    return _outcome(task.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def request_cancel(client: Client, task_id: str) -> Mapping[str, Any]:
+    """`tasks/cancel`, raising the SDK's errors."""
+    ack = await client.session.send_request(_Cancel(params=_TaskId(taskId=task_id)), _Loose)
+    return ack.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def poll_interval(state: TaskOutcome) -> float:
+    """Seconds until the next `tasks/get`: the task's `pollIntervalMs`, else `DEFAULT_POLL`."""
+    interval = state.task.get("pollIntervalMs")
+    if isinstance(interval, int | float) and 0 < interval <= 60_000:
+        return float(interval) / 1000
+    return DEFAULT_POLL
+
+
 async def get_task(client: Client, task_id: str) -> TaskOutcome:
     """`tasks/get`: the task as it stands now."""
     try:
-        task = await client.session.send_request(_Get(params=_TaskId(taskId=task_id)), _Loose)
+        return await read_task(client, task_id)
     except MCPError as e:
         raise _refused(e, task_id) from None
-    return _outcome(task.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 async def cancel_task(client: Client, task_id: str) -> Mapping[str, Any]:
@@ -138,10 +186,9 @@ async def cancel_task(client: Client, task_id: str) -> Mapping[str, Any]:
     what it did: `rejected` (it never runs), `already_ended`, or `may_still_run` (a queued or
     running call cannot be taken back: follow the task for its outcome)."""
     try:
-        ack = await client.session.send_request(_Cancel(params=_TaskId(taskId=task_id)), _Loose)
+        return await request_cancel(client, task_id)
     except MCPError as e:
         raise _refused(e, task_id) from None
-    return ack.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 async def call_as_task(
@@ -159,22 +206,12 @@ async def call_as_task(
     # `_meta` is an open map; the vendor key is an extra item of the TypedDict.
     meta = cast(mcp_types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: key}) if key else None
     try:
-        first = await client.session.call_tool(tool, dict(arguments), meta=meta, allow_claimed=True)
+        state = await start_task(client, tool, arguments, meta)
     except MCPError as e:
         raise _refused(e, None) from None
-    if isinstance(first, mcp_types.CallToolResult):
-        outcome = outcome_in(first.meta) or (
-            Outcome.EXECUTED if not first.is_error else Outcome.UNKNOWN
-        )
-        task_id = (first.meta or {}).get(IDEMPOTENCY_META_KEY)
-        return TaskOutcome(task_id if isinstance(task_id, str) else None, "result", outcome, first)
-    assert isinstance(first, _Task)
-    state = _outcome(first.model_dump(by_alias=True, mode="json", exclude_none=True))
     deadline = None if wait is None else time.monotonic() + wait
     while not state.ended:
-        interval = state.task.get("pollIntervalMs")
-        pause = interval / 1000 if isinstance(interval, int | float) and interval > 0 else None
-        pause = pause or DEFAULT_POLL
+        pause = poll_interval(state)
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -55,6 +55,7 @@ from dex_celery.access import Identity, Scope
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import ApprovalError, DexError, InvalidEdit, InvalidId, UnknownCall
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp_client import TASKS_EXTENSION as TASKS_EXTENSION
 from dex_celery.integrations.mcp_namespace import scoped_session
 from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
 from dex_celery.integrations.mcp_unanswered import UnansweredCalls
@@ -68,8 +69,6 @@ from dex_celery.tools.redact import record_arguments
 
 log = logging.getLogger("dex_celery.mcp")
 
-#: The extension's identifier, in the client's per-request capabilities and the server's.
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: `_meta` key of a task: the approval deadline of a waiting call.
 DEADLINE_META_KEY = "dex-celery/approval-deadline"
 #: `_meta` key of a `tasks/cancel` answer: `rejected`, `already_ended` or `may_still_run`.

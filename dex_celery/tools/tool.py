@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -74,9 +75,13 @@ class ToolContext:
         attempt: int,
         *,
         beat: Callable[[], bool] | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.call = key
         self.attempt = attempt
+        #: When this attempt reaches its start-to-close time limit (S3.5, S5.1), on the
+        #: `time.monotonic()` clock of this process; None without a limit.
+        self.deadline = deadline
         self._cancelled = threading.Event()
         self._beat = beat
         self._on_cancel: list[Callable[[], Any]] = []
@@ -91,6 +96,14 @@ class ToolContext:
     def session_id(self) -> str:
         """The session (agent conversation) the call belongs to."""
         return self.call.session_id
+
+    def time_left(self) -> float | None:
+        """Seconds until the attempt's start-to-close time limit (S5.1), never below 0; None
+        without a limit. A tool waiting on another service can give up, and say what it knows,
+        before the limit fences it."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
 
     @property
     def cancelled(self) -> bool:

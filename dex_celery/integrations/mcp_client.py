@@ -642,6 +642,7 @@ class McpToolFunction:
             raise self._unreachable(e) from e
         extensions = client.server_capabilities.extensions
         if isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions:
+            # Deferred: mcp_remote_task imports this module (its resend rules and texts).
             from dex_celery.integrations.mcp_remote_task import RemoteTaskCall
 
             follow = RemoteTaskCall(self, ctx, client, arguments, meta, advertised(extensions))

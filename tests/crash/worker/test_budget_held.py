@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import select
 
-from devtools.processes import Worker
+from devtools.processes import Worker, wait_for
 from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, DidNotRun, OutcomeChecks, Settings, WentThrough
@@ -68,7 +68,8 @@ def _held_after_kill(dex: Dex, worker: Worker, session: str) -> str:
     wait_started(record.key)
     worker.kill_all()
     assert wait_finished(dex, record.key).status is CallStatus.OUTCOME_UNKNOWN
-    assert _totals(dex, session) == (0.0, 0.0, 1.0)  # held
+    # Held: settled by whoever recorded the unknown outcome, right after its SQL write.
+    wait_for(lambda: _totals(dex, session) == (0.0, 0.0, 1.0), timeout=30, what="the charge held")
     assert len(lines(record.key, "start")) == 1
     return record.key
 
@@ -121,7 +122,13 @@ def test_a_killed_write_holds_its_budget_until_reconciled(
         assert later.status is CallStatus.PENDING
         assert wait_finished(dex, later.key).status is CallStatus.SUCCEEDED
         assert len(lines(later.key, "start")) == 1
-        assert _totals(dex, session) == (0.0, 1.0, 0.0)
+        # The recorder settles the charge in `recorded.lua` right after it wrote the outcome
+        # to SQL (docs/guardrails.md): the SQL status may be read first.
+        wait_for(
+            lambda: _totals(dex, session) == (0.0, 1.0, 0.0),
+            timeout=30,
+            what="the next call's charge to be spent",
+        )
     # The killed write ran once, by its own log, and never again.
     assert len(lines(key, "start")) == 1
     # The audit log's word on its charge, and the log verifies (S13.4.1, S13.4.3).

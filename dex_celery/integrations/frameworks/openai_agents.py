@@ -1,6 +1,6 @@
 """dex tools as OpenAI Agents SDK function tools: an `Agent`'s tool calls run on Celery workers.
 
-    from dex_celery.integrations.openai_agents import dex_function_tools
+    from dex_celery.integrations.frameworks.openai_agents import dex_function_tools
 
     agent = Agent(name="desk", tools=dex_function_tools(dex, ["lookup_order", "cancel_order"]))
 
@@ -18,7 +18,7 @@ The idempotency key is built from the SDK's own ids (S2.1):
   disabled, an id made for the run (`run_<hex>`, not kept across a serialized `RunState`);
 - turn id: `turn-<n>`, the run's model-response count so far, including the response that made
   the call (the SDK keeps it in the run's usage and restores it with a `RunState`), so the first
-  model response is `turn-1` (the rule of every adapter, `framework_calls.turn_id`);
+  model response is `turn-1` (the rule of every adapter, `calls.turn_id`);
 - tool-call id: the model's `call_id`, which the SDK requires to be unique within a run.
 
 Approvals use the SDK's human-in-the-loop mechanism: every dex tool's `needs_approval` requests
@@ -58,7 +58,7 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,
@@ -68,7 +68,7 @@ from dex_celery.integrations.framework_calls import (
     runtime_source,
     select_tools,
 )
-from dex_celery.integrations.framework_calls import turn_id as turn_rule
+from dex_celery.integrations.frameworks.calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus

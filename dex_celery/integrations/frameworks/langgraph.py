@@ -1,6 +1,6 @@
 """dex tools as LangChain tools for LangGraph graphs: each tool call runs on a Celery worker.
 
-    from dex_celery.integrations.langgraph import dex_tools
+    from dex_celery.integrations.frameworks.langgraph import dex_tools
 
     agent = create_agent(model, dex_tools(dex, ["lookup", "cancel"]), checkpointer=saver)
 
@@ -15,7 +15,7 @@ The idempotency key (S2.1):
 - session id: the graph's `thread_id` (`config["configurable"]["thread_id"]`), unless `session_id`
   is given (a string, or a function of the tool's `ToolRuntime`);
 - turn id: `turn-<n>`, the count of AI messages in the graph's `messages` state up to and
-  including the one that made the call (`framework_calls.turn_id`): the state is what the
+  including the one that made the call (`calls.turn_id`): the state is what the
   checkpointer keeps, so the count survives a crash;
 - tool-call id: the model's tool call `id`.
 
@@ -66,7 +66,7 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import ConfigurationError
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     CallProgress,
     Decision,

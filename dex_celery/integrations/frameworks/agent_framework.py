@@ -1,6 +1,6 @@
 """dex tools for a Microsoft Agent Framework `Agent`: its tool calls run on Celery workers.
 
-    from dex_celery.integrations.agent_framework import DexTools
+    from dex_celery.integrations.frameworks.agent_framework import DexTools
 
     agent = Agent(client, context_providers=[DexTools(dex, ["lookup", "refund"])])
     session = agent.create_session(session_id="conv-7")
@@ -19,7 +19,7 @@ The idempotency key (S2.1):
 - session id: the `AgentSession`'s `session_id`, unless `session_id` is given (a string, or a
   function of the `AgentSession`);
 - turn id: `turn-<n>`, the count of model responses of the conversation up to and including the
-  one that made the call (`framework_calls.turn_id`). `DexTools`'s chat middleware counts them
+  one that made the call (`calls.turn_id`). `DexTools`'s chat middleware counts them
   in each model request and keeps, in the session's state (`session.state["dex"]["turns"]`,
   saved with the session), the turn of each call the response made, so a run resumed from the
   saved session (an approval answered) asks for the same key; on a client whose chat middleware
@@ -79,7 +79,7 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.integrations.conversation import call_secrets
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,

@@ -1,6 +1,6 @@
 """dex tools as CrewAI tools: a crew's (or a flow's agent's) tool calls run on Celery workers.
 
-    from dex_celery.integrations.crewai import dex_crewai_tools
+    from dex_celery.integrations.frameworks.crewai import dex_crewai_tools
 
     agent = Agent(role="desk", goal=..., backstory=..., llm=llm,
                   tools=dex_crewai_tools(dex, ["lookup", "refund"]))
@@ -38,7 +38,7 @@ A call whose dex policy asks a person is recorded in dex, with its approval dead
 anyone decides. With `decide=` (a function of the shown request, e.g. one calling CrewAI's
 `context.request_human_input` or your own review queue) the person's answer is taken at once:
 `True`/`False` or `{"approved": bool, "decided_by": ..., "reason": ...}`, as everywhere
-(`framework_calls.Decision`). Without it the model reads that the call waits for a person and
+(`calls.Decision`). Without it the model reads that the call waits for a person and
 has not run; the person decides in dex (`dex-celery approvals`, the web app), and the task run
 again with the same ids (the crew resumed) reads the decision: the result, or the rejection.
 """
@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,

@@ -1,6 +1,6 @@
 """dex tools for a Pydantic AI `Agent`: each tool call runs on a Celery worker through dex-celery.
 
-    from dex_celery.integrations.pydantic_ai import DexTools
+    from dex_celery.integrations.frameworks.pydantic_ai import DexTools
 
     agent = Agent(model, capabilities=[DexTools(dex, ["lookup", "cancel"])],
                   output_type=[str, DeferredToolRequests])
@@ -18,7 +18,7 @@ The idempotency key (S2.1):
   on the message history, so a run resumed from its messages keeps it), unless `session_id` is
   given (a string, or a function of the `RunContext`);
 - turn id: `turn-<n>`, the count of model responses in the message history up to and including
-  the one that made the call (`framework_calls.turn_id`), read from the history itself;
+  the one that made the call (`calls.turn_id`), read from the history itself;
 - tool-call id: the model's `tool_call_id`.
 
 So running the agent again on the same message history (after a crash, or to answer deferred
@@ -71,7 +71,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     Decision,
     FrameworkBridge,
     FrameworkCall,

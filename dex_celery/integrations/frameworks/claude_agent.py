@@ -1,6 +1,6 @@
 """dex tools for the Claude Agent SDK: a Claude agent's tool calls run on Celery workers.
 
-    from dex_celery.integrations.claude_agent import DexClaude
+    from dex_celery.integrations.frameworks.claude_agent import DexClaude
 
     dex_claude = DexClaude(dex, ["lookup", "refund"], ask=ask_a_person)
     async with ClaudeSDKClient(dex_claude.options(cwd=...)) as client:
@@ -37,7 +37,7 @@ The idempotency key (S2.1):
   (a string, or a function of the SDK's session id);
 - turn id: `turn-<n>`, the count of the model's responses (distinct assistant message ids) in
   the session's transcript up to and including the one that made the call
-  (`framework_calls.turn_id`). The transcript is what the CLI resumes a session from, so the
+  (`calls.turn_id`). The transcript is what the CLI resumes a session from, so the
   count survives a new process;
 - tool-call id: the `tool_use` block's id (the CLI passes it to an SDK MCP server's tool call
   in `_meta["claudecode/toolUseId"]`, and to the hooks as `tool_use_id`).
@@ -84,7 +84,7 @@ from mcp.server import Server
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,

@@ -1,6 +1,6 @@
 """dex tools as Google ADK tools: an ADK agent's tool calls run on Celery workers.
 
-    from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools
+    from dex_celery.integrations.frameworks.google_adk import DexConversation, dex_adk_tools
 
     agent = LlmAgent(name="desk", model=model, tools=dex_adk_tools(dex, ["lookup", "refund"]))
     app = App(name="shop", root_agent=agent, plugins=[DexConversation(dex)],
@@ -16,7 +16,7 @@ The idempotency key (S2.1):
 - session id: the ADK session's id, unless `session_id` is given (a string, or a function of
   the tool's `ToolContext`);
 - turn id: `turn-<n>`, the count of the model's responses among the session's events up to and
-  including the one that made the call (`framework_calls.turn_id`; ADK's own confirmation
+  including the one that made the call (`calls.turn_id`; ADK's own confirmation
   requests are not model responses): the events are what the session service keeps, so the
   count survives a crash and a resumed invocation;
 - tool-call id: the function call's `id` (the model's, or the `adk-<uuid>` ADK gives it and
@@ -57,7 +57,7 @@ from google.genai import types
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.framework_calls import (
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,

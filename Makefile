@@ -19,7 +19,7 @@ CREWAI_STAMP := $(CREWAI_VENV)/.installed
 # The tests that need CrewAI; the main run skips them (they import it), this venv runs them.
 CREWAI_TESTS := tests/integration/integrations/crewai
 # The modules that import CrewAI, type-checked there (pyproject's mypy excludes them).
-CREWAI_TYPED := dex_celery/integrations/crewai.py dex_celery/testing/models/crewai.py
+CREWAI_TYPED := dex_celery/integrations/frameworks/crewai.py dex_celery/testing/models/crewai.py
 
 # `make test` runs the test files in this many processes (pytest-xdist; a file's tests stay in
 # one process, in order). The tests mostly wait on real workers, Redis and timers, not on the

@@ -12,7 +12,7 @@ from typing import Any
 from agent_framework import Agent, AgentResponse, AgentSession, Content, Message
 
 from dex_celery import Dex
-from dex_celery.integrations.agent_framework import SHOWN, DexTools, decision
+from dex_celery.integrations.frameworks.agent_framework import SHOWN, DexTools, decision
 from dex_celery.testing.models.agent_framework import ScriptedChatClient
 
 

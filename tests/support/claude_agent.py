@@ -38,7 +38,7 @@ class Desk:
         home: Path,
         **options: Any,
     ) -> None:
-        from dex_celery.integrations.claude_agent import DexClaude
+        from dex_celery.integrations.frameworks.claude_agent import DexClaude
 
         self.cli = claude_cli()
         self.model = model

@@ -25,7 +25,7 @@ from crewai.state.checkpoint_config import CheckpointConfig  # noqa: E402
 from devtools.processes import wait_for  # noqa: E402
 from dex_celery import Dex  # noqa: E402
 from dex_celery.errors import UnknownSession  # noqa: E402
-from dex_celery.integrations.crewai import dex_crewai_tools  # noqa: E402
+from dex_celery.integrations.frameworks.crewai import dex_crewai_tools  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM  # noqa: E402
 
 

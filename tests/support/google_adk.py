@@ -17,7 +17,11 @@ from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.genai import types
 
 from dex_celery import Dex
-from dex_celery.integrations.google_adk import CONFIRMATION_CALL, DexConversation, dex_adk_tools
+from dex_celery.integrations.frameworks.google_adk import (
+    CONFIRMATION_CALL,
+    DexConversation,
+    dex_adk_tools,
+)
 from dex_celery.testing.models.google_adk import ScriptedLlm
 
 APP = "desk"

@@ -18,7 +18,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from devtools.toolapp import make_app
 from dex_celery import Settings
-from dex_celery.integrations.langgraph import dex_tools
+from dex_celery.integrations.frameworks.langgraph import dex_tools
 from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 
 #: The write the crash test kills the agent process in the middle of.

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.crash
 pytest.importorskip("claude_agent_sdk")
 claude_cli()  # skips the module, saying why, without Node.js
 
-from dex_celery.integrations.claude_agent import model_tool_name  # noqa: E402
+from dex_celery.integrations.frameworks.claude_agent import model_tool_name  # noqa: E402
 from dex_celery.testing.models.claude_messages import ScriptedMessages, tool_use  # noqa: E402
 
 TOOL = "slow_non_idempotent_write"

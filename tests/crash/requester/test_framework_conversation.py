@@ -55,7 +55,7 @@ def test_pydantic_ai_model_reads_the_reconciliation_report_once(
 ) -> None:
     from pydantic_ai import Agent
 
-    from dex_celery.integrations.pydantic_ai import DexTools
+    from dex_celery.integrations.frameworks.pydantic_ai import DexTools
     from dex_celery.testing.models.pydantic_ai import ScriptedModel, tool_call
 
     dex.register_outcome_check(TOOL, checks.report_check)
@@ -97,7 +97,7 @@ def test_the_seeds_function_reports_a_pydantic_ai_session(
     session: it finds the call, builds the key, sends the report; a rerun sends nothing."""
     from pydantic_ai import Agent
 
-    from dex_celery.integrations.pydantic_ai import DexTools
+    from dex_celery.integrations.frameworks.pydantic_ai import DexTools
     from dex_celery.testing.models.pydantic_ai import ScriptedModel, tool_call
 
     worker = start_worker()
@@ -144,7 +144,7 @@ def test_langgraph_model_reads_the_reconciliation_report_once(
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from dex_celery.integrations.langgraph import DexConversation, dex_tools
+    from dex_celery.integrations.frameworks.langgraph import DexConversation, dex_tools
     from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 
     dex.register_outcome_check(TOOL, checks.report_check)
@@ -199,7 +199,7 @@ def test_openai_agents_model_reads_the_reconciliation_report_once(
 ) -> None:
     from agents import Agent, Runner, SQLiteSession
 
-    from dex_celery.integrations.openai_agents import DexSession
+    from dex_celery.integrations.frameworks.openai_agents import DexSession
     from dex_celery.testing.models.openai_agents import (
         ScriptedModel,
         assistant_message,

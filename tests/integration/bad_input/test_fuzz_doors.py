@@ -40,7 +40,7 @@ from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import DexError, InvalidDecision
-from dex_celery.integrations.framework_calls import Decision, Decisions
+from dex_celery.integrations.frameworks.calls import Decision, Decisions
 from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp_server import SESSION_META_KEY, TOOL_CALL_META_KEY, TURN_META_KEY
 from dex_celery.web.app import WebApp
@@ -369,7 +369,7 @@ def test_cli_arguments_that_are_not_utf8_get_one_error_line(dex: Dex, env: dict[
 
 
 def test_fuzzed_framework_requests_and_resumes(dex: Dex, env: dict[str, str]) -> None:
-    """What every adapter passes on (`framework_calls`): a model's ids and arguments give a
+    """What every adapter passes on (`frameworks.calls`): a model's ids and arguments give a
     record or the text the model reads, never an exception; a person's resume value is a
     `Decision` or `InvalidDecision`; a rejection's name and reason are taken or refused typed."""
     r = redis.Redis.from_url(env["DEX_REDIS_URL"], decode_responses=True)

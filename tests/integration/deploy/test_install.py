@@ -55,13 +55,13 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
     ],
     "openai-agents": [
         "from agents import Agent, Runner",
-        "from dex_celery.integrations.openai_agents import DexSession, dex_function_tools",
+        "from dex_celery.integrations.frameworks.openai_agents import DexSession, dex_function_tools",
         "from dex_celery.testing.models.openai_agents import ScriptedModel",
     ],
     "pydantic-ai": [
         "from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied",
         "from pydantic_ai.messages import TextPart",
-        "from dex_celery.integrations.pydantic_ai import DexTools",
+        "from dex_celery.integrations.frameworks.pydantic_ai import DexTools",
         "from dex_celery.testing.models.pydantic_ai import ScriptedModel, tool_call",
     ],
     "langgraph": [
@@ -69,7 +69,7 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from langgraph.checkpoint.memory import InMemorySaver",
         "from langgraph.types import Command",
         "from langchain_core.messages import AIMessage, HumanMessage",
-        "from dex_celery.integrations.langgraph import DexConversation, dex_tools",
+        "from dex_celery.integrations.frameworks.langgraph import DexConversation, dex_tools",
         "from dex_celery.testing.models.langchain import ScriptedChatModel",
     ],
     "google-adk": [
@@ -77,23 +77,23 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from google.adk.apps import App, ResumabilityConfig",
         "from google.adk.runners import InMemoryRunner",
         "from google.genai import types",
-        "from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools",
+        "from dex_celery.integrations.frameworks.google_adk import DexConversation, dex_adk_tools",
         "from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call",
     ],
     "claude-agent-sdk": [
         "from claude_agent_sdk import ClaudeSDKClient, PermissionResultDeny",
-        "from dex_celery.integrations.claude_agent import DexClaude, model_tool_name",
+        "from dex_celery.integrations.frameworks.claude_agent import DexClaude, model_tool_name",
         "from dex_celery.testing.models.claude_messages import ScriptedMessages, tool_use",
     ],
     "agent-framework": [
         "from agent_framework import Agent, Message",
-        "from dex_celery.integrations.agent_framework import DexTools, decision",
+        "from dex_celery.integrations.frameworks.agent_framework import DexTools, decision",
         "from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call",
     ],
     "crewai": [
         "from crewai import Agent, Crew, Task",
         "from crewai.state.checkpoint_config import CheckpointConfig",
-        "from dex_celery.integrations.crewai import dex_crewai_tools",
+        "from dex_celery.integrations.frameworks.crewai import dex_crewai_tools",
         "from dex_celery.testing.models.crewai import ScriptedLLM, tool_call",
     ],
     "testing": ["import pytest", "from dex_celery.testing import PausePoint, assertions, effects"],

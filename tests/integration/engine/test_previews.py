@@ -199,7 +199,7 @@ def test_langgraph_interrupt_carries_the_preview(pdex: Dex, worker: Worker) -> N
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
-    from dex_celery.integrations.langgraph import dex_tools
+    from dex_celery.integrations.frameworks.langgraph import dex_tools
     from dex_celery.testing.models.langchain import ScriptedChatModel
 
     arguments = {"order": "20", "amount": "42", "card": CARD}
@@ -220,7 +220,7 @@ def test_langgraph_interrupt_carries_the_preview(pdex: Dex, worker: Worker) -> N
 def test_openai_agents_approval_request_carries_the_preview(pdex: Dex, worker: Worker) -> None:
     from agents import Agent, Runner, set_trace_processors
 
-    from dex_celery.integrations.openai_agents import DexSession
+    from dex_celery.integrations.frameworks.openai_agents import DexSession
     from dex_celery.testing.models.openai_agents import ScriptedModel, function_call
 
     set_trace_processors([])

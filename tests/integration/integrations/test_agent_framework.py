@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
+from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
 from tests.support.agent_framework import Desk, answer, approvals
 from tests.support.crash import lines, tool_messages

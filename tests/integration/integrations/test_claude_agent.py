@@ -17,7 +17,7 @@ import pytest
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
+from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from tests.support.claude_agent import Desk, claude_cli, final_text
 from tests.support.crash import lines, tool_messages
 from tests.support.framework_checks import (
@@ -33,7 +33,7 @@ claude_cli()  # skips the module, saying why, without Node.js
 
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny  # noqa: E402
 
-from dex_celery.integrations.claude_agent import model_tool_name  # noqa: E402
+from dex_celery.integrations.frameworks.claude_agent import model_tool_name  # noqa: E402
 from dex_celery.testing.models.claude_messages import ScriptedMessages, tool_use  # noqa: E402
 
 

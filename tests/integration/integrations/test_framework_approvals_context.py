@@ -49,7 +49,7 @@ def _pydantic_ai(dex: Dex) -> str:
     from pydantic_ai import Agent, DeferredToolRequests
     from pydantic_ai.messages import TextPart
 
-    from dex_celery.integrations.pydantic_ai import DexTools
+    from dex_celery.integrations.frameworks.pydantic_ai import DexTools
     from dex_celery.testing.models.pydantic_ai import ScriptedModel, tool_call
 
     model = ScriptedModel([[TextPart(SAID), tool_call("refund", ARGUMENTS, "call_1")], "Done."])
@@ -65,7 +65,7 @@ def _langgraph(dex: Dex) -> str:
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from dex_celery.integrations.langgraph import DexConversation, dex_tools
+    from dex_celery.integrations.frameworks.langgraph import DexConversation, dex_tools
     from dex_celery.testing.models.langchain import ScriptedChatModel
 
     call = AIMessage(SAID, tool_calls=[{"name": "refund", "args": ARGUMENTS, "id": "call_1"}])
@@ -82,7 +82,7 @@ def _langgraph(dex: Dex) -> str:
 def _openai_agents(dex: Dex) -> str:
     from agents import Agent, Runner, set_trace_processors
 
-    from dex_celery.integrations.openai_agents import DexSession
+    from dex_celery.integrations.frameworks.openai_agents import DexSession
     from dex_celery.testing.models.openai_agents import (
         ScriptedModel,
         assistant_message,

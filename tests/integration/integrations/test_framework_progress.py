@@ -12,8 +12,8 @@ import pytest
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations import framework_calls
-from dex_celery.integrations.framework_calls import CallProgress
+from dex_celery.integrations.frameworks import calls as framework_calls
+from dex_celery.integrations.frameworks.calls import CallProgress
 
 READ = ("slow_read", {"seconds": 2, "value": "found"})
 
@@ -29,7 +29,7 @@ def test_langgraph_streams_the_progress_of_a_long_call(
     from langchain.agents import create_agent
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from dex_celery.integrations.langgraph import PROGRESS_EVENT, dex_tools
+    from dex_celery.integrations.frameworks.langgraph import PROGRESS_EVENT, dex_tools
     from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 
     start_worker()
@@ -57,7 +57,7 @@ def test_pydantic_ai_reports_progress_to_its_callback_and_the_log(
 ) -> None:
     from pydantic_ai import Agent
 
-    from dex_celery.integrations.pydantic_ai import DexTools
+    from dex_celery.integrations.frameworks.pydantic_ai import DexTools
     from dex_celery.testing.models.pydantic_ai import ScriptedModel, tool_call
 
     start_worker()
@@ -66,7 +66,7 @@ def test_pydantic_ai_reports_progress_to_its_callback_and_the_log(
     agent: Agent[None, Any] = Agent(
         model, capabilities=[DexTools(dex, [READ[0]], progress=seen.append)]
     )
-    caplog.set_level("INFO", logger="dex_celery.integrations.framework_calls")
+    caplog.set_level("INFO", logger="dex_celery.integrations.frameworks.calls")
     assert agent.run_sync("Look it up.", conversation_id="pai-long").output == "Found it."
     assert seen and {p.key for p in seen} == {"pai-long/turn-1/call_long"}
     assert all(p.timeout == 300.0 and p.tool == READ[0] for p in seen)

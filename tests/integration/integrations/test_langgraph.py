@@ -23,8 +23,8 @@ from langgraph.types import Command
 from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.errors import InvalidDecision
-from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
-from dex_celery.integrations.langgraph import Decision, dex_tools
+from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
+from dex_celery.integrations.frameworks.langgraph import Decision, dex_tools
 from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
 from tests.support.crash import lines, tool_messages, wait_started
 from tests.support.framework_checks import (

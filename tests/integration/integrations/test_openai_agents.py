@@ -24,7 +24,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from devtools.processes import Worker
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
-from dex_celery.integrations.openai_agents import (
+from dex_celery.integrations.frameworks.openai_agents import (
     DEFAULT_APPROVER,
     dex_function_tools,
     dex_rejections,

@@ -19,8 +19,8 @@ from pydantic_ai.models.function import FunctionModel
 
 from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
-from dex_celery.integrations.framework_calls import CHANGED_ARGUMENTS_REASON
-from dex_celery.integrations.pydantic_ai import DexTools
+from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
+from dex_celery.integrations.frameworks.pydantic_ai import DexTools
 from tests.support.crash import lines, tool_messages, wait_started
 from tests.support.framework_checks import (
     assert_one_approved_one_rejected,

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from dex_celery.integrations.framework_calls import pending_text
+from dex_celery.integrations.frameworks.calls import pending_text
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
@@ -53,7 +53,7 @@ def assert_reads_utc(text: str) -> None:
 
 
 def test_the_framework_adapters_text_of_a_waiting_call() -> None:
-    """CrewAI, Google ADK and every adapter built on `framework_calls` return this text."""
+    """CrewAI, Google ADK and every adapter built on `frameworks.calls` return this text."""
     assert_reads_utc(pending_text(waiting()))
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dex_celery.errors import InvalidToolArguments, SecretKeyMissing
-from dex_celery.integrations.framework_calls import same_arguments
+from dex_celery.integrations.frameworks.calls import same_arguments
 from dex_celery.model.policy import ToolPolicy
 from dex_celery.tools.arguments import check_arguments, prepare_tool
 from dex_celery.tools.call_identity import identify, identity_text

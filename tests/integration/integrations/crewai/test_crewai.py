@@ -22,12 +22,12 @@ from crewai import Agent  # noqa: E402
 
 from devtools.processes import Worker, wait_for  # noqa: E402
 from dex_celery import CallStatus, Dex  # noqa: E402
-from dex_celery.integrations import framework_calls  # noqa: E402
-from dex_celery.integrations.crewai import dex_crewai_tools  # noqa: E402
-from dex_celery.integrations.framework_calls import (  # noqa: E402
+from dex_celery.integrations.frameworks import calls as framework_calls  # noqa: E402
+from dex_celery.integrations.frameworks.calls import (  # noqa: E402
     CHANGED_ARGUMENTS_REASON,
     CallProgress,
 )
+from dex_celery.integrations.frameworks.crewai import dex_crewai_tools  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
 from tests.support import framework_checks as checks  # noqa: E402
 from tests.support.crash import lines, tool_messages  # noqa: E402

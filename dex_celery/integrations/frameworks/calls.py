@@ -1,23 +1,29 @@
-"""What every agent-framework adapter does the same way: the turn rule, finding the tools, a
-person's decision, and the text the model reads for a call.
+"""What every agent-framework adapter does the same way: the one call path (request, a
+person's decision, the wait, the text the model reads), the session id, the turn rule, and
+finding the tools.
 
-The adapters (`openai_agents.py`, `pydantic_ai.py`, `langgraph.py`, `google_adk.py`) only
-translate their framework's ids and approval mechanism into these calls, so they all agree on:
+Every adapter (one module per framework) only names a call in its framework's terms (a
+`FrameworkCall`: session, turn, tool call id, arguments, the history that led to it) and asks
+for a person's decision its framework's way; `FrameworkBridge.call` / `acall` do the rest, so
+they all agree on:
 
+- the session id: `session_id=` (a string, or a function of the framework's context), else the
+  framework's own id (`resolve_session`);
 - the turn id: `turn-<n>`, where `n` counts the model responses of the conversation up to and
-  including the one that made the call (the first model response is `turn-1`); every framework
-  keeps that count in what it resumes from (the SDK's run usage, Pydantic AI's message history,
-  LangGraph's checkpointed messages, ADK's session events), so a resumed run asks for the same
-  key (S2.1);
-- a request: `Decisions.request` gives the call's record, or the text the model reads when
-  there is none (arguments or ids refused; recorded, or maybe, but not started: S11.2), and a
-  person asked to approve sees `shown_request` (secrets `***`); `FrameworkBridge` holds what
-  every adapter's bridge needs;
-- a decision: approving records the person in dex and dispatches the call under its recorded
-  policy (S6.2); rejecting records the call `rejected` with who decided, so no call a person
-  turned down is left without a record;
+  including the one that made the call (the first model response is `turn-1`;
+  `responses_through`); every framework keeps that count in what it resumes from (the SDK's run
+  usage, Pydantic AI's message history, LangGraph's checkpointed messages, ADK's session
+  events, ...), so a resumed run asks for the same key (S2.1);
+- a request: the conversation that led to the call is copied into the session, scrubbed of the
+  call's secrets (S12.1), then `Decisions.request` gives the call's record, or the text the
+  model reads when there is none (arguments or ids refused; recorded, or maybe, but not
+  started: S11.2); a person asked to approve sees `shown_request` (secrets `***`);
+- a decision (`Decision`): approving records the person in dex and dispatches the call under
+  its recorded policy (S6.2); rejecting, or approving other arguments than the model asked for
+  (`CHANGED_ARGUMENTS_REASON`), records the call `rejected` with who decided, so no call a
+  person turned down is left without a record;
 - the text: exactly the record's TOOL message (S4.4), or a sentence saying the call is still
-  waiting for a person or still in flight.
+  waiting for a person or still in flight, with `CallProgress` reports while it waits.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
@@ -40,8 +46,9 @@ from dex_celery.errors import (
     InvalidRequest,
     RequestInFlight,
 )
-from dex_celery.integrations.conversation import Conversation
+from dex_celery.integrations.conversation import Conversation, call_secrets
 from dex_celery.model.approval_binding import edited_note, with_note
+from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus, tool_output
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.times import format_utc
@@ -247,13 +254,19 @@ def report_progress(
 
 @dataclass(frozen=True)
 class Decision:
-    """A person's answer to a waiting dex call, given through a framework: LangGraph's
-    `Command(resume=...)`, CrewAI's `decide` callback."""
+    """A person's answer to a waiting dex call, given through a framework (LangGraph's
+    `Command(resume=...)`, CrewAI's `decide` callback, ADK's confirmation, ...): what
+    `FrameworkBridge.record_decision` records."""
 
     approved: bool
     decided_by: str | None
     reason: str | None
     edited: bool = False
+
+    def rejection_reason(self) -> str | None:
+        """The reason recorded with a rejection: the answer's, or `CHANGED_ARGUMENTS_REASON`
+        for an approval of other arguments than the model asked for."""
+        return CHANGED_ARGUMENTS_REASON if self.edited else self.reason
 
     @classmethod
     def parse(cls, value: Any) -> Decision:
@@ -420,13 +433,88 @@ class _Wait:
         return self.timeout - (time.monotonic() - self.started)
 
 
-_SessionIdSource = TypeVar("_SessionIdSource")
+_Context = TypeVar("_Context")
+_Item = TypeVar("_Item")
+_Reply = TypeVar("_Reply")
 
 
-class FrameworkBridge(Generic[_SessionIdSource]):
-    """What every adapter's bridge between its framework and dex holds: the decisions, the
+def resolve_session(
+    session_id: str | Callable[[_Context], str] | None,
+    context: _Context,
+    own_id: Callable[[], str],
+) -> str:
+    """The dex session of a call (docs/frameworks.md, "The key"): `session_id=` as the user
+    gave it (a string, or a function of the framework's context), else the framework's own id
+    (`own_id`, asked only then: it may say the framework has none)."""
+    if isinstance(session_id, str):
+        return session_id
+    if session_id is not None:
+        return session_id(context)
+    return own_id()
+
+
+def responses_through(
+    items: Iterable[_Item], is_response: Callable[[_Item], bool], made_call: Callable[[_Item], bool]
+) -> int:
+    """How many of `items` are model responses, up to and including the one that made the call
+    (`made_call`), or all of them if none did: the `n` of `turn_id` (S2.1)."""
+    count = 0
+    for item in items:
+        if is_response(item):
+            count += 1
+            if made_call(item):
+                return count
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkCall:
+    """One call the model made, as an adapter names it for dex: the parts of its key, the tool,
+    the arguments as the framework gave them (a JSON text too), and the conversation that led
+    to it, copied into the session before the call is requested, scrubbed of the call's
+    secrets. `history=None`: the framework copies its history elsewhere, so only the copies
+    kept before are scrubbed, and only when the call has secrets."""
+
+    session: str
+    turn: str
+    call_id: str
+    tool: Tool
+    arguments: Mapping[str, Any] | str
+    history: Sequence[SeenMessage] | None = ()
+
+    def secrets(self) -> dict[str, Any]:
+        arguments: Any = self.arguments
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:  # refused by the request, and the model reads why
+                return {}
+        return call_secrets(self.tool, arguments)
+
+    def shown_arguments(self) -> Mapping[str, Any]:
+        if isinstance(self.arguments, Mapping):
+            return self.arguments
+        try:
+            parsed = json.loads(self.arguments or "{}")
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, Mapping) else {}
+
+
+#: What an adapter does with a call that waits for a person (S1.3): a `Decision` to record,
+#: None to leave it waiting (the model reads that it has not run), or what the tool answers the
+#: framework instead of a text (the framework's own approval request).
+Ask = Callable[[ToolCallRecord], Decision | _Reply | None]
+AsyncAsk = Callable[[ToolCallRecord], Awaitable[Decision | _Reply | None]]
+
+
+class FrameworkBridge(Generic[_Context]):
+    """What every adapter's bridge between its framework and dex holds (the decisions, the
     conversation it records, how it finds the session id, who approves by default, how long a
-    tool waits for its call, and where progress goes."""
+    tool waits for its call, where progress goes) and the one call path every adapter uses:
+    `call` / `acall` copy the conversation, request the call, ask the adapter for a person's
+    decision when it waits for one, record that decision, and wait for the text the model
+    reads. An adapter only names the call (`FrameworkCall`) and asks its framework's way."""
 
     #: The framework's name, in the note recorded with an approval given through it.
     framework: ClassVar[str]
@@ -434,7 +522,10 @@ class FrameworkBridge(Generic[_SessionIdSource]):
     default_approver: ClassVar[str]
 
     def __init__(
-        self, source: RuntimeSource, session_id: _SessionIdSource | None, options: AdapterOptions
+        self,
+        source: RuntimeSource,
+        session_id: str | Callable[[_Context], str] | None,
+        options: AdapterOptions,
     ) -> None:
         self.source = source
         self.decisions = Decisions(source, self.framework)
@@ -442,3 +533,87 @@ class FrameworkBridge(Generic[_SessionIdSource]):
         self.session_id = session_id
         self.approver = options.get("approver", self.default_approver)
         self.wait = WaitPlan.of(options)
+
+    def session(self, context: _Context, own_id: Callable[[], str]) -> str:
+        """`resolve_session` with this bridge's `session_id`."""
+        return resolve_session(self.session_id, context, own_id)
+
+    # --- the parts of a call ---------------------------------------------------------------
+
+    def request(self, call: FrameworkCall) -> ToolCallRecord | str:
+        """Copy the conversation that led to the call, then request it: its record, or the
+        text the model reads when there is none."""
+        secrets = call.secrets()
+        if call.history is not None or secrets:
+            self.conversation.record(call.session, call.history or (), secrets)
+        return self.decisions.request(
+            call.session, call.turn, call.call_id, call.tool.name, call.arguments
+        )
+
+    async def arequest(self, call: FrameworkCall) -> ToolCallRecord | str:
+        secrets = call.secrets()
+        if call.history is not None or secrets:
+            await self.conversation.arecord(call.session, call.history or (), secrets)
+        return await self.decisions.arequest(
+            call.session, call.turn, call.call_id, call.tool.name, call.arguments
+        )
+
+    def record_decision(self, record: ToolCallRecord, decision: Decision) -> ToolCallRecord:
+        """Record a person's decision on a waiting call: approved, it runs under its recorded
+        policy (S6.2); rejected, or approved with changed arguments, it ends `rejected` with who
+        decided (`approver` when the answer does not say) and why."""
+        who = decision.decided_by or self.approver
+        if decision.approved and not decision.edited:
+            return self.decisions.approve(record, who)
+        return self.decisions.reject(record, who, decision.rejection_reason())
+
+    async def arecord_decision(self, record: ToolCallRecord, decision: Decision) -> ToolCallRecord:
+        who = decision.decided_by or self.approver
+        if decision.approved and not decision.edited:
+            return await self.decisions.aapprove(record, who)
+        return await self.decisions.areject(record, who, decision.rejection_reason())
+
+    def shown(self, call: FrameworkCall, record: ToolCallRecord) -> dict[str, Any]:
+        """`shown_request` of a waiting call, with its preview (S13.5)."""
+        preview = self.decisions.preview(record)
+        return shown_request(record, call.tool, call.shown_arguments(), preview)
+
+    async def ashown(self, call: FrameworkCall, record: ToolCallRecord) -> dict[str, Any]:
+        preview = await self.decisions.apreview(record)
+        return shown_request(record, call.tool, call.shown_arguments(), preview)
+
+    def text(self, record: ToolCallRecord) -> str:
+        """What the model reads of the call, once it may stop waiting (`Decisions.text`)."""
+        return self.decisions.text(record, self.wait)
+
+    async def atext(self, record: ToolCallRecord) -> str:
+        return await self.decisions.atext(record, self.wait)
+
+    # --- the call path ---------------------------------------------------------------------
+
+    def call(self, call: FrameworkCall, ask: Ask[_Reply]) -> str | _Reply:
+        """Request the call, decide it with `ask` if it waits for a person, and return what
+        the model reads (or what `ask` answers the framework instead)."""
+        record = self.request(call)
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            answer = ask(record)
+            if isinstance(answer, Decision):
+                record = self.record_decision(record, answer)
+            elif answer is not None:
+                return answer
+        return self.text(record)
+
+    async def acall(self, call: FrameworkCall, ask: AsyncAsk[_Reply]) -> str | _Reply:
+        """`call` for async frameworks."""
+        record = await self.arequest(call)
+        if isinstance(record, str):  # no record: what the model reads instead
+            return record
+        if record.status is CallStatus.AWAITING_APPROVAL:
+            answer = await ask(record)
+            if isinstance(answer, Decision):
+                record = await self.arecord_decision(record, answer)
+            elif answer is not None:
+                return answer
+        return await self.atext(record)

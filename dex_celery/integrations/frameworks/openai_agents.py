@@ -1,6 +1,6 @@
 """dex tools as OpenAI Agents SDK function tools: an `Agent`'s tool calls run on Celery workers.
 
-    from dex_celery.integrations.openai_agents import dex_function_tools
+    from dex_celery.integrations.frameworks.openai_agents import dex_function_tools
 
     agent = Agent(name="desk", tools=dex_function_tools(dex, ["lookup_order", "cancel_order"]))
 
@@ -18,7 +18,7 @@ The idempotency key is built from the SDK's own ids (S2.1):
   disabled, an id made for the run (`run_<hex>`, not kept across a serialized `RunState`);
 - turn id: `turn-<n>`, the run's model-response count so far, including the response that made
   the call (the SDK keeps it in the run's usage and restores it with a `RunState`), so the first
-  model response is `turn-1` (the rule of every adapter, `framework_calls.turn_id`);
+  model response is `turn-1` (the rule of every adapter, `calls.turn_id`);
 - tool-call id: the model's `call_id`, which the SDK requires to be unique within a run.
 
 Approvals use the SDK's human-in-the-loop mechanism: every dex tool's `needs_approval` requests
@@ -43,8 +43,6 @@ reconciler's reports) when the SDK loads the history for a run.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Unpack
@@ -58,28 +56,23 @@ from agents.tracing import get_current_trace
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.errors import (
-    ApprovalError,
-    ConfigurationError,
-    DexError,
-    InvalidRequest,
-    RequestInFlight,
-)
-from dex_celery.integrations.conversation import Conversation, call_secrets
-from dex_celery.integrations.framework_calls import (
+from dex_celery.errors import ConfigurationError, DexError
+from dex_celery.integrations.conversation import Conversation
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
-    Decisions,
+    Decision,
     FrameworkBridge,
+    FrameworkCall,
     pending_request,
     record_text,
     runtime_source,
     select_tools,
 )
-from dex_celery.integrations.framework_calls import turn_id as turn_rule
+from dex_celery.integrations.frameworks.calls import turn_id as turn_rule
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.records import MessageRole
+from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
 #: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).
@@ -111,7 +104,7 @@ def dex_function_tools(
     return [bridge.function_tool(tool) for tool in tools]
 
 
-class _Bridge(FrameworkBridge[SessionIdSource]):
+class _Bridge(FrameworkBridge[RunContextWrapper[Any]]):
     framework = "OpenAI Agents SDK"
     default_approver = DEFAULT_APPROVER
 
@@ -127,16 +120,9 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
             lacks a record), and the record's status answers: every gate the request applies
             counts (the policy, the session's default, a changed MCP tool definition, the
             repeat guard), not a second guess at them."""
-            session = self.run_id(ctx)
-            await self.scrub_conversation(session, tool, arguments)
-            try:
-                record = await self.decisions.aclient.request_call(
-                    session, self.turn_id(ctx), call_id, tool.name, arguments
-                )
-            except (InvalidRequest, RequestInFlight):
+            record = await self.arequest(self.framework_call(ctx, tool, call_id, arguments))
+            if isinstance(record, str) or record.status is not CallStatus.AWAITING_APPROVAL:
                 return False  # invoked next: the same request says why, and the model reads it
-            if record.status is not CallStatus.AWAITING_APPROVAL:
-                return False
             # The run stops with its interruption once the preview is kept (or cannot come),
             # so `approval_request(item)` shows it to the person asked (S13.5).
             await self.decisions.apreview(record)
@@ -155,10 +141,9 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
     # --- ids -----------------------------------------------------------------------------------
 
     def run_id(self, ctx: RunContextWrapper[Any]) -> str:
-        if isinstance(self.session_id, str):
-            return self.session_id
-        if self.session_id is not None:
-            return self.session_id(ctx)
+        return self.session(ctx, lambda: self._trace_id(ctx))
+
+    def _trace_id(self, ctx: RunContextWrapper[Any]) -> str:
         trace = get_current_trace()
         if trace is not None and trace.trace_id != _NO_TRACE:
             return trace.trace_id
@@ -187,36 +172,26 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
 
     # --- the call ------------------------------------------------------------------------------
 
-    async def scrub_conversation(self, session: str, tool: Tool, arguments: Any) -> None:
-        """The messages that led to a call were copied by the `DexSession` as the SDK saved
-        them, before the call's secrets were known: scrub those copies of them now."""
-        secrets = call_secrets(tool, arguments)
-        if secrets:
-            await self.conversation.arecord(session, [], secrets)
+    def framework_call(
+        self, ctx: RunContextWrapper[Any], tool: Tool, call_id: str, arguments: Any
+    ) -> FrameworkCall:
+        """The call of this run: the `DexSession` copies the messages that led to it as the SDK
+        saves them, before its secrets are known, so the request only scrubs those copies."""
+        return FrameworkCall(
+            self.run_id(ctx), self.turn_id(ctx), call_id, tool, arguments, history=None
+        )
 
     async def invoke(self, tool: Tool, ctx: AgentsToolContext[Any], arguments: str) -> str:
-        session = self.run_id(ctx)
-        # Arguments that are not JSON are refused by the request below, and the model reads why.
-        with contextlib.suppress(ValueError):
-            await self.scrub_conversation(session, tool, json.loads(arguments or "{}"))
-        record = await self.decisions.arequest(
-            session, self.turn_id(ctx), ctx.tool_call_id, tool.name, arguments or "{}"
-        )
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL and ctx.is_tool_approved(
-            tool.name, ctx.tool_call_id
-        ):
-            # The SDK invokes a call whose needs_approval said so only after a person approved
-            # it; a call found waiting that nobody approved in the run keeps waiting.
-            try:
-                record = await self.decisions.aclient.approve(
-                    record.key, self.approver, "approved in the OpenAI Agents SDK run"
-                )
-            except ApprovalError:
-                # Decided meanwhile elsewhere, or its deadline passed: the record says how.
-                record = await self.decisions.aclient.get_call(record.key)
-        return await self.decisions.atext(record, self.wait)
+        call = self.framework_call(ctx, tool, ctx.tool_call_id, arguments or "{}")
+
+        async def ask(record: ToolCallRecord) -> Decision | None:
+            """The SDK invokes a call whose needs_approval said so only after a person approved
+            it; a call found waiting that nobody approved in the run keeps waiting."""
+            if ctx.is_tool_approved(tool.name, ctx.tool_call_id):
+                return Decision(True, None, None)
+            return None
+
+        return await self.acall(call, ask)
 
 
 async def approval_request(
@@ -251,7 +226,7 @@ def dex_rejections(
     """
     source = runtime_source(dex)
     bridge = _Bridge(source, session_id, {"approver": approver, "wait_timeout": 0.0})
-    decisions = Decisions(source, "OpenAI Agents SDK")
+    rejected = Decision(False, None, "rejected in the OpenAI Agents SDK")
 
     async def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
         if args.kind != "approval_rejected" or args.tool_name not in source.runtime.tools:
@@ -259,8 +234,8 @@ def dex_rejections(
         ctx = args.run_context
         key = f"{bridge.run_id(ctx)}/{bridge.turn_id(ctx)}/{args.call_id}"
         try:
-            record = await decisions.aclient.get_call(key)
-            record = await decisions.areject(record, approver, "rejected in the OpenAI Agents SDK")
+            record = await bridge.decisions.aclient.get_call(key)
+            record = await bridge.arecord_decision(record, rejected)
         except DexError:
             return None
         return record_text(record) if record.finished else None

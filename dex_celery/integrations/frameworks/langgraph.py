@@ -1,6 +1,6 @@
 """dex tools as LangChain tools for LangGraph graphs: each tool call runs on a Celery worker.
 
-    from dex_celery.integrations.langgraph import dex_tools
+    from dex_celery.integrations.frameworks.langgraph import dex_tools
 
     agent = create_agent(model, dex_tools(dex, ["lookup", "cancel"]), checkpointer=saver)
 
@@ -15,7 +15,7 @@ The idempotency key (S2.1):
 - session id: the graph's `thread_id` (`config["configurable"]["thread_id"]`), unless `session_id`
   is given (a string, or a function of the tool's `ToolRuntime`);
 - turn id: `turn-<n>`, the count of AI messages in the graph's `messages` state up to and
-  including the one that made the call (`framework_calls.turn_id`): the state is what the
+  including the one that made the call (`calls.turn_id`): the state is what the
   checkpointer keeps, so the count survives a crash;
 - tool-call id: the model's tool call `id`.
 
@@ -65,21 +65,21 @@ from langgraph.types import interrupt
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import ConfigurationError
-from dex_celery.integrations.conversation import Conversation, call_secrets
-from dex_celery.integrations.framework_calls import (
-    CHANGED_ARGUMENTS_REASON,
+from dex_celery.integrations.conversation import Conversation
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     CallProgress,
     Decision,
     FrameworkBridge,
+    FrameworkCall,
+    resolve_session,
+    responses_through,
     runtime_source,
     select_tools,
-    shown_request,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
-from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
@@ -112,7 +112,7 @@ def dex_tools(
     return [bridge.tool(tool) for tool in select_tools(source, names)]
 
 
-class _Bridge(FrameworkBridge[SessionIdSource]):
+class _Bridge(FrameworkBridge[ToolRuntime]):
     framework = "LangGraph"
     default_approver = DEFAULT_APPROVER
 
@@ -133,76 +133,42 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
             coroutine=arun,
         )
 
-    # --- ids -----------------------------------------------------------------------------------
+    # --- the call ------------------------------------------------------------------------------
 
-    def ids(self, runtime: ToolRuntime) -> tuple[str, str, str]:
-        """`(session id, turn id, tool call id)` of the call this runtime belongs to."""
+    def framework_call(
+        self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]
+    ) -> FrameworkCall:
+        """The call this runtime belongs to: the session, its turn in the graph's messages
+        state, the tool call id, and the messages that led to it."""
         if not isinstance(runtime, ToolRuntime) or not runtime.tool_call_id:
             raise ConfigurationError(
                 "dex tools run inside a LangGraph ToolNode (or create_agent), which hands them "
                 "the tool call id and the graph's state"
             )
-        if isinstance(self.session_id, str):
-            session = self.session_id
-        elif self.session_id is not None:
-            session = self.session_id(runtime)
-        else:
-            configurable = (runtime.config or {}).get("configurable") or {}
-            thread = configurable.get("thread_id")
-            if not isinstance(thread, str) or not thread:
-                raise ConfigurationError(
-                    "the graph has no thread_id to use as the session id; run it with "
-                    "config={'configurable': {'thread_id': ...}} or pass dex_tools(..., "
-                    "session_id=...)"
-                )
-            session = thread
-        messages = _messages(runtime.state)
-        return session, turn_id(_ai_messages(messages, runtime.tool_call_id)), runtime.tool_call_id
-
-    # --- the call ------------------------------------------------------------------------------
-
-    def ask(
-        self, record: ToolCallRecord, tool: Tool, arguments: dict[str, Any], preview: str | None
-    ) -> tuple[bool, str, str | None]:
-        """Interrupt the graph for a person's decision on a waiting call: (approved, who
-        decided, the reason to record with a rejection); the interrupt carries the preview."""
-        decision = Decision.parse(interrupt(shown_request(record, tool, arguments, preview)))
-        reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
-        return decision.approved, decision.decided_by or self.approver, reason
+        session = self.session(runtime, lambda: _thread_id(runtime.config, "dex_tools"))
+        messages, call_id = _messages(runtime.state), runtime.tool_call_id
+        turn = turn_id(
+            responses_through(
+                messages,
+                lambda m: isinstance(m, AIMessage),
+                lambda m: any(call.get("id") == call_id for call in m.tool_calls),
+            )
+        )
+        return FrameworkCall(session, turn, call_id, tool, arguments, seen_messages(messages))
 
     def run(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
-        session, turn, call_id = self.ids(runtime)
-        self.conversation.record(
-            session, seen_messages(_messages(runtime.state)), call_secrets(tool, arguments)
-        )
-        record = self.decisions.request(session, turn, call_id, tool.name, arguments)
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL:
-            preview = self.decisions.preview(record)
-            approved, who, reason = self.ask(record, tool, arguments, preview)
-            if approved:
-                record = self.decisions.approve(record, who)
-            else:
-                record = self.decisions.reject(record, who, reason)
-        return self.decisions.text(record, self.wait)
+        call = self.framework_call(tool, runtime, arguments)
+        # The graph stops here for a person's decision; it is resumed with it (the preview
+        # shown with the request).
+        return self.call(call, lambda record: Decision.parse(interrupt(self.shown(call, record))))
 
     async def arun(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
-        session, turn, call_id = self.ids(runtime)
-        await self.conversation.arecord(
-            session, seen_messages(_messages(runtime.state)), call_secrets(tool, arguments)
-        )
-        record = await self.decisions.arequest(session, turn, call_id, tool.name, arguments)
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL:
-            preview = await self.decisions.apreview(record)
-            approved, who, reason = self.ask(record, tool, arguments, preview)
-            if approved:
-                record = await self.decisions.aapprove(record, who)
-            else:
-                record = await self.decisions.areject(record, who, reason)
-        return await self.decisions.atext(record, self.wait)
+        call = self.framework_call(tool, runtime, arguments)
+
+        async def ask(record: ToolCallRecord) -> Decision:
+            return Decision.parse(interrupt(await self.ashown(call, record)))
+
+        return await self.acall(call, ask)
 
 
 # --- one conversation (S12.1) -------------------------------------------------------------------
@@ -262,18 +228,9 @@ class DexConversation(AgentMiddleware):
 
     def _session(self) -> str:
         config = get_config()
-        if isinstance(self.session_id, str):
-            return self.session_id
-        if self.session_id is not None:
-            return self.session_id(config)
-        thread = (config.get("configurable") or {}).get("thread_id")
-        if not isinstance(thread, str) or not thread:
-            raise ConfigurationError(
-                "the graph has no thread_id to use as the session id; run it with "
-                "config={'configurable': {'thread_id': ...}} or pass DexConversation(..., "
-                "session_id=...)"
-            )
-        return thread
+        return resolve_session(
+            self.session_id, config, lambda: _thread_id(config, "DexConversation")
+        )
 
     def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session, messages = self._session(), _messages(state)
@@ -302,12 +259,13 @@ def _messages(state: Any) -> Sequence[Any]:
     return list(getattr(state, "messages", None) or [])
 
 
-def _ai_messages(messages: Sequence[Any], tool_call_id: str) -> int:
-    """AI messages up to and including the one that made `tool_call_id` (all if none did)."""
-    count = 0
-    for message in messages:
-        if isinstance(message, AIMessage):
-            count += 1
-            if any(call.get("id") == tool_call_id for call in message.tool_calls):
-                return count
-    return count
+def _thread_id(config: Mapping[str, Any] | None, asked_by: str) -> str:
+    """The graph's `thread_id`: the session id when `session_id` is not given."""
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    if not isinstance(thread, str) or not thread:
+        raise ConfigurationError(
+            "the graph has no thread_id to use as the session id; run it with "
+            f"config={{'configurable': {{'thread_id': ...}}}} or pass {asked_by}(..., "
+            "session_id=...)"
+        )
+    return thread

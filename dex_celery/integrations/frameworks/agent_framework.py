@@ -1,6 +1,6 @@
 """dex tools for a Microsoft Agent Framework `Agent`: its tool calls run on Celery workers.
 
-    from dex_celery.integrations.agent_framework import DexTools
+    from dex_celery.integrations.frameworks.agent_framework import DexTools
 
     agent = Agent(client, context_providers=[DexTools(dex, ["lookup", "refund"])])
     session = agent.create_session(session_id="conv-7")
@@ -19,7 +19,7 @@ The idempotency key (S2.1):
 - session id: the `AgentSession`'s `session_id`, unless `session_id` is given (a string, or a
   function of the `AgentSession`);
 - turn id: `turn-<n>`, the count of model responses of the conversation up to and including the
-  one that made the call (`framework_calls.turn_id`). `DexTools`'s chat middleware counts them
+  one that made the call (`calls.turn_id`). `DexTools`'s chat middleware counts them
   in each model request and keeps, in the session's state (`session.state["dex"]["turns"]`,
   saved with the session), the turn of each call the response made, so a run resumed from the
   saved session (an approval answered) asks for the same key; on a client whose chat middleware
@@ -79,20 +79,19 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.integrations.conversation import call_secrets
-from dex_celery.integrations.framework_calls import (
-    CHANGED_ARGUMENTS_REASON,
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
+    Decision,
     FrameworkBridge,
+    FrameworkCall,
     record_text,
     runtime_source,
     same_arguments,
     select_tools,
-    shown_request,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
-from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
@@ -132,7 +131,7 @@ def decision(
     return response
 
 
-class _Bridge(FrameworkBridge[SessionIdSource]):
+class _Bridge(FrameworkBridge[AgentSession]):
     framework = "Microsoft Agent Framework"
     default_approver = DEFAULT_APPROVER
 
@@ -161,14 +160,10 @@ class DexTools(ContextProvider):
 
     def session_of(self, session: AgentSession | None) -> str:
         """The dex session of an Agent Framework session."""
-        source = self.bridge.session_id
-        if isinstance(source, str):
-            return source
         if session is None:
-            return ""
-        if source is not None:
-            return source(session)
-        return session.session_id
+            source = self.bridge.session_id
+            return source if isinstance(source, str) else ""
+        return self.bridge.session(session, lambda: session.session_id)
 
     def state_of(self, session: AgentSession | None) -> dict[str, Any]:
         """`DexTools`'s part of the session's state (saved with the session)."""
@@ -251,11 +246,11 @@ class DexTools(ContextProvider):
                     dex_session, turn, str(call.call_id), tool.name, asked
                 )
             who, reason = self.decided_by(response)
-            if response.approved:
-                if not same_arguments(json.loads(record.arguments), asked):
-                    await decisions.areject(record, who, CHANGED_ARGUMENTS_REASON)
-            else:
-                await decisions.areject(record, who, reason)
+            edited = bool(response.approved) and not same_arguments(
+                json.loads(record.arguments), asked
+            )
+            if edited or not response.approved:
+                await self.bridge.arecord_decision(record, Decision(False, who, reason, edited))
         except DexError as e:
             # The tool, or the model's next request, reads what the record says.
             log.warning("could not record the decision on %s in dex: %s", call.call_id, e)
@@ -385,37 +380,34 @@ class DexFunctionTool(FunctionTool):
         metadata: MutableMapping[str, Any] = context.metadata if context is not None else {}
         call_id = tool_call_id or str(metadata.get("call_id") or "")
         dex_session, turn = self.owner.key_of(session, call_id)
-        bridge = self.owner.bridge
-        await bridge.conversation.arecord(dex_session, [], call_secrets(self.tool, args))
-        record = await bridge.decisions.arequest(dex_session, turn, call_id, self.tool.name, args)
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL:
+        # The messages that led to the call were copied after the model's response
+        # (`DexTools.after_model`); the request scrubs those copies of the call's secrets.
+        call = FrameworkCall(dex_session, turn, call_id, self.tool, args, history=())
+
+        async def ask(record: ToolCallRecord) -> Decision | AfContent:
+            """Approved in the framework (its approval response), or asked for: the run ends
+            with the framework's own approval request."""
             response = metadata.get("approval_response")
             if not isinstance(response, AfContent) or not response.approved:
-                return await self._approval_request(record, args, call_id, metadata)
-            record = await bridge.decisions.aapprove(record, self.owner.decided_by(response)[0])
-        return await bridge.decisions.atext(record, bridge.wait)
+                return await self._approval_request(call, record, metadata)
+            return Decision(True, self.owner.decided_by(response)[0], None)
+
+        return await self.owner.bridge.acall(call, ask)
 
     async def _approval_request(
-        self,
-        record: ToolCallRecord,
-        args: dict[str, Any],
-        call_id: str,
-        metadata: Mapping[str, Any],
+        self, call: FrameworkCall, record: ToolCallRecord, metadata: Mapping[str, Any]
     ) -> AfContent:
         occurrence = metadata.get("function_call_occurrence_id")
-        call = AfContent.from_function_call(
-            call_id=call_id,
+        requested = AfContent.from_function_call(
+            call_id=call.call_id,
             name=self.name,
-            arguments=args,
+            arguments=dict(call.shown_arguments()),
             id=occurrence if isinstance(occurrence, str) else None,
         )
-        shown = shown_request(
-            record, self.tool, args, await self.owner.bridge.decisions.apreview(record)
-        )
         return AfContent.from_function_approval_request(
-            id=call.id or call_id, function_call=call, additional_properties={SHOWN: shown}
+            id=requested.id or call.call_id,
+            function_call=requested,
+            additional_properties={SHOWN: await self.owner.bridge.ashown(call, record)},
         )
 
 

@@ -1,6 +1,6 @@
 """dex tools as CrewAI tools: a crew's (or a flow's agent's) tool calls run on Celery workers.
 
-    from dex_celery.integrations.crewai import dex_crewai_tools
+    from dex_celery.integrations.frameworks.crewai import dex_crewai_tools
 
     agent = Agent(role="desk", goal=..., backstory=..., llm=llm,
                   tools=dex_crewai_tools(dex, ["lookup", "refund"]))
@@ -38,7 +38,7 @@ A call whose dex policy asks a person is recorded in dex, with its approval dead
 anyone decides. With `decide=` (a function of the shown request, e.g. one calling CrewAI's
 `context.request_human_input` or your own review queue) the person's answer is taken at once:
 `True`/`False` or `{"approved": bool, "decided_by": ..., "reason": ...}`, as everywhere
-(`framework_calls.Decision`). Without it the model reads that the call waits for a person and
+(`calls.Decision`). Without it the model reads that the call waits for a person and
 has not run; the person decides in dex (`dex-celery approvals`, the web app), and the task run
 again with the same ids (the crew resumed) reads the decision: the result, or the rejection.
 """
@@ -62,22 +62,18 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.integrations.conversation import call_secrets
-from dex_celery.integrations.framework_calls import (
-    CHANGED_ARGUMENTS_REASON,
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,
-    pending_text,
+    FrameworkCall,
     runtime_source,
     select_tools,
-    shown_request,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
-from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.records import MessageRole
+from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
 #: Who decided, in dex's record, when `decide` does not say.
@@ -265,7 +261,7 @@ def _before_tool_call(context: ToolCallHookContext) -> bool | None:
     _CURRENT.set(
         CrewCall(
             context.tool_name,
-            bridge.session(context),
+            bridge.session_of(context),
             f"{run_id(context)}.{turn_id(responses)}",
             call_id,
             tuple(seen_messages(messages)),
@@ -304,7 +300,7 @@ def _before_llm_call(context: LLMCallHookContext) -> bool | None:
         return None
     if context.executor is not None:
         _EXECUTORS.saw(context.agent, context.executor)
-    session = bridge.session(context)
+    session = bridge.session_of(context)
     seen = seen_messages(context.messages)
     bridge.conversation.record(session, seen)
     texts = [m.text for m in seen if m.role is MessageRole.USER]
@@ -331,7 +327,7 @@ def seen_messages(messages: Sequence[Any]) -> list[SeenMessage]:
 # --- the tools ----------------------------------------------------------------------------------
 
 
-class _Bridge(FrameworkBridge[SessionIdSource]):
+class _Bridge(FrameworkBridge[HookContext]):
     framework = "CrewAI"
     default_approver = DEFAULT_APPROVER
 
@@ -345,36 +341,30 @@ class _Bridge(FrameworkBridge[SessionIdSource]):
         super().__init__(source, session_id, options)
         self.decide = decide
 
-    def session(self, context: HookContext) -> str:
-        if isinstance(self.session_id, str):
-            return self.session_id
-        if self.session_id is not None:
-            return self.session_id(context)
-        crew, task = context.crew, context.task
-        if crew is not None and task is not None:
-            return f"{crew.id}.{task.id}"
-        flow = current_flow_id.get()
-        if flow:
-            return str(flow)
-        return str(getattr(context.agent, "id", "crewai"))
+    def session_of(self, context: HookContext) -> str:
+        return self.session(context, lambda: _own_session(context))
 
     def run(self, tool: Tool, call: CrewCall, arguments: dict[str, Any]) -> str:
-        self.conversation.record(call.session, call.history, call_secrets(tool, arguments))
-        record = self.decisions.request(call.session, call.turn, call.call_id, tool.name, arguments)
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL:
+        named = FrameworkCall(call.session, call.turn, call.call_id, tool, arguments, call.history)
+
+        def ask(record: ToolCallRecord) -> Decision | None:
+            """`decide`'s answer, or none: the call waits for a person deciding in dex."""
             if self.decide is None:
-                return pending_text(record)
-            shown = shown_request(record, tool, arguments, self.decisions.preview(record))
-            decision = Decision.parse(self.decide(shown))
-            who = decision.decided_by or self.approver
-            if decision.approved:
-                record = self.decisions.approve(record, who)
-            else:
-                reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
-                record = self.decisions.reject(record, who, reason)
-        return self.decisions.text(record, self.wait)
+                return None
+            return Decision.parse(self.decide(self.shown(named, record)))
+
+        return self.call(named, ask)
+
+
+def _own_session(context: HookContext) -> str:
+    """The session without `session_id`: `<crew id>.<task id>`, the flow's id, or the agent's."""
+    crew, task = context.crew, context.task
+    if crew is not None and task is not None:
+        return f"{crew.id}.{task.id}"
+    flow = current_flow_id.get()
+    if flow:
+        return str(flow)
+    return str(getattr(context.agent, "id", "crewai"))
 
 
 class _Arguments(BaseModel):

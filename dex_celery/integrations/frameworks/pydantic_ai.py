@@ -1,6 +1,6 @@
 """dex tools for a Pydantic AI `Agent`: each tool call runs on a Celery worker through dex-celery.
 
-    from dex_celery.integrations.pydantic_ai import DexTools
+    from dex_celery.integrations.frameworks.pydantic_ai import DexTools
 
     agent = Agent(model, capabilities=[DexTools(dex, ["lookup", "cancel"])],
                   output_type=[str, DeferredToolRequests])
@@ -18,7 +18,7 @@ The idempotency key (S2.1):
   on the message history, so a run resumed from its messages keeps it), unless `session_id` is
   given (a string, or a function of the `RunContext`);
 - turn id: `turn-<n>`, the count of model responses in the message history up to and including
-  the one that made the call (`framework_calls.turn_id`), read from the history itself;
+  the one that made the call (`calls.turn_id`), read from the history itself;
 - tool-call id: the model's `tool_call_id`.
 
 So running the agent again on the same message history (after a crash, or to answer deferred
@@ -49,7 +49,7 @@ the run returns keeps them. A call still running after a few seconds reports to 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -71,13 +71,13 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
-from dex_celery.integrations.conversation import Conversation, call_secrets
-from dex_celery.integrations.framework_calls import (
-    CHANGED_ARGUMENTS_REASON,
-    Decisions,
+from dex_celery.integrations.frameworks.calls import (
+    Decision,
+    FrameworkBridge,
+    FrameworkCall,
     ProgressCallback,
-    WaitPlan,
     record_text,
+    responses_through,
     runtime_source,
     same_arguments,
     select_tools,
@@ -85,7 +85,6 @@ from dex_celery.integrations.framework_calls import (
 )
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
-from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
@@ -112,10 +111,16 @@ class DexTools(AbstractCapability[Any]):
     toolset: FunctionToolset[Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._source = runtime_source(self.dex)
-        self._decisions = Decisions(self._source, "Pydantic AI")
-        self._conversation = Conversation(self._source)
-        self._tools = {tool.name: tool for tool in select_tools(self._source, self.names)}
+        self._bridge = _Bridge(
+            runtime_source(self.dex),
+            self.session_id,
+            {
+                "approver": self.approver,
+                "wait_timeout": self.wait_timeout,
+                "progress": self.progress,
+            },
+        )
+        self._tools = {t.name: t for t in select_tools(self._bridge.source, self.names)}
         self.toolset = FunctionToolset([self._pydantic_tool(tool) for tool in self._tools.values()])
 
     @classmethod
@@ -129,15 +134,19 @@ class DexTools(AbstractCapability[Any]):
 
     def session_of(self, ctx: RunContext[Any]) -> str:
         """The dex session of this run: `session_id`, else the conversation id, else the run."""
-        if isinstance(self.session_id, str):
-            return self.session_id
-        if self.session_id is not None:
-            return self.session_id(ctx)
-        return ctx.conversation_id or ctx.run_id or ""
+        return self._bridge.session(ctx, lambda: ctx.conversation_id or ctx.run_id or "")
 
     def key_ids(self, ctx: RunContext[Any], tool_call_id: str) -> tuple[str, str]:
         """`(session id, turn id)` of the call `tool_call_id` of this run's history."""
-        return self.session_of(ctx), turn_id(_model_responses(ctx.messages, tool_call_id))
+        responses = responses_through(
+            ctx.messages,
+            lambda m: isinstance(m, ModelResponse),
+            lambda m: (
+                isinstance(m, ModelResponse)
+                and any(call.tool_call_id == tool_call_id for call in m.tool_calls)
+            ),
+        )
+        return self.session_of(ctx), turn_id(responses)
 
     # --- the tool ------------------------------------------------------------------------------
 
@@ -158,16 +167,18 @@ class DexTools(AbstractCapability[Any]):
         session, turn = self.key_ids(ctx, call_id)
         asked = _asked_arguments(ctx.messages, call_id)
         if ctx.tool_call_approved and asked is not None and not same_arguments(asked, arguments):
-            return await self._refuse_changed_arguments(tool, ctx, session, turn, asked)
-        await self._conversation.arecord(
-            session, seen_messages(ctx.messages), call_secrets(tool, arguments)
-        )
-        record = await self._decisions.arequest(session, turn, call_id, tool.name, arguments)
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL:
+            # `override_args` is refused: the call asked for is recorded rejected, and the
+            # history was copied before the model request that made it.
+            refused = FrameworkCall(session, turn, call_id, tool, asked, history=None)
+            edited = Decision(False, self._decided_by(ctx), None, edited=True)
+            return await self._bridge.acall(refused, _answer(edited))
+        call = FrameworkCall(session, turn, call_id, tool, arguments, seen_messages(ctx.messages))
+
+        async def ask(record: ToolCallRecord) -> Decision:
+            """Approved in this run (deferred tool results), or deferred: the run ends with
+            `DeferredToolRequests`, whose metadata names the dex call."""
             if not ctx.tool_call_approved:
-                preview = await self._decisions.apreview(record)
+                preview = await self._bridge.decisions.apreview(record)
                 raise ApprovalRequired(
                     metadata={
                         "dex_key": record.key,
@@ -175,19 +186,9 @@ class DexTools(AbstractCapability[Any]):
                         **({"preview": preview} if preview is not None else {}),
                     }
                 )
-            record = await self._decisions.aapprove(record, self._decided_by(ctx))
-        return await self._decisions.atext(record, WaitPlan(self.wait_timeout, self.progress))
+            return Decision(True, self._decided_by(ctx), None)
 
-    async def _refuse_changed_arguments(
-        self, tool: Tool, ctx: RunContext[Any], session: str, turn: str, asked: dict[str, Any]
-    ) -> str:
-        record = await self._decisions.aclient.request_call(
-            session, turn, ctx.tool_call_id or "", tool.name, asked
-        )
-        record = await self._decisions.areject(
-            record, self._decided_by(ctx), CHANGED_ARGUMENTS_REASON
-        )
-        return await self._decisions.atext(record, WaitPlan(self.wait_timeout))
+        return await self._bridge.acall(call, ask)
 
     def _decided_by(self, ctx: RunContext[Any]) -> str:
         metadata = ctx.tool_call_metadata
@@ -229,9 +230,9 @@ class DexTools(AbstractCapability[Any]):
         if not session:
             return
         seen = seen_messages(ctx.messages)
-        await self._conversation.arecord(session, seen)
+        await self._bridge.conversation.arecord(session, seen)
         user_texts = [m.text for m in seen if m.role is MessageRole.USER]
-        for message in await self._conversation.aundelivered(session, user_texts):
+        for message in await self._bridge.conversation.aundelivered(session, user_texts):
             ctx.enqueue(
                 ModelRequest(
                     parts=[UserPromptPart(message.text or "")],
@@ -262,16 +263,28 @@ class DexTools(AbstractCapability[Any]):
         arguments = _asked_arguments(ctx.messages, part.tool_call_id) or {}
         reason = part.content if isinstance(part.content, str) else None
         try:
-            record: ToolCallRecord = await self._decisions.aclient.request_call(
+            record: ToolCallRecord = await self._bridge.decisions.aclient.request_call(
                 session, turn, part.tool_call_id, part.tool_name, arguments
             )
-            record = await self._decisions.areject(record, self.approver, reason)
+            record = await self._bridge.arecord_decision(record, Decision(False, None, reason))
         except DexError as e:
             log.warning("could not record the denial of %s in dex: %s", part.tool_call_id, e)
             return None
         if not record.finished:
             return None
         return record_text(record)
+
+
+class _Bridge(FrameworkBridge[RunContext[Any]]):
+    framework = "Pydantic AI"
+    default_approver = DEFAULT_APPROVER
+
+
+def _answer(decision: Decision) -> Callable[[ToolCallRecord], Awaitable[Decision]]:
+    async def ask(record: ToolCallRecord) -> Decision:
+        return decision
+
+    return ask
 
 
 def seen_messages(messages: Sequence[Any]) -> list[SeenMessage]:
@@ -295,17 +308,6 @@ def _user_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(item for item in content if isinstance(item, str))
-
-
-def _model_responses(messages: Sequence[Any], tool_call_id: str) -> int:
-    """Model responses up to and including the one that made `tool_call_id` (all if none did)."""
-    count = 0
-    for message in messages:
-        if isinstance(message, ModelResponse):
-            count += 1
-            if any(call.tool_call_id == tool_call_id for call in message.tool_calls):
-                return count
-    return count
 
 
 def _asked_arguments(messages: Sequence[Any], tool_call_id: str) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """dex tools for the Claude Agent SDK: a Claude agent's tool calls run on Celery workers.
 
-    from dex_celery.integrations.claude_agent import DexClaude
+    from dex_celery.integrations.frameworks.claude_agent import DexClaude
 
     dex_claude = DexClaude(dex, ["lookup", "refund"], ask=ask_a_person)
     async with ClaudeSDKClient(dex_claude.options(cwd=...)) as client:
@@ -37,7 +37,7 @@ The idempotency key (S2.1):
   (a string, or a function of the SDK's session id);
 - turn id: `turn-<n>`, the count of the model's responses (distinct assistant message ids) in
   the session's transcript up to and including the one that made the call
-  (`framework_calls.turn_id`). The transcript is what the CLI resumes a session from, so the
+  (`calls.turn_id`). The transcript is what the CLI resumes a session from, so the
   count survives a new process;
 - tool-call id: the `tool_use` block's id (the CLI passes it to an SDK MCP server's tool call
   in `_meta["claudecode/toolUseId"]`, and to the hooks as `tool_use_id`).
@@ -84,12 +84,11 @@ from mcp.server import Server
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.integrations.conversation import call_secrets
-from dex_celery.integrations.framework_calls import (
-    CHANGED_ARGUMENTS_REASON,
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,
     FrameworkBridge,
+    FrameworkCall,
     record_text,
     runtime_source,
     same_arguments,
@@ -142,7 +141,7 @@ class _Call:
     record: ToolCallRecord | str
 
 
-class DexClaude(FrameworkBridge[SessionIdSource]):
+class DexClaude(FrameworkBridge[str]):
     """The dex tools, hooks and permission callback for a Claude agent (see the module)."""
 
     framework = "Claude Agent SDK"
@@ -205,11 +204,7 @@ class DexClaude(FrameworkBridge[SessionIdSource]):
     # --- ids ----------------------------------------------------------------------------------
 
     def _session(self, sdk_session: str) -> str:
-        if isinstance(self.session_id, str):
-            return self.session_id
-        if self.session_id is not None:
-            return self.session_id(sdk_session)
-        return sdk_session
+        return self.session(sdk_session, lambda: sdk_session)
 
     def _dex_tool(self, model_name: str) -> Tool | None:
         prefix = model_tool_name("", self.server_name)
@@ -230,10 +225,8 @@ class DexClaude(FrameworkBridge[SessionIdSource]):
         entries = await _transcript(hook.get("transcript_path"), tool_use_id)
         turn = turn_id(model_responses(entries, tool_use_id))
         arguments = dict(hook.get("tool_input") or {})
-        await self.conversation.arecord(
-            session, seen_entries(entries), call_secrets(tool, arguments)
-        )
-        record = await self.decisions.arequest(session, turn, tool_use_id, tool.name, arguments)
+        call = FrameworkCall(session, turn, tool_use_id, tool, arguments, seen_entries(entries))
+        record = await self.arequest(call)
         self._calls[tool_use_id] = _Call(session, turn, tool, arguments, record)
         waiting = isinstance(record, ToolCallRecord) and (
             record.status is CallStatus.AWAITING_APPROVAL
@@ -268,12 +261,7 @@ class DexClaude(FrameworkBridge[SessionIdSource]):
         if record.status is not CallStatus.AWAITING_APPROVAL or self.ask is None:
             return PermissionResultAllow()  # decided in dex meanwhile, or decided there later
         decision = _as_decision(await self.ask(tool_name, tool_input, context), call.arguments)
-        who = decision.decided_by or self.approver
-        if decision.approved and not decision.edited:
-            record = await self.decisions.aapprove(record, who)
-        else:
-            reason = CHANGED_ARGUMENTS_REASON if decision.edited else decision.reason
-            record = await self.decisions.areject(record, who, reason)
+        record = await self.arecord_decision(record, decision)
         if record.finished:
             return PermissionResultDeny(message=record_text(record))
         return PermissionResultAllow()
@@ -315,8 +303,7 @@ class DexClaude(FrameworkBridge[SessionIdSource]):
             )
         if not isinstance(call.record, ToolCallRecord):
             return call.record
-        record = await self.decisions.aclient.get_call(call.record.key)
-        return await self.decisions.atext(record, self.wait)
+        return await self.atext(await self.decisions.aclient.get_call(call.record.key))
 
     # --- one conversation (S12.1) -----------------------------------------------------------
 

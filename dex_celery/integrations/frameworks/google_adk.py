@@ -1,6 +1,6 @@
 """dex tools as Google ADK tools: an ADK agent's tool calls run on Celery workers.
 
-    from dex_celery.integrations.google_adk import DexConversation, dex_adk_tools
+    from dex_celery.integrations.frameworks.google_adk import DexConversation, dex_adk_tools
 
     agent = LlmAgent(name="desk", model=model, tools=dex_adk_tools(dex, ["lookup", "refund"]))
     app = App(name="shop", root_agent=agent, plugins=[DexConversation(dex)],
@@ -16,7 +16,7 @@ The idempotency key (S2.1):
 - session id: the ADK session's id, unless `session_id` is given (a string, or a function of
   the tool's `ToolContext`);
 - turn id: `turn-<n>`, the count of the model's responses among the session's events up to and
-  including the one that made the call (`framework_calls.turn_id`; ADK's own confirmation
+  including the one that made the call (`calls.turn_id`; ADK's own confirmation
   requests are not model responses): the events are what the session service keeps, so the
   count survives a crash and a resumed invocation;
 - tool-call id: the function call's `id` (the model's, or the `adk-<uuid>` ADK gives it and
@@ -42,7 +42,6 @@ with other `args` than the model asked for is refused, as everywhere (`CHANGED_A
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Unpack
 
 from google.adk.agents.callback_context import CallbackContext
@@ -57,22 +56,21 @@ from google.genai import types
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.integrations.conversation import Conversation, call_secrets
-from dex_celery.integrations.framework_calls import (
-    CHANGED_ARGUMENTS_REASON,
+from dex_celery.integrations.conversation import Conversation
+from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
-    Decisions,
-    WaitPlan,
-    pending_text,
+    Decision,
+    FrameworkBridge,
+    FrameworkCall,
+    resolve_session,
+    responses_through,
     runtime_source,
     same_arguments,
     select_tools,
-    shown_request,
     turn_id,
 )
 from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
-from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.tools.tool import Tool
 
@@ -101,34 +99,22 @@ def dex_adk_tools(
     A call still running after a few seconds reports its progress (`CallProgress`) to
     `progress` and to the log."""
     source = runtime_source(dex)
-    decisions = Decisions(source, "Google ADK")
-    asked = _Options(session_id, options.get("approver", DEFAULT_APPROVER), WaitPlan.of(options))
-    conversation = Conversation(source)
-    return [
-        DexAdkTool(tool, decisions, conversation, asked) for tool in select_tools(source, names)
-    ]
+    bridge = _Bridge(source, session_id, options)
+    return [DexAdkTool(tool, bridge) for tool in select_tools(source, names)]
 
 
-@dataclass(frozen=True, slots=True)
-class _Options:
-    """What `dex_adk_tools` was asked for, shared by its tools."""
-
-    session_id: SessionIdSource | None
-    approver: str
-    wait: WaitPlan
+class _Bridge(FrameworkBridge[ToolContext]):
+    framework = "Google ADK"
+    default_approver = DEFAULT_APPROVER
 
 
 class DexAdkTool(BaseTool):
     """One dex tool as an ADK tool (built by `dex_adk_tools`)."""
 
-    def __init__(
-        self, tool: Tool, decisions: Decisions, conversation: Conversation, options: _Options
-    ) -> None:
+    def __init__(self, tool: Tool, bridge: _Bridge) -> None:
         super().__init__(name=tool.name, description=tool.description or tool.name)
         self.tool = tool
-        self.decisions = decisions
-        self.conversation = conversation
-        self.options = options
+        self.bridge = bridge
 
     def _get_declaration(self) -> types.FunctionDeclaration | None:
         return types.FunctionDeclaration(
@@ -137,60 +123,55 @@ class DexAdkTool(BaseTool):
             parameters_json_schema=arguments_schema(self.tool),
         )
 
-    # --- ids -----------------------------------------------------------------------------------
-
-    def ids(self, tool_context: ToolContext) -> tuple[str, str, str]:
-        """`(session id, turn id, tool call id)` of the call this context belongs to."""
-        call_id = tool_context.function_call_id or ""
-        source = self.options.session_id
-        if isinstance(source, str):
-            session = source
-        elif source is not None:
-            session = source(tool_context)
-        else:
-            session = tool_context.session.id
-        events = tool_context.session.events
-        return session, turn_id(_model_responses(events, call_id)), call_id
-
     # --- the call ------------------------------------------------------------------------------
 
-    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        session, turn, call_id = self.ids(tool_context)
-        await self.conversation.arecord(
-            session, seen_events(tool_context.session.events), call_secrets(self.tool, args)
+    def framework_call(self, tool_context: ToolContext, args: dict[str, Any]) -> FrameworkCall:
+        """The call this context belongs to: the session, its turn among the session's events,
+        the function call's id, and the conversation that led to it."""
+        call_id = tool_context.function_call_id or ""
+        session = self.bridge.session(tool_context, lambda: tool_context.session.id)
+        events = tool_context.session.events
+        turn = turn_id(
+            responses_through(
+                events,
+                _is_model_response,
+                lambda e: any(call.id == call_id for call in e.get_function_calls()),
+            )
         )
-        record = await self.decisions.arequest(session, turn, call_id, self.tool.name, args)
-        if isinstance(record, str):  # no record: what the model reads instead
-            return record
-        if record.status is CallStatus.AWAITING_APPROVAL:
+        return FrameworkCall(session, turn, call_id, self.tool, args, seen_events(events))
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        call = self.framework_call(tool_context, args)
+
+        async def ask(record: ToolCallRecord) -> Decision | None:
+            """ADK's tool confirmation: asked for now (the call waits, and the model reads so),
+            or the person's answer to it."""
             confirmation = tool_context.tool_confirmation
             if confirmation is None:
                 tool_context.request_confirmation(
                     hint=f"dex-celery: {self.tool.name} waits for a person's approval "
                     f"({record.key})",
-                    payload=shown_request(
-                        record, self.tool, args, await self.decisions.apreview(record)
-                    ),
+                    payload=await self.bridge.ashown(call, record),
                 )
-                return pending_text(record)
-            record = await self._decide(record, args, confirmation.confirmed, confirmation.payload)
-        return await self.decisions.atext(record, self.options.wait)
+                return None
+            return confirmed_decision(args, confirmation.confirmed, confirmation.payload)
 
-    async def _decide(
-        self, record: ToolCallRecord, asked: dict[str, Any], confirmed: bool, payload: Any
-    ) -> ToolCallRecord:
-        answer = payload if isinstance(payload, Mapping) else {}
-        by = answer.get("decided_by")
-        who = by if isinstance(by, str) and by else self.options.approver
-        reason = answer.get("reason")
-        edited = "args" in answer and not same_arguments(asked, answer["args"] or {})
-        if confirmed and not edited:
-            return await self.decisions.aapprove(record, who)
-        if edited:
-            reason = CHANGED_ARGUMENTS_REASON
-        return await self.decisions.areject(
-            record, who, reason if isinstance(reason, str) else None
-        )
+        return await self.bridge.acall(call, ask)
+
+
+def confirmed_decision(asked: Mapping[str, Any], confirmed: bool, payload: Any) -> Decision:
+    """The person's answer in ADK's confirmation (`{"decided_by", "reason"}` in its payload); a
+    payload with other `args` than the model asked for is refused."""
+    answer = payload if isinstance(payload, Mapping) else {}
+    by = answer.get("decided_by")
+    reason = answer.get("reason")
+    edited = "args" in answer and not same_arguments(asked, answer["args"] or {})
+    return Decision(
+        confirmed and not edited,
+        by if isinstance(by, str) and by else None,
+        reason if isinstance(reason, str) else None,
+        edited=edited,
+    )
 
 
 # --- one conversation (S12.1) -------------------------------------------------------------------
@@ -228,11 +209,9 @@ class DexConversation(BasePlugin):
         self._unstored: dict[str, list[Message]] = {}
 
     def _session(self, callback_context: CallbackContext) -> str:
-        if isinstance(self.session_id, str):
-            return self.session_id
-        if self.session_id is not None:
-            return self.session_id(callback_context)
-        return callback_context.session.id
+        return resolve_session(
+            self.session_id, callback_context, lambda: callback_context.session.id
+        )
 
     async def before_model_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
@@ -313,14 +292,3 @@ def _is_model_response(event: Event) -> bool:
         return False
     calls = [p.function_call for p in content.parts if p.function_call is not None]
     return not calls or any(c.name != CONFIRMATION_CALL for c in calls)
-
-
-def _model_responses(events: Sequence[Event], call_id: str) -> int:
-    """Model responses up to and including the one that made `call_id` (all if none did)."""
-    count = 0
-    for event in events:
-        if _is_model_response(event):
-            count += 1
-            if any(call.id == call_id for call in event.get_function_calls()):
-                return count
-    return count

@@ -431,7 +431,7 @@ def check(dx: Any, keys: list[str], log_path: Path, renewed_shards: set[int] | N
                 f"{key}: {tool_messages[key]} tool messages"
             )
         starts = [a for what, a in runs[key] if what == "start"]
-        ends = {a for what, a in runs[key] if what == "end"}
+        ends = [a for what, a in runs[key] if what == "end"]
         if effect in ("non_idempotent_write", "unclassified") and len(starts) > 1:
             problems["2 writes ran at most once"].append(f"{key}: ran {len(starts)} times")
         if (row["error"] or "").startswith(DID_NOT_RUN) and starts:
@@ -442,7 +442,9 @@ def check(dx: Any, keys: list[str], log_path: Path, renewed_shards: set[int] | N
                 f"{key}: {status} after {row['attempts']} of {max_attempts}"
             )
         if status == "outcome_unknown":
-            interrupted = any(a not in ends for a in starts)
+            # A start with no end of its own: counted per attempt number, since a ledger
+            # rolled back to an older snapshot may run the same attempt number again.
+            interrupted = bool(Counter(starts) - Counter(ends))
             log = json.loads(row["attempt_log"] or "[]")
             claimed = any(e.get("claimed_at") for e in log) or row.get("claimed_by") is not None
             renewed = dx.keys.shard_of(key) in renewed_shards and row["ledger_epoch"] != final_epoch

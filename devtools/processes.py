@@ -16,7 +16,7 @@ from typing import Self
 
 from dex_celery.engine.outcome_writer import RECORDER_NAME
 from dex_celery.processes.localstack import free_port
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 from dex_celery.testing.processes import RedisServer, wait_for
 
 __all__ = ["ROOT", "CeleryBeat", "CeleryWorker", "RedisServer", "Worker", "free_port", "wait_for"]
@@ -114,9 +114,9 @@ class CeleryWorker:
         if self.ready_env:
             env[self.ready_env] = str(self.ready_dir)
         with self.logfile.open("wb") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 args, cwd=self.cwd or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=dies_with_parent(),
+                start_new_session=True,
             )  # fmt: skip
         wait_for(
             lambda: _ready_files(self.ready_dir).items() - before.items() or self.died(),
@@ -223,9 +223,9 @@ class CeleryBeat:
             "-s", str(self.directory / "celerybeat-schedule"),
         ]  # fmt: skip
         with self.logfile.open("wb") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 args, cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=dies_with_parent(),
+                stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_for(
             lambda: self.ready_line in self.log() or self.died(),

@@ -31,7 +31,7 @@ from dex_celery.errors import ConfigurationError
 from dex_celery.ledger import private_redis
 from dex_celery.ledger.connection import redis_client
 from dex_celery.processes.celery_config import configure_celery
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 from dex_celery.settings import Settings, env_name
 
 REDIS_URL_ENV = env_name("redis_url")
@@ -359,14 +359,13 @@ class LocalStack:
         # Appended to: a restarted service (`respawn`) keeps the log of its earlier runs.
         out = (self.workdir / f"{name}.log").open("ab") if to_file else None
         try:
-            process = subprocess.Popen(
+            process = popen_with_parent_death(
                 list(args),
                 env=self.child_environ,
                 stdout=out if out is not None else None,
                 stderr=subprocess.STDOUT if out is not None else None,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own group: Ctrl-C reaches us, we stop it
-                preexec_fn=dies_with_parent(),  # and it goes if we are killed outright
+                start_new_session=True,  # its own group: Ctrl-C reaches us, we stop it  # and it goes if we are killed outright
             )
         finally:
             if out is not None:

@@ -23,7 +23,7 @@ import redis
 
 from dex_celery.errors import ConfigurationError
 from dex_celery.processes.localstack import free_port, redis_server_args
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 from dex_celery.testing import leftovers
 
 
@@ -68,12 +68,11 @@ class RedisServer:
             appendfsync=self.appendfsync,
             extra=self.extra_args,
         )
-        self.process = subprocess.Popen(
+        self.process = popen_with_parent_death(
             args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=dies_with_parent(),
         )
         leftovers.note_started(self.process.pid, group=False)
         client = redis.Redis(port=self.port)
@@ -120,10 +119,9 @@ class CeleryProcess:
         self.logfile = self.directory / f"{self.name}-{time.time_ns()}.log"
         command = [sys.executable, "-m", "celery", "-A", self.app, *self.args]
         with self.logfile.open("wb") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 command, cwd=self.cwd, env={**os.environ, **self.env}, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=dies_with_parent(),
             )  # fmt: skip
         leftovers.note_started(self.process.pid, group=True)
         if wait:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import ROOT, wait_for
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
 
@@ -66,14 +66,13 @@ def dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[st
     env = stack_environment(tmp_path)
     out = tmp_path / "dev.out"
     with out.open("wb") as f:
-        process = subprocess.Popen(
+        process = popen_with_parent_death(
             [str(SCRIPT), "-A", "config.celery_app", "dev"],
             cwd=ROOT,
             env=env,
             stdout=f,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=dies_with_parent(),
         )
     try:
         yield process, out, env
@@ -95,14 +94,13 @@ READY_LINE = "Press Ctrl-C to stop."
 def start_dev(app: str, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     """`dex-celery -A app dev` as a person starts it, its output (and its services') in `out`."""
     with out.open("wb") as f:
-        return subprocess.Popen(
+        return popen_with_parent_death(
             [str(SCRIPT), "-A", app, "dev"],
             cwd=ROOT,
             env=env,
             stdout=f,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=dies_with_parent(),
         )
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from devtools.processes import ROOT, free_port, wait_for
 from dex_celery import Dex
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 
 class Flower:
@@ -43,14 +43,13 @@ class Flower:
             f"--basic-auth={self.auth[0]}:{self.auth[1]}",
         ]
         with logfile.open("wb") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 args,
                 cwd=ROOT,
                 env={**os.environ, **env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=dies_with_parent(),
             )
         self.logfile = logfile
 

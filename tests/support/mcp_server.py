@@ -15,7 +15,7 @@ from typing import IO, Any
 from mcp import StdioServerParameters
 
 from devtools.processes import ROOT, free_port, wait_for
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 #: The console script of the interpreter running the tests, whatever its virtual environment.
 DEX_CELERY = str(Path(sys.executable).parent / "dex-celery")
@@ -42,13 +42,12 @@ def _server(transport: str, env: dict[str, str], app: list[str] | None = None) -
     port = free_port()
     # A file, not a pipe nobody reads: a server that logs much must never block on stderr.
     with tempfile.TemporaryFile() as errors:
-        process = subprocess.Popen(
+        process = popen_with_parent_death(
             [DEX_CELERY, *command, "--transport", "http", "--port", str(port)],
             cwd=ROOT,
             env={**os.environ, **full_env},
             stdout=subprocess.DEVNULL,
             stderr=errors,
-            preexec_fn=dies_with_parent(),
         )
         try:
             wait_for(

@@ -23,7 +23,7 @@ import amqp
 import pytest
 
 from devtools.processes import free_port, wait_for
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 #: The machine's shared RabbitMQ (guest/guest on loopback).
 SHARED_HOST = "127.0.0.1"
@@ -177,10 +177,9 @@ class RabbitNode:
         (self.directory / "enabled_plugins").write_text("[].\n")
         (self.directory / "node.conf").write_text(f"listeners.tcp.1 = 127.0.0.1:{self.port}\n")
         with (self.directory / "server.log").open("ab") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 [SERVER_SCRIPT], env=self.environ, cwd=self.directory, stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=dies_with_parent(),
             )  # fmt: skip
         wait_for(
             lambda: self.died() or _answers(self.port),

@@ -17,7 +17,7 @@ from pathlib import Path
 import redis
 
 from devtools.processes import RedisServer, free_port, wait_for
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 MASTER_NAME = "dexmaster"
 #: Start a full resynchronisation at once (Redis waits 5 s by default for more replicas).
@@ -64,11 +64,10 @@ class SentinelServer:
         args = [*command, str(conf)]
         if not command[0].endswith("redis-sentinel"):
             args.append("--sentinel")
-        self.process = subprocess.Popen(
+        self.process = popen_with_parent_death(
             args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=dies_with_parent(),
         )
         client = redis.Redis(port=self.port, decode_responses=True)
         wait_for(lambda: _master(client) is not None, timeout=30, what="Sentinel to start")

@@ -24,7 +24,7 @@ from typing import Any
 from devtools import toolapp
 from devtools.processes import ROOT
 from dex_celery import CallRequest
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 SHIM_DIR = Path(__file__).resolve().parent / "clock_skew"
 SKEW_ENV = "DEX_TEST_CLOCK_SKEW"
@@ -52,13 +52,12 @@ class SweeperProcess:
     def start(self) -> SweeperProcess:
         args = [str(DEX_SCRIPT), "--app", "devtools.toolapp:dex", "sweep", "--loop"]
         with self.logfile.open("ab") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 args,
                 cwd=ROOT,
                 env=_child_env(self.env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=dies_with_parent(),
             )
         return self
 

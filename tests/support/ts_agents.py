@@ -22,7 +22,7 @@ from typing import Any
 from devtools.processes import ROOT, free_port, wait_for
 from dex_celery.access import Identity
 from dex_celery.integrations.mcp_namespace import namespace_of
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 from tests.support.mcp_server import DEX_CELERY, _listening, _read
 
 JS = ROOT / "tests" / "js"
@@ -44,13 +44,12 @@ def mcp_http(env: dict[str, str], session: str, *extra: str) -> Iterator[str]:
     """`dex-celery mcp --transport http --session SESSION` with the tokens above: its URL."""
     port = free_port()
     with tempfile.TemporaryFile() as errors:
-        process = subprocess.Popen(
+        process = popen_with_parent_death(
             [*SERVER, "--port", str(port), "--session", session, *extra],
             cwd=ROOT,
             env={**os.environ, **env, "PYTHONPATH": str(ROOT), "DEX_WEB_TOKENS": TOKENS},
             stdout=subprocess.DEVNULL,
             stderr=errors,
-            preexec_fn=dies_with_parent(),
         )
         try:
             wait_for(
@@ -110,13 +109,12 @@ def start_turn(
     }
     path = workdir / f"{name}.plan.json"
     path.write_text(json.dumps(plan))
-    process = subprocess.Popen(
+    process = popen_with_parent_death(
         [str(NODE), "turn.ts", str(path)],
         cwd=JS,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=dies_with_parent(),
     )
     return process, path
 

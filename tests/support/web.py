@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from devtools.processes import ROOT, free_port, wait_for
-from dex_celery.processes.parent_death import dies_with_parent
+from dex_celery.processes.parent_death import popen_with_parent_death
 
 #: Set to a folder to have the browser test save its screenshots there (docs/web/ in the repo).
 SCREENSHOTS_ENV = "DEX_WEB_SCREENSHOTS"
@@ -48,9 +48,9 @@ class WebServer:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, **self.env, "PYTHONPATH": path}
         with self.log_path.open("wb") as out:
-            self.process = subprocess.Popen(
+            self.process = popen_with_parent_death(
                 self.command(), cwd=ROOT, env=env,
-                stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_parent(),
+                stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         wait_for(self._healthy, timeout=30, what=f"the web app on port {self.port}")
         return self

@@ -18,7 +18,7 @@ from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 from dex_celery import Dex, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from tests.support.databases import SQLITE, database_url
 from tests.support.failures_now import register as register_failures_now
 from tests.support.rabbitmq import (

@@ -30,7 +30,7 @@ from dex_celery.store.schema import tool_calls
 
 @dataclass(frozen=True, slots=True)
 class ArgumentsEdit:
-    """An approver's edit, validated and sealed (`engine/approvals.py`), ready to store."""
+    """An approver's edit, validated and sealed (`engine/request/approvals.py`), ready to store."""
 
     arguments: str
     sealed: str | None

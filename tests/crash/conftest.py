@@ -13,7 +13,7 @@ import pytest
 from devtools.processes import RedisServer
 from devtools.toolapp import make_app
 from dex_celery import Dex, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from dex_celery import (
     Dex,
     Settings,
 )
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dex_celery import Settings
-from dex_celery.engine.dispatch import admit
+from dex_celery.engine.request.dispatch import admit
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.store.values import Admission, NewCall

@@ -151,7 +151,7 @@ def test_find_cycle_finds_one() -> None:
 def test_import_graph_sees_real_edges() -> None:
     graph = import_graph()
     assert "dex_celery.engine.runtime" in graph["dex_celery.app"]
-    assert "dex_celery.engine.dispatch" in graph["dex_celery.engine.runtime"]
+    assert "dex_celery.engine.request.dispatch" in graph["dex_celery.engine.runtime"]
 
 
 def test_no_import_cycle_inside_dex_celery() -> None:
@@ -255,7 +255,7 @@ def test_layer_rule_sees_a_type_only_import() -> None:
         "typing",
         "dex_celery.app",
     ]
-    assert layer_of("dex_celery.app") > layer_of("dex_celery.engine.approvals")
+    assert layer_of("dex_celery.app") > layer_of("dex_celery.engine.request.approvals")
 
 
 def test_at_most_twelve_modules_at_the_top_of_the_package() -> None:

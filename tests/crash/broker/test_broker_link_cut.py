@@ -24,7 +24,7 @@ from devtools.processes import CeleryBeat, RedisServer, Worker, wait_for
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.counters import last_sweep
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import lines, wait_finished, wait_started
 

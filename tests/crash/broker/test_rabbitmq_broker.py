@@ -22,7 +22,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import (

@@ -21,7 +21,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from tests.support.crash import (
     events,

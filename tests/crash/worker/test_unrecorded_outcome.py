@@ -39,7 +39,7 @@ def test_outcome_decided_but_not_written_is_recorded_by_the_sweeper(
     worker.kill_all()
 
     stop = threading.Event()
-    from dex_celery.engine.sweep import run_forever
+    from dex_celery.engine.upkeep.sweep import run_forever
 
     sweeper = threading.Thread(target=run_forever, args=(dex,), kwargs={"stop": stop})
     sweeper.start()

@@ -38,7 +38,7 @@ from dex_celery import (
     UnknownCall,
 )
 from dex_celery.cli.main import main
-from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.request.dispatch import Dispatcher
 from dex_celery.errors import (
     AlreadyDecided,
     ConfigurationError,

@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
-from dex_celery.engine.owners import parse_owner
+from dex_celery.engine.attempt.owners import parse_owner
 from dex_celery.tools.redact import REDACTED
 
 APP = "devtools.toolapp:dex"
@@ -102,7 +102,7 @@ def test_calls_show_gives_policy_attempts_and_messages(
     assert details["policy"]["max_attempts"] >= 1
     (attempt,) = details["attempt_log"]
     assert attempt["attempt"] == 1
-    # The owner names the worker's node and process (engine/owners.py); `node`/`pid` show them.
+    # The owner names the worker's node and process (engine/attempt/owners.py); `node`/`pid` show them.
     owner = parse_owner(attempt["owner"])
     assert "@" in owner.node and owner.pid is not None and owner.space
     assert (attempt["node"], attempt["pid"]) == (owner.node, owner.pid)

@@ -17,7 +17,7 @@ from devtools.processes import CeleryWorker, wait_for
 from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, InvalidEdit, MessageRole, Settings
 from dex_celery.cli.main import EXIT_REFUSED, main
-from dex_celery.engine.dispatch import AttemptMessage
+from dex_celery.engine.request.dispatch import AttemptMessage
 from dex_celery.integrations.frameworks.calls import pending_text, record_text
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ApprovalDecision

@@ -33,8 +33,8 @@ from dex_celery import (
     ToolPolicy,
     UnknownCall,
 )
-from dex_celery.engine.approvals import APPROVAL_EXPIRED_BY
-from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.request.approvals import APPROVAL_EXPIRED_BY
+from dex_celery.engine.request.dispatch import Dispatcher
 from tests.support.crash import count_calls
 from tests.support.databases import ON_BOTH_DATABASES
 

@@ -20,7 +20,7 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import executions, make_app, previews_run
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.cli.main import main
-from dex_celery.engine.previews import PENDING, PREVIEW_TASK
+from dex_celery.engine.request.previews import PENDING, PREVIEW_TASK
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from tests.support.databases import ON_BOTH_DATABASES

@@ -27,7 +27,7 @@ from sqlalchemy import update
 from devtools.processes import ROOT, RedisServer, wait_for
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.errors import LedgerMismatch
 from dex_celery.ledger import private_redis
 from dex_celery.store.bindings import LedgerOrigin, bind, read_binding, rebind, release

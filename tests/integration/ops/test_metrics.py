@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from dex_celery.engine.dispatch import AttemptMessage
+from dex_celery.engine.request.dispatch import AttemptMessage
 from tests.support.web import WebServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -22,7 +22,7 @@ from sqlalchemy import insert, select
 from devtools.history_seed import call_row, write_calls
 from devtools.processes import ROOT
 from dex_celery import Dex
-from dex_celery.engine.retention import prune
+from dex_celery.engine.upkeep.retention import prune
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.settings import Settings
 from dex_celery.store.archive import Archive, read_archive, whole_length

@@ -1,4 +1,4 @@
-"""The dispatcher's rules as pure functions (`dex_celery/engine/dispatch.py`): admission (S6.1),
+"""The dispatcher's rules as pure functions (`dex_celery/engine/request/dispatch.py`): admission (S6.1),
 "same ids, same call" (S2.3), the outcome of a finished step, and the one claimed-write rule
 (S10.2). The dispatcher's I/O is covered by the integration and crash tests."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from dex_celery import CallConflict, CallStatus, EffectClass, Settings, ToolPolicy
 from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.dispatch import admit, claimed_write_outcome, same_call
+from dex_celery.engine.request.dispatch import admit, claimed_write_outcome, same_call
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN

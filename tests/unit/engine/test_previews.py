@@ -11,7 +11,7 @@ from celery import Celery
 
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.engine.preview_worker import _text
-from dex_celery.engine.previews import MAX_PREVIEW_CHARS, PENDING, shown_preview
+from dex_celery.engine.request.previews import MAX_PREVIEW_CHARS, PENDING, shown_preview
 from dex_celery.errors import InvalidToolSignature
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import resolve_policy

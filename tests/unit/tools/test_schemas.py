@@ -20,7 +20,7 @@ from dex_celery import (
     ToolContext,
     ToolPolicy,
 )
-from dex_celery.engine.invoke import encode_result, is_async
+from dex_celery.engine.attempt.invoke import encode_result, is_async
 from dex_celery.errors import SealError
 from dex_celery.ledger.ledger import Cause
 from dex_celery.tools.arguments import check_arguments

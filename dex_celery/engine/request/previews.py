@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
 
-log = logging.getLogger("dex_celery.engine.previews")
+log = logging.getLogger("dex_celery.engine.request.previews")
 
 #: The Celery task that runs a call's preview on a worker.
 PREVIEW_TASK = "dex.preview"

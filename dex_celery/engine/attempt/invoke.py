@@ -42,11 +42,11 @@ from dex_celery.tools.sealing import Scrubber, unseal
 from dex_celery.tools.tool import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from dex_celery.engine.dispatch import Dispatcher
+    from dex_celery.engine.request.dispatch import Dispatcher
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.settings import Settings
 
-log = logging.getLogger("dex_celery.engine.worker")
+log = logging.getLogger("dex_celery.engine.attempt.worker")
 
 #: Exceptions a tool raises that mean "try again later" without being a ToolError.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)

@@ -49,7 +49,7 @@ from dex_celery.store.budgets import DID_NOT_RUN, WENT_THROUGH
 from dex_celery.store.repository import Store
 from dex_celery.store.unknowns import UnknownOutcomes
 
-log = logging.getLogger("dex_celery.engine.reconcile")
+log = logging.getLogger("dex_celery.engine.upkeep.reconcile")
 
 #: Celery task name of the reconcile beat job.
 RECONCILE_TASK = "dex.reconcile"
@@ -195,7 +195,7 @@ def run_check(
     return check_answer(result, key=key)
 
 
-# --- the beat job ----------------------------------------------------------------------------------
+# --- the beat job ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

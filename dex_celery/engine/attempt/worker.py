@@ -2,7 +2,7 @@
 
 The claim happens before any tool code; a refused claim raises Celery's `Ignore`, so a stale or
 redelivered message is acknowledged and dropped without running (S3.2, S3.3). Once the worker's
-warm shutdown began (the claim gate, `engine/shutdown_gate.py`) nothing is claimed: the delivery
+warm shutdown began (the claim gate, `engine/attempt/shutdown_gate.py`) nothing is claimed: the delivery
 raises `Reject(requeue=True)` and its message goes back to the queue for another worker.
 """
 
@@ -24,16 +24,16 @@ from celery.exceptions import Ignore, Reject
 
 from dex_celery.backend_errors import driver_cause, first_line, translate
 from dex_celery.engine import tracing
-from dex_celery.engine.approval_claim import Bound, claim_approved
+from dex_celery.engine.attempt.approval_claim import Bound, claim_approved
+from dex_celery.engine.attempt.invoke import invoke_attempt, stored_arguments
+from dex_celery.engine.attempt.outcome_writer import OutcomeWriter
+from dex_celery.engine.attempt.owners import owner_is_dead_here, owner_string
+from dex_celery.engine.attempt.pause_points import PausePoint, pause_at
+from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.dispatch import Dispatcher
 from dex_celery.engine.held_back_evidence import LATE_RESULT, announce_repeat_evidence
-from dex_celery.engine.invoke import invoke_attempt, stored_arguments
-from dex_celery.engine.outcome_writer import OutcomeWriter
-from dex_celery.engine.owners import owner_is_dead_here, owner_string
-from dex_celery.engine.pause_points import PausePoint, pause_at
-from dex_celery.engine.shutdown_gate import ShutdownGate
+from dex_celery.engine.request.dispatch import Dispatcher
 from dex_celery.engine.task_events import (
     AttemptFailed,
     announce_after_worker_lost,
@@ -53,7 +53,7 @@ from dex_celery.store.repository import Store
 from dex_celery.store.values import OutcomeRow, arguments_json
 from dex_celery.tools.tool import Tool, ToolContext
 
-log = logging.getLogger("dex_celery.engine.worker")
+log = logging.getLogger("dex_celery.engine.attempt.worker")
 
 #: What a heartbeat may meet on its way to Redis and try again within the lease: the client's
 #: connection, time-out and reply errors (a failover's READONLY, OOM: `LedgerError` from the
@@ -336,7 +336,7 @@ class Worker:
         self.pump = HeartbeatPump(ledger, settings.heartbeat_timeout / 3)
         #: Shut when the worker's warm shutdown begins: deliveries are then handed back unclaimed.
         self.gate = gate or ShutdownGate()
-        #: Holds or rejects a call whose claim a write freeze refused (`engine/freeze.py`).
+        #: Holds or rejects a call whose claim a write freeze refused (`engine/upkeep/freeze.py`).
         self.on_frozen = on_frozen
 
     def run(
@@ -348,7 +348,7 @@ class Worker:
         sealed: str | None = None,
         approved: bool = False,
     ) -> str | None:
-        """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.engine.invoke`).
+        """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.engine.attempt.invoke`).
         Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
         Celery's `Retry`) otherwise, so the task's state in Flower is the record's
         (`dex_celery.engine.task_events`)."""
@@ -360,7 +360,9 @@ class Worker:
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
             tracing.name_session(traced, call.session_id, self.settings.web_base_url)
             fence = _fences.next()
-            pause_at(PausePoint.BEFORE_CLAIM, key)  # crash tests only (engine/pause_points.py)
+            pause_at(
+                PausePoint.BEFORE_CLAIM, key
+            )  # crash tests only (engine/attempt/pause_points.py)
             bound = Bound(tool, arguments, sealed) if approved else None
             claim, refused, edit = self._claim(key, attempt, fence, traced, tool.name, bound)
             if refused:
@@ -423,7 +425,7 @@ class Worker:
         edit = None
         if not refused and bound is not None:
             # An approved call: the approval is consumed inside the write fence, bound to this
-            # worker's tool and arguments (S13.3, `engine/approval_claim.py`).
+            # worker's tool and arguments (S13.3, `engine/attempt/approval_claim.py`).
             held = claim_approved(self, bound, key, attempt, fence, owner, fenced)
             if not held.ok:
                 traced.set("outcome", "approval_not_bound")

@@ -46,12 +46,12 @@ from dex_celery.store.freezes import HeldCall, WriteFreezes
 from dex_celery.store.values import Outcome
 
 if TYPE_CHECKING:
-    from dex_celery.engine.dispatch import Dispatcher
+    from dex_celery.engine.request.dispatch import Dispatcher
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.store.repository import Store
     from dex_celery.tools.tool import Tool
 
-log = logging.getLogger("dex_celery.engine.freeze")
+log = logging.getLogger("dex_celery.engine.upkeep.freeze")
 
 #: Who decided a call a `--reject` freeze turned away (the freeze's operator follows).
 REJECTED_BY = "system: write freeze by "

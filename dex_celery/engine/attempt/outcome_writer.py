@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dex_celery.engine import counters, tracing
-from dex_celery.engine.pause_points import PausePoint, pause_at
+from dex_celery.engine.attempt.pause_points import PausePoint, pause_at
 from dex_celery.engine.tracing import span
 from dex_celery.forks import after_fork
 from dex_celery.model.ids import CallKey
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.store.repository import Store
 
-log = logging.getLogger("dex_celery.engine.outcome_writer")
+log = logging.getLogger("dex_celery.engine.attempt.outcome_writer")
 
 #: Most outcomes written in one transaction.
 MAX_BATCH = 200

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dex_celery.engine.dispatch import parse_arguments
+from dex_celery.engine.request.dispatch import parse_arguments
 from dex_celery.errors import DexError, InvalidEdit, InvalidRequest
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ToolCallRecord

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from dex_celery.backend_errors import translating_backend_errors
-from dex_celery.engine.approvals import expire_approval
 from dex_celery.engine.counters import count_sql_write_errors, record_sweep
 from dex_celery.engine.decided import finished_step
-from dex_celery.engine.dispatch import claimed_write, claimed_write_outcome
+from dex_celery.engine.request.approvals import expire_approval
+from dex_celery.engine.request.dispatch import claimed_write, claimed_write_outcome
 from dex_celery.errors import LedgerMismatch
 from dex_celery.ledger.freeze import reassert
 from dex_celery.ledger.keys import ShardKeys
@@ -34,13 +34,13 @@ from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
 
 if TYPE_CHECKING:
-    from dex_celery.engine.dispatch import Dispatcher
     from dex_celery.engine.epoch import LedgerEpoch
+    from dex_celery.engine.request.dispatch import Dispatcher
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
 
-log = logging.getLogger("dex_celery.engine.sweep")
+log = logging.getLogger("dex_celery.engine.upkeep.sweep")
 
 
 @dataclass(frozen=True, slots=True)

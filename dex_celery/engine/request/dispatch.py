@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
-from dex_celery.engine.budget_admission import charge_args, needs_rebuild, over_budget
 from dex_celery.engine.decided import decided, outcome_of
-from dex_celery.engine.previews import request_previews
-from dex_celery.engine.publish_capture import can_capture, capture
-from dex_celery.engine.request_errors import recorded_not_started, recording_unconfirmed
+from dex_celery.engine.request.budget_admission import charge_args, needs_rebuild, over_budget
+from dex_celery.engine.request.previews import request_previews
+from dex_celery.engine.request.publish_capture import can_capture, capture
+from dex_celery.engine.request.request_errors import recorded_not_started, recording_unconfirmed
 from dex_celery.engine.task_events import announce_decided
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from dex_celery.engine.epoch import LedgerEpoch
     from dex_celery.ledger.ledger import Ledger
 
-log = logging.getLogger("dex_celery.engine.dispatch")
+log = logging.getLogger("dex_celery.engine.request.dispatch")
 
 _PUBLISH_RETRY = {
     "max_retries": 3,
@@ -156,7 +156,7 @@ class Dispatcher:
         self.tools = tools
         self.settings = settings
         #: Whether first attempts are published by the ledger's open (decided at the first
-        #: request: the broker's channel tells, `engine/publish_capture.py`).
+        #: request: the broker's channel tells, `engine/request/publish_capture.py`).
         self._capturing: bool | None = None
 
     # --- requests ------------------------------------------------------------------------------
@@ -401,7 +401,7 @@ class Dispatcher:
         self, messages: Sequence[AttemptMessage], producer: Any
     ) -> list[list[BrokerCommand]] | None:
         """The broker commands of each first attempt, for the ledger's open to run, where the
-        broker is the ledger's own Redis (`engine/publish_capture.py`); None where it is not, or
+        broker is the ledger's own Redis (`engine/request/publish_capture.py`); None where it is not, or
         where any message cannot be taken that way (each is then published after its open)."""
         if self._capturing is None:
             self._capturing = can_capture(

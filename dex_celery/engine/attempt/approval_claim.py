@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dex_celery.engine.invoke import stored_arguments
+from dex_celery.engine.attempt.invoke import stored_arguments
 from dex_celery.errors import DexError
 from dex_celery.model.approval_binding import definition_changed_reason
 from dex_celery.model.event_types import EventType
@@ -35,14 +35,14 @@ if TYPE_CHECKING:
     from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
 
-log = logging.getLogger("dex_celery.engine.worker")
+log = logging.getLogger("dex_celery.engine.attempt.worker")
 
 #: A binding no approval holds: what a worker claims with when it cannot compute its own.
 _UNBOUND = "-"
 
 
 class Worker(Protocol):
-    """What of the worker (`engine/worker.py`) an approved claim uses."""
+    """What of the worker (`engine/attempt/worker.py`) an approved claim uses."""
 
     store: Store
     ledger: Ledger

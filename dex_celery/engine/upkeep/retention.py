@@ -30,7 +30,7 @@ from dex_celery.store.prune_sessions import delete_sessions, select_sessions, se
 from dex_celery.store.repository import Store
 from dex_celery.store.retention import KeptReason, StillRunning, delete_calls, select_calls
 
-log = logging.getLogger("dex_celery.engine.retention")
+log = logging.getLogger("dex_celery.engine.upkeep.retention")
 
 
 @dataclass(frozen=True, slots=True)

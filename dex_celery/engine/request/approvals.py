@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
-from dex_celery.engine.approval_edit import edited_arguments
 from dex_celery.engine.held_back_evidence import repeat_evidence
-from dex_celery.engine.previews import shown_preview
+from dex_celery.engine.request.approval_edit import edited_arguments
+from dex_celery.engine.request.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     AlreadyDecided,
@@ -50,13 +50,13 @@ from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.engine.dispatch import Dispatcher
     from dex_celery.engine.epoch import LedgerEpoch
+    from dex_celery.engine.request.dispatch import Dispatcher
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
 
-log = logging.getLogger("dex_celery.engine.approvals")
+log = logging.getLogger("dex_celery.engine.request.approvals")
 
 #: Event type on the AgentEvents stream when a person (or the deadline) decides a call.
 #: Most approvals one listing returns unless asked for another limit.

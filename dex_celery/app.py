@@ -54,7 +54,7 @@ from dex_celery.tools.tool import PreviewFunction, Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.upkeep.reconcile import _F
-    from dex_celery.integrations.mcp_client import McpServerTools
+    from dex_celery.integrations.mcp.client import McpServerTools
 
 log = logging.getLogger("dex_celery")
 
@@ -179,10 +179,10 @@ class Dex:
     def add_mcp_server(self, name: str | None = None, **options: Any) -> McpServerTools:
         """Register an MCP server (stdio `command=[...]` or streamable-HTTP `url=...`); its
         tools are registered when first needed, and nothing connects here. See
-        `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
+        `dex_celery.integrations.mcp.client.add_mcp_server` for the options."""
         try:
             # Deferred: the `mcp` extra is optional; the core imports without it.
-            from dex_celery.integrations.mcp_client import add_mcp_server
+            from dex_celery.integrations.mcp.client import add_mcp_server
         except ImportError as e:
             raise ConfigurationError(
                 f"add_mcp_server needs the mcp extra: pip install 'dex-celery[mcp]' ({e})"

@@ -1,7 +1,7 @@
 """The registry of a `Dex`'s tools, with sources that register tools only when needed.
 
 Python tools are registered at import. An MCP server's tools are not known until its tool list
-is read, and registering the server connects to nothing (`integrations/mcp_client.py`): it adds a
+is read, and registering the server connects to nothing (`integrations/mcp/client.py`): it adds a
 `ToolSource`. A lookup of a name not registered yet asks each source to register what it has
 (its list as kept in the database, fetched first if it never was), so the first request for one
 of its tools is what reads the list in a requester, and nothing else does.

@@ -16,7 +16,7 @@ from celery import Celery, signals
 
 from devtools.mcp_tools_server import LOG_ENV
 from dex_celery import Dex, Settings
-from dex_celery.integrations.mcp_sessions import pool
+from dex_celery.integrations.mcp.sessions import pool
 
 REPO_ENV = "DEX_TEST_GIT_REPO"
 

@@ -16,7 +16,7 @@ from mcp.client.extension import ClaimContext, ClientExtension, NotificationBind
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dex_celery.integrations.mcp_tasks import (
+from dex_celery.integrations.mcp.tasks import (
     APPROVAL_INPUT,
     TASK_STATUS_METHOD,
     TASKS_EXTENSION,

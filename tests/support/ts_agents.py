@@ -21,7 +21,7 @@ from typing import Any
 
 from devtools.processes import ROOT, free_port, wait_for
 from dex_celery.access import Identity
-from dex_celery.integrations.mcp_namespace import namespace_of
+from dex_celery.integrations.mcp.namespace import namespace_of
 from dex_celery.processes.parent_death import popen_with_parent_death
 from tests.support.mcp_server import DEX_CELERY, _listening, _read
 

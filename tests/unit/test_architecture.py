@@ -244,7 +244,7 @@ def test_the_read_side_sits_below_the_process_wiring() -> None:
     """`ops/status.py` reads what the worker's wiring writes (its starts): that record lives in
     the engine (`engine/worker_starts.py`), so the read side never imports the wiring."""
     assert layer_of("dex_celery.ops.status") < layer_of("dex_celery.processes.worker")
-    assert layer_of("dex_celery.client.dex_client") < layer_of("dex_celery.integrations.mcp_tasks")
+    assert layer_of("dex_celery.client.dex_client") < layer_of("dex_celery.integrations.mcp.tasks")
 
 
 def test_layer_rule_sees_a_type_only_import() -> None:

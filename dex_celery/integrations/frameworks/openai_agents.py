@@ -69,10 +69,10 @@ from dex_celery.integrations.frameworks.calls import (
     select_tools,
 )
 from dex_celery.integrations.frameworks.calls import turn_id as turn_rule
-from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
 #: Who approved, in dex's record, a call a person approved in the SDK (unless `approver` is set).

@@ -31,8 +31,8 @@ from mcp.client.extension import advertise
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_outcome import (
+from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     OUTCOME_EXTENSION_VERSION,
     OUTCOME_META_KEY,

@@ -22,9 +22,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY
-from dex_celery.integrations.mcp_tasks import (
+from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
+from dex_celery.integrations.mcp.tasks import (
     APPROVAL_INPUT,
     APPROVAL_META_KEY,
     DECISION_META_KEY,

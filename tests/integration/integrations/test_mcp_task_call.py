@@ -1,4 +1,4 @@
-"""The public task helper (`dex_celery.integrations.mcp_task_call`, docs/mcp.md): the official
+"""The public task helper (`dex_celery.integrations.mcp.task_call`, docs/mcp.md): the official
 `mcp` SDK's client calls a dex tool as an MCP task, polls at `pollIntervalMs`, cancels, and
 reads the outcome, against a real `dex-celery mcp` over streamable HTTP and a real worker."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from devtools.processes import Worker
 from dex_celery import Dex, UnknownCall
-from dex_celery.integrations.mcp_outcome import Outcome
-from dex_celery.integrations.mcp_task_call import (
+from dex_celery.integrations.mcp.outcome import Outcome
+from dex_celery.integrations.mcp.task_call import (
     call_as_task,
     cancel_task,
     get_task,

@@ -44,7 +44,7 @@ from dex_celery import (
     ToolLost,
 )
 from dex_celery.engine import tracing
-from dex_celery.integrations.mcp_client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
+from dex_celery.integrations.mcp.client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
@@ -338,7 +338,7 @@ def test_http_headers_go_with_every_request(
     assert headers_seen() == ["token-1"]
 
 
-# --- warm sessions (mcp_sessions) --------------------------------------------------------------
+# --- warm sessions (mcp/sessions) --------------------------------------------------------------
 
 
 def _server_pids(tool: str) -> list[int]:
@@ -425,7 +425,7 @@ def test_worker_killed_mid_call_write_is_unknown_and_read_is_retried(
 def test_a_third_party_server_from_pypi_runs_on_one_warm_session(mcp_dex: Dex) -> None:
     """`mcp-server-time` (PyPI, not written here): listed, classified from its own annotations
     when trusted, and called three times over one server process."""
-    from dex_celery.integrations.mcp_sessions import pool
+    from dex_celery.integrations.mcp.sessions import pool
 
     tools = mcp_dex.add_mcp_server(
         "time",

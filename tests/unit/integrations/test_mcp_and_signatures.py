@@ -12,13 +12,13 @@ from mcp.types import ToolAnnotations
 from devtools.processes import ROOT
 from dex_celery import EffectClass, InvalidArguments, InvalidId, ToolPolicy
 from dex_celery.errors import ConfigurationError
-from dex_celery.integrations.mcp_client import (
+from dex_celery.integrations.mcp.client import (
     IDEMPOTENCY_META_KEY,
     MCP_DEFAULT_HINTS,
     McpServer,
     hints_with_defaults,
 )
-from dex_celery.integrations.mcp_server import (
+from dex_celery.integrations.mcp.server import (
     ANONYMOUS_TURN,
     SESSION_META_KEY,
     TOOL_CALL_META_KEY,
@@ -27,9 +27,9 @@ from dex_celery.integrations.mcp_server import (
     annotations_for,
     call_ids,
 )
-from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.policy import effect_from_annotations
 from dex_celery.tools.schema import check_arguments, check_schema
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
 SCHEMA = {

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from dex_celery.access import Identity, local_identity
 from dex_celery.errors import InvalidId
-from dex_celery.integrations.mcp_namespace import in_a_namespace, namespace_of, scoped_session
+from dex_celery.integrations.mcp.namespace import in_a_namespace, namespace_of, scoped_session
 from dex_celery.model.ids import MAX_ID_LENGTH
 from tests.support.fuzz import fuzz_settings
 

@@ -8,8 +8,8 @@ import pytest
 
 from dex_celery import EffectClass, Settings, ToolPolicy
 from dex_celery.errors import InvalidId
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_outcome import (
+from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     OUTCOME_META_KEY,
     Outcome,
@@ -18,8 +18,8 @@ from dex_celery.integrations.mcp_outcome import (
     outcome_in,
     outcome_of,
 )
-from dex_celery.integrations.mcp_server import call_ids, opaque_call
-from dex_celery.integrations.mcp_tasks import (
+from dex_celery.integrations.mcp.server import call_ids, opaque_call
+from dex_celery.integrations.mcp.tasks import (
     APPROVAL_INPUT,
     APPROVAL_META_KEY,
     DEADLINE_META_KEY,

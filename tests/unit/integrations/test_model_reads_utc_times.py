@@ -59,7 +59,7 @@ def test_the_framework_adapters_text_of_a_waiting_call() -> None:
 
 def test_the_mcp_task_status_message_of_a_waiting_call() -> None:
     pytest.importorskip("mcp")
-    from dex_celery.integrations.mcp_tasks import task_of  # needs the mcp extra
+    from dex_celery.integrations.mcp.tasks import task_of  # needs the mcp extra
 
     task = task_of(waiting(), None, poll_interval=1.0)
     assert_reads_utc(task["statusMessage"])

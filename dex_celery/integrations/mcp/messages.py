@@ -16,7 +16,7 @@ turn that crashed before its history was saved is handed the message again, and 
 holds it is never handed it twice.
 
 Which session: the argument `session`, read in the caller's namespace as `tools/call` reads a
-session id (`mcp_namespace`); without it, the session of calls without ids (`--session`). Only
+session id (`mcp/namespace`); without it, the session of calls without ids (`--session`). Only
 the identity owning the session (`store/owners.py`) is handed its messages; any other session
 answers as a session with no messages does, so the prompt tells nobody whether another's
 session exists, and reading begins no session. A session in another principal's namespace is
@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from dex_celery.access import Identity
 from dex_celery.errors import DexError
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.mcp_namespace import scoped_session
+from dex_celery.integrations.mcp.namespace import scoped_session
 from dex_celery.model.records import Message
 from dex_celery.store.owners import SessionOwners
 

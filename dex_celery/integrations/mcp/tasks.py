@@ -8,7 +8,7 @@ idempotency key, so the task is the call's record seen through MCP, kept as long
 
 - `tasks/get` reports the record as it moves: `working` while it waits for approval (with the
   deadline) or runs; `completed` with the call's `CallToolResult` (its text and the outcome
-  field of `mcp_outcome`) once it ended `succeeded`, `failed` or `outcome_unknown`;
+  field of `mcp/outcome`) once it ended `succeeded`, `failed` or `outcome_unknown`;
   `cancelled` once it was rejected (it did not run). Every state carries `_meta` with the dex
   status, the outcome field and the key.
 - `tasks/cancel` of a call waiting for approval rejects it, recorded with who asked (the
@@ -22,9 +22,9 @@ idempotency key, so the task is the call's record seen through MCP, kept as long
   the web app and the CLI, one conditional update, so of two deciders exactly one wins (S6.3).
 
 A task id is not a capability: only the identity owning the call's session, in its own
-namespace (`mcp_namespace`), may read or cancel it (`store/owners.py`), and any other id answers "no such task", whether or not it exists.
+namespace (`mcp/namespace`), may read or cancel it (`store/owners.py`), and any other id answers "no such task", whether or not it exists.
 Clients that do not declare the extension (and every client of an older revision) get the
-answers of `mcp_server` as before.
+answers of `mcp/server` as before.
 
 Task status is also pushed (`TaskStatusPush`): a `subscriptions/listen` request naming task
 ids under `notifications.tasksStatus` gets, on its stream, a `notifications/tasks/status` with
@@ -54,11 +54,11 @@ from pydantic import BaseModel, Field
 from dex_celery.access import Identity, Scope
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import ApprovalError, DexError, InvalidEdit, InvalidId, UnknownCall
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_client import TASKS_EXTENSION as TASKS_EXTENSION
-from dex_celery.integrations.mcp_namespace import scoped_session
-from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
-from dex_celery.integrations.mcp_unanswered import UnansweredCalls
+from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.client import TASKS_EXTENSION as TASKS_EXTENSION
+from dex_celery.integrations.mcp.namespace import scoped_session
+from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
+from dex_celery.integrations.mcp.unanswered import UnansweredCalls
 from dex_celery.ledger.events import AgentEvent
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus

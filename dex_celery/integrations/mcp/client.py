@@ -15,7 +15,7 @@ tool whose definition digest differs from the one accepted waits for approval on
 until a person accepts it (`Tool.approval_gate`, docs/semantics.md S1.7). The tool's
 `inputSchema` becomes the request-time argument check.
 
-Each attempt uses this worker process's warm session of the server (`mcp_sessions`: one per
+Each attempt uses this worker process's warm session of the server (`mcp/sessions`: one per
 server and process, reused, replaced when it breaks) and sends `tools/call` with the call's
 idempotency key in the request's `_meta` under `IDEMPOTENCY_META_KEY` (MCP has no standard key
 for it): a server can deduplicate on it. What can go wrong maps onto dex's outcomes:
@@ -43,7 +43,7 @@ and a connection that broke after `tools/call` was sent is opened again and the 
 comes back is the attempt lost.
 
 A server that advertises the tasks extension (`TASKS_EXTENSION`) gets the call as a task,
-followed by `mcp_remote_task` (polled, asked for again by its id after a broken connection,
+followed by `mcp/remote_task` (polled, asked for again by its id after a broken connection,
 cancelled shortly before the attempt's time limit).
 """
 
@@ -79,13 +79,13 @@ from dex_celery.errors import (
     ToolError,
     ToolLost,
 )
-from dex_celery.integrations.mcp_outcome import (
+from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     Outcome,
     advertised,
     outcome_in,
 )
-from dex_celery.integrations.mcp_sessions import pool
+from dex_celery.integrations.mcp.sessions import pool
 from dex_celery.ledger.events import AgentEvents
 from dex_celery.model.event_types import EventType
 from dex_celery.model.outcomes import DID_NOT_RUN
@@ -103,7 +103,7 @@ log = logging.getLogger("dex_celery.mcp")
 #: standard key for it; `dex-celery mcp` reads the same key to take a caller's ids.
 IDEMPOTENCY_META_KEY = "dex-celery/idempotency-key"
 #: The tasks extension's identifier (2026-07-28), in a client's per-request capabilities and a
-#: server's: served by `mcp_tasks`, followed as a client by `mcp_remote_task`.
+#: server's: served by `mcp/tasks`, followed as a client by `mcp/remote_task`.
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: The `_meta` key carrying the attempt number (1, 2, ...), for the server's logs.
 ATTEMPT_META_KEY = "dex-celery/attempt"
@@ -184,12 +184,12 @@ class McpServer:
         return self.url or " ".join(self.command)
 
     def client(self) -> Client:
-        # Imported here: `mcp_task_call` imports this module's names.
-        from dex_celery.integrations.mcp_task_call import tasks_extension
+        # Imported here: `mcp/task_call` imports this module's names.
+        from dex_celery.integrations.mcp.task_call import tasks_extension
 
         # Declared to every server: one that advertises the outcome extension answers with it,
         # one that advertises the tasks extension may answer a call with a task
-        # (`mcp_remote_task` follows it); any other server ignores both.
+        # (`mcp/remote_task` follows it); any other server ignores both.
         options: dict[str, Any] = {
             "message_handler": self._on_message,
             "extensions": [advertise(OUTCOME_EXTENSION), tasks_extension()],
@@ -612,7 +612,7 @@ async def _list_tools(server: McpServer) -> tuple[str, list[mcp_types.Tool]]:
 
 class McpToolFunction:
     """The body of one MCP tool on a worker: one `tools/call` per attempt, on this process's warm
-    session of the server (`mcp_sessions`), opened by the first attempt that needs it."""
+    session of the server (`mcp/sessions`), opened by the first attempt that needs it."""
 
     def __init__(self, server: McpServer, tool_name: str) -> None:
         self.server = server
@@ -642,8 +642,8 @@ class McpToolFunction:
             raise self._unreachable(e) from e
         extensions = client.server_capabilities.extensions
         if isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions:
-            # Deferred: mcp_remote_task imports this module (its resend rules and texts).
-            from dex_celery.integrations.mcp_remote_task import RemoteTaskCall
+            # Deferred: mcp/remote_task imports this module (its resend rules and texts).
+            from dex_celery.integrations.mcp.remote_task import RemoteTaskCall
 
             follow = RemoteTaskCall(self, ctx, client, arguments, meta, advertised(extensions))
             return await follow.run()

@@ -21,7 +21,7 @@ is itself in doubt (`in_flight`) answers `pending`: asking again the same way fo
 The field is published as an experimental MCP extension, `dex-celery/outcome`
 (docs/mcp-outcome-extension.md): a server advertises it under `capabilities.extensions`, a client
 declares it and sends an idempotency key, and a re-sent key is the same call. `dex-celery mcp`
-advertises it; dex-celery's MCP client (`mcp_client`) reads it from any server that does.
+advertises it; dex-celery's MCP client (`mcp/client`) reads it from any server that does.
 """
 
 from __future__ import annotations

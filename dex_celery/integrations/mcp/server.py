@@ -15,19 +15,19 @@ the same tool with the same arguments and no ids is that call again, so a plain 
 the outcome by asking again after the decision. Once answered, the next such request is a new
 call.
 
-Every answer carries the outcome field of `mcp_outcome` (did the tool run, may it have) beside
+Every answer carries the outcome field of `mcp/outcome` (did the tool run, may it have) beside
 the key. A client of the 2026-07-28 revision that declares the tasks extension gets, for a call
-that cannot finish at once, a task whose id is the call's key (`mcp_tasks`); other clients get
+that cannot finish at once, a task whose id is the call's key (`mcp/tasks`); other clients get
 the answers above. docs/mcp.md says all of it for clients.
 
 Tool annotations are derived from each tool's effect class (`annotations_for`).
 
-Who may call (S11.3): over HTTP the door of `mcp_http` checks the `Host`, authenticates the
+Who may call (S11.3): over HTTP the door of `mcp/http` checks the `Host`, authenticates the
 caller (the web app's `web_users` / `web_tokens`, scope `tools:call`) and refuses a bind beyond
 loopback without credentials. A call key is not a capability: a caller may request or follow
 calls only of sessions its identity owns (`store/owners.py`); naming another identity's session
 (or one begun in-process) is refused with the same answer whether or not it exists, and runs
-nothing. An authenticated caller's session ids live in its own namespace (`mcp_namespace`), so
+nothing. An authenticated caller's session ids live in its own namespace (`mcp/namespace`), so
 no caller can take the session another will use by naming it first; calls without ids go to
 `--session` in the caller's namespace (the local caller's: `--session` itself).
 """
@@ -56,11 +56,11 @@ from dex_celery.access import Credentials, HostAllowlist, Identity, check_bind, 
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
-from dex_celery.integrations.mcp_messages import SessionMessages
-from dex_celery.integrations.mcp_namespace import NAMESPACE_END, namespace_of, scoped_session
-from dex_celery.integrations.mcp_outcome import (
+from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
+from dex_celery.integrations.mcp.messages import SessionMessages
+from dex_celery.integrations.mcp.namespace import NAMESPACE_END, namespace_of, scoped_session
+from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     OUTCOME_META_KEY,
     STATUS_META_KEY,
@@ -68,7 +68,7 @@ from dex_celery.integrations.mcp_outcome import (
     extension_settings,
     outcome_of,
 )
-from dex_celery.integrations.mcp_tasks import (
+from dex_celery.integrations.mcp.tasks import (
     TASKS_EXTENSION,
     ListenParams,
     TaskMethods,
@@ -78,8 +78,7 @@ from dex_celery.integrations.mcp_tasks import (
     created,
     speaks_tasks,
 )
-from dex_celery.integrations.mcp_unanswered import UnansweredCalls
-from dex_celery.integrations.signature_schema import arguments_schema
+from dex_celery.integrations.mcp.unanswered import UnansweredCalls
 from dex_celery.model.effects import UNDECLARED_EFFECT, EffectClass
 from dex_celery.model.ids import KEY_SEPARATOR, MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
@@ -90,6 +89,7 @@ from dex_celery.tools.call_identity import identify
 from dex_celery.tools.catalog import ToolCatalog
 from dex_celery.tools.definitions import mcp_hints
 from dex_celery.tools.redact import record_arguments
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ SESSION_META_KEY = "dex-celery/session-id"
 TURN_META_KEY = "dex-celery/turn-id"
 TOOL_CALL_META_KEY = "dex-celery/tool-call-id"
 #: `_meta` keys of listed tools: the effect class and whether calls wait for approval. Every
-#: answer carries `STATUS_META_KEY`, `OUTCOME_META_KEY` (`mcp_outcome`) and the call's key.
+#: answer carries `STATUS_META_KEY`, `OUTCOME_META_KEY` (`mcp/outcome`) and the call's key.
 EFFECT_META_KEY = "dex-celery/effect"
 APPROVAL_META_KEY = "dex-celery/requires-approval"
 
@@ -335,7 +335,7 @@ class DexMcpServer:
         push = TaskStatusPush(self.tasks, dex.runtime.events)
         self.server.add_request_handler("subscriptions/listen", ListenParams, push)
         self.server.extensions[TASKS_EXTENSION] = {}
-        # The session's messages for the client's agent (reconcile reports): `mcp_messages`.
+        # The session's messages for the client's agent (reconcile reports): `mcp/messages`.
         self.messages = SessionMessages(
             Conversation(dex),
             self.owners,
@@ -442,7 +442,7 @@ class DexMcpServer:
             return _canonical(arguments)
 
     def identity_of(self, ctx: ServerRequestContext[Any]) -> Identity:
-        """The caller the HTTP door authenticated (`mcp_http`), or the local user (stdio)."""
+        """The caller the HTTP door authenticated (`mcp/http`), or the local user (stdio)."""
         request = ctx.request
         scope = getattr(request, "scope", None)
         found = scope.get(IDENTITY_SCOPE_KEY) if isinstance(scope, dict) else None
@@ -450,7 +450,7 @@ class DexMcpServer:
 
     def default_session(self, identity: Identity) -> str:
         """Where calls without ids go: `--session` for the local caller, else that session in
-        the caller's own namespace (`mcp_namespace`), so no other caller can take it first."""
+        the caller's own namespace (`mcp/namespace`), so no other caller can take it first."""
         tag = namespace_of(identity)
         if tag is None:
             return self.session_id
@@ -534,7 +534,7 @@ class DexMcpServer:
             )
 
     def http_app(self, *, host: str, path: str, credentials: Credentials | None = None) -> Any:
-        """The streamable HTTP app behind the door (`mcp_http`): Host, Origin, authentication.
+        """The streamable HTTP app behind the door (`mcp/http`): Host, Origin, authentication.
 
         Raises `ConfigurationError` for a bind beyond loopback without credentials.
         """

@@ -2,7 +2,7 @@
 
 A plain MCP client sends no ids. While such a call's outcome has not been given (it waits for
 approval, or is still in flight), asking again for the same tool with the same arguments, as the
-same caller in the same session, is that call again (`mcp_server`'s docstring). "The same
+same caller in the same session, is that call again (`mcp/server`'s docstring). "The same
 arguments" is the call as the tool will receive it (S12.2): the key is built from the tool's
 fingerprint of them (`tools/call_identity.py`), so `10.0` for `10` finds the same call. Kept in one
 process's memory, that held over HTTP (one server process) but not over stdio, where a client
@@ -57,7 +57,7 @@ class UnansweredCalls:
         with backend_errors(self.redis_url, ""):
             self._forget(keys=[key], args=[call_key])
 
-    # --- calls followed as MCP tasks (`mcp_tasks`) -----------------------------------------
+    # --- calls followed as MCP tasks (`mcp/tasks`) -----------------------------------------
 
     def _task_key(self, call_key: str) -> str:
         digest = hashlib.sha256(call_key.encode()).hexdigest()

@@ -3,7 +3,7 @@ a client of servers of the newest revision").
 
 A server that advertises the 2026-07-28 tasks extension (`io.modelcontextprotocol/tasks`;
 `dex-celery mcp` does) may answer a long `tools/call` with a task. For such a server one
-attempt of the dex tool is (with the requests of `mcp_task_call`):
+attempt of the dex tool is (with the requests of `mcp/task_call`):
 
 - `tools/call` with the call's idempotency key: the server creates the task, or answers at
   once. A connection that broke before the answer is opened again and the same key sent again:
@@ -45,10 +45,10 @@ import mcp_types
 from mcp import Client, MCPError
 
 from dex_celery.errors import RetryableToolError, ToolError, ToolLost
-from dex_celery.integrations.mcp_client import RESEND_BACKOFF, RESENDS, _describe, _texts
-from dex_celery.integrations.mcp_outcome import Outcome, outcome_in
-from dex_celery.integrations.mcp_sessions import pool
-from dex_celery.integrations.mcp_task_call import (
+from dex_celery.integrations.mcp.client import RESEND_BACKOFF, RESENDS, _describe, _texts
+from dex_celery.integrations.mcp.outcome import Outcome, outcome_in
+from dex_celery.integrations.mcp.sessions import pool
+from dex_celery.integrations.mcp.task_call import (
     ENDED,
     TaskOutcome,
     poll_interval,
@@ -60,7 +60,7 @@ from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.tools.tool import ToolContext
 
 if TYPE_CHECKING:
-    from dex_celery.integrations.mcp_client import McpToolFunction
+    from dex_celery.integrations.mcp.client import McpToolFunction
 
 log = logging.getLogger("dex_celery.mcp")
 

@@ -48,7 +48,7 @@ PING_TIMEOUT = 5.0
 
 
 class McpServer(Protocol):
-    """What the pool needs of a server (`mcp_client.McpServer`): a name, a time limit for
+    """What the pool needs of a server (`mcp/client.McpServer`): a name, a time limit for
     opening, a fresh client, and equality (a changed server gets a new session)."""
 
     @property

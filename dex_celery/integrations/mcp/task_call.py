@@ -30,9 +30,9 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dex_celery.errors import ToolError, UnknownCall
-from dex_celery.integrations.mcp_client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp_outcome import OUTCOME_EXTENSION, Outcome, outcome_in
-from dex_celery.integrations.mcp_tasks import TASKS_EXTENSION
+from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.outcome import OUTCOME_EXTENSION, Outcome, outcome_in
+from dex_celery.integrations.mcp.tasks import TASKS_EXTENSION
 
 __all__ = ["TaskOutcome", "call_as_task", "cancel_task", "get_task", "task_client"]
 
@@ -104,7 +104,7 @@ class TaskOutcome:
 
 def tasks_extension() -> ClientExtension:
     """The client's side of the tasks extension (declared on every request, task results
-    admitted), for a `mcp.Client` built elsewhere (`mcp_client.McpServer.client`)."""
+    admitted), for a `mcp.Client` built elsewhere (`mcp/client.McpServer.client`)."""
     return _Tasks()
 
 
@@ -130,7 +130,7 @@ def _refused(e: MCPError, task_id: str | None) -> UnknownCall | ToolError:
     return ToolError(f"the MCP server refused: {e.message}")
 
 
-# --- the requests, raising the SDK's own errors (`mcp_remote_task` tells a broken connection
+# --- the requests, raising the SDK's own errors (`mcp/remote_task` tells a broken connection
 # from a refusal by them); the public functions below turn those into dex-celery's -------------
 
 

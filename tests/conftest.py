@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 import redis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
 
 from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
@@ -98,6 +101,29 @@ def database_kind(request: pytest.FixtureRequest) -> str:
     """The SQL database of the test's deployment: SQLite unless a test is parametrized with
     `tests.support.databases.ON_BOTH_DATABASES`."""
     return str(getattr(request, "param", SQLITE))
+
+
+#: The SQL engines the current test connected through (the test process's own: its `Dex`
+#: apps' stores, the tests' direct engines).
+_engines_used: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@event.listens_for(Engine, "engine_connect")
+def _note_engine(connection: Connection) -> None:
+    _engines_used.add(connection.engine)
+
+
+@pytest.fixture(autouse=True)
+def _close_sql_pools() -> Iterator[None]:
+    """Close the pooled connections a test left behind. A test's `Dex` (and its store's pool)
+    outlives the test while Celery keeps its app, so without this each test process kept one
+    or more idle PostgreSQL connections per test, and `-n 3` processes ran the shared server
+    out of connections ("too many clients already"). Autouse, so torn down after the test's
+    own fixtures."""
+    yield
+    for engine in list(_engines_used):
+        engine.dispose()
+    _engines_used.clear()
 
 
 @pytest.fixture

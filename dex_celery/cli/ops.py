@@ -323,6 +323,3 @@ def _belongs_to_the_app(epoch: LedgerEpoch) -> bool:
 def _where(settings: Settings) -> str:
     url = safe_url(settings.database_url)
     return f"{url} schema {settings.database_schema}" if settings.database_schema else url
-
-
-commands: list[click.Command] = [dev, demo, db]

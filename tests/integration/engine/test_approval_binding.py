@@ -21,8 +21,7 @@ from dex_celery.engine.dispatch import AttemptMessage
 from dex_celery.integrations.frameworks.calls import pending_text, record_text
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ApprovalDecision
-from dex_celery.ops.timeline import EntryKind as TimelineKind
-from dex_celery.ops.timeline import session_timeline
+from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.store.approval_binding import ArgumentsEdit
 from tests.support import cliapp
 from tests.support.databases import ON_BOTH_DATABASES
@@ -130,8 +129,8 @@ def test_redeployed_tool_waits_again_and_says_why(
     # The session's timeline (S13.6): approved by alice, then sent back to wait, saying why.
     story = session_timeline(first, "s1")
     kinds = [e.kind for e in story.entries if e.call_key == record.key]
-    assert kinds.count(TimelineKind.APPROVAL_ASKED_AGAIN) == 1, kinds
-    (again_entry,) = [e for e in story.entries if e.kind is TimelineKind.APPROVAL_ASKED_AGAIN]
+    assert kinds.count(EntryKind.APPROVAL_ASKED_AGAIN) == 1, kinds
+    (again_entry,) = [e for e in story.entries if e.kind is EntryKind.APPROVAL_ASKED_AGAIN]
     assert reason in again_entry.summary and again_entry.state == "awaiting_approval"
 
     # Approved again (from the new release): bound to the new definition, it runs once.

@@ -176,16 +176,18 @@ def test_a_database_without_the_schema_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """S9.3: a clear error (exit 1) naming the database and the fix, not a traceback."""
-    import config.celery_app as reference
+    import dex_celery.examples.orderdesk.app as reference
     from dex_celery import Settings
 
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     _app, dex, _desk = reference.create_app(Settings(database_url=url))
     monkeypatch.setattr(reference, "dex", dex)
-    result = CliRunner().invoke(main, ["-A", "config.celery_app:dex", "calls", "list"])
+    result = CliRunner().invoke(
+        main, ["-A", "dex_celery.examples.orderdesk.app:dex", "calls", "list"]
+    )
     assert result.exit_code == 1, result.output
     assert url in result.output
-    assert "dex-celery -A config.celery_app:dex db upgrade" in result.output
+    assert "dex-celery -A dex_celery.examples.orderdesk.app:dex db upgrade" in result.output
     assert "Traceback" not in result.output
 
 

@@ -89,7 +89,7 @@ def test_dev_restarts_a_killed_worker_and_beat(
     assert [pid for pid in old_group if alive(pid)] == []
     # `status` shows the new pid and the restart of the same node name.
     shown = subprocess.run(
-        [str(SCRIPT), "-A", "config.celery_app", "status", "--json"],
+        [str(SCRIPT), "-A", "dex_celery.examples.orderdesk.app", "status", "--json"],
         cwd=ROOT,
         env={**env, "DEX_REDIS_URL": match.group(1)},
         capture_output=True,
@@ -103,7 +103,7 @@ def test_dev_restarts_a_killed_worker_and_beat(
     assert "restarted 1 time" in workers["detail"]
 
     # A call runs through the new worker.
-    from config.celery_app import create_app
+    from dex_celery.examples.orderdesk.app import create_app
 
     _app, dex, desk = create_app(settings)
     order = desk.add_order(customer="Grace Hopper", total_cents=1234)

@@ -26,7 +26,7 @@ from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.counters import last_sweep
 from dex_celery.engine.sweep import run_forever
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import lines, wait_finished, wait_started
+from tests.support.faults.crash import lines, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

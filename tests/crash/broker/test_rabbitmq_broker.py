@@ -4,7 +4,7 @@ late-acknowledged attempt outlives RabbitMQ's delivery-acknowledgement timeout
 the ledger's claim while the first attempt runs (S3.2, S3.3), and each tool runs once by its own
 side-effect log.
 
-The restarts use a private RabbitMQ node of this module's own (`tests.support.rabbitmq`), on free
+The restarts use a private RabbitMQ node of this module's own (`tests.support.faults.rabbitmq`), on free
 ports, stopped with RabbitMQ's own shutdown and started again on the same data: the machine's
 shared server is never restarted. The connection loss goes through a TCP proxy in front of the
 shared server, in the test run's vhost.
@@ -25,7 +25,7 @@ from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import (
+from tests.support.faults.crash import (
     BROKER_QUEUE,
     lines,
     refused,
@@ -33,7 +33,7 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.rabbitmq import (
+from tests.support.faults.rabbitmq import (
     RABBITMQ,
     SHARED_PORT,
     RabbitNode,

@@ -1,6 +1,6 @@
 """`dex-celery sessions show`: one session as one story, text and JSON (S13.6).
 
-The session (`tests/support/session_story.py`) is made by a real prefork worker: a succeeded
+The session (`tests/support/apps/session_story.py`) is made by a real prefork worker: a succeeded
 read, a read with a secret, an approved write, a write approved with edited arguments, an
 expired approval, a write held by a write freeze until the thaw, and a budgeted write whose
 worker was SIGKILLed (`outcome_unknown`, its charge held) then reconciled as gone through (spent).
@@ -22,7 +22,7 @@ from devtools.processes import Worker
 from dex_celery import Dex
 from dex_celery.cli.main import main
 from dex_celery.tools.redact import REDACTED
-from tests.support.session_story import (
+from tests.support.apps.session_story import (
     ASSISTANT_TEXT,
     FREEZE_REASON,
     NOTE,

@@ -21,14 +21,14 @@ import redis
 from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
-from tests.support.dev_stack import (
+from tests.support.processes.dev_stack import (
     SCRIPT,
     alive,
     group_alive,
     stack_environment,
     started_processes,
 )
-from tests.support.dev_stack import dev as dev
+from tests.support.processes.dev_stack import dev as dev
 
 
 def test_dev_serves_a_call_and_ctrl_c_leaves_nothing_running(

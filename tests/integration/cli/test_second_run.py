@@ -26,7 +26,7 @@ from dex_celery.engine.counters import last_sweep
 from dex_celery.store.bindings import Binding, LedgerOrigin, bind, read_binding
 from dex_celery.store.migrate import upgrade
 from dex_celery.store.sql_engine import make_engine
-from tests.support.dev_stack import (
+from tests.support.processes.dev_stack import (
     SCRIPT,
     alive,
     stack_environment,

@@ -23,7 +23,7 @@ from dex_celery.cli.appfinder import find_dex
 from dex_celery.cli.main import main
 from dex_celery.processes.celery_config import configure_celery, is_amqp_url
 from dex_celery.settings import Settings, env_name
-from tests.support.crash import env_names
+from tests.support.faults.crash import env_names
 
 COMPOSE = ROOT / "docker-compose.yml"
 LONG_RUNNING = ("redis", "postgres", "worker", "beat", "flower")

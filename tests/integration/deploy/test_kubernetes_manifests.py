@@ -34,7 +34,7 @@ import yaml
 from devtools.processes import ROOT
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.cli.main import main
-from tests.support.crash import env_names
+from tests.support.faults.crash import env_names
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="the dev extra")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from devtools.processes import ROOT
-from tests.support.crash import env_names
+from tests.support.faults.crash import env_names
 
 
 def test_the_web_service_requires_users_and_a_secret_key_from_the_environment() -> None:

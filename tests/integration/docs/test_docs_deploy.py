@@ -29,7 +29,7 @@ import redis
 
 from devtools.processes import ROOT, RedisServer, free_port, wait_for
 from dex_celery.store import migrate
-from tests.support.pg_database import fresh_database
+from tests.support.stores.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
 

@@ -1,5 +1,5 @@
 """Approvals bound to what was approved (docs/guardrails.md, S13.3.1-S13.3.5): real prefork
-workers of `tests.support.refund_worker` (two releases of one `refund` tool), a real
+workers of `tests.support.apps.refund_worker` (two releases of one `refund` tool), a real
 redis-server, and both SQLite and the running PostgreSQL. Each test judges from the tool's own
 side-effect log (`refund_app.refunds`), the record, and what the model reads."""
 
@@ -23,10 +23,10 @@ from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ApprovalDecision
 from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.store.approval_binding import ArgumentsEdit
-from tests.support import cliapp
-from tests.support.databases import ON_BOTH_DATABASES
-from tests.support.refund_app import RELEASE_ENV, make_app, refunds
-from tests.support.workers import each_stopped
+from tests.support.apps import cliapp
+from tests.support.apps.refund_app import RELEASE_ENV, make_app, refunds
+from tests.support.processes.workers import each_stopped
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -56,7 +56,7 @@ def refund_worker(env: dict[str, str]) -> Iterator[Callable[[str], CeleryWorker]
 
     def start(which: str) -> CeleryWorker:
         return CeleryWorker(
-            "tests.support.refund_worker:app",
+            "tests.support.apps.refund_worker:app",
             {**env, RELEASE_ENV: which},
             Path(env[LOG_ENV]),
             concurrency=2,
@@ -77,7 +77,7 @@ def tool_messages(dex: Dex, key: str) -> list[str]:
 
 def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
     monkeypatch.setattr(cliapp, "dex", dex)
-    return CliRunner().invoke(main, ["--app", "tests.support.cliapp:dex", "approvals", *args])
+    return CliRunner().invoke(main, ["--app", "tests.support.apps.cliapp:dex", "approvals", *args])
 
 
 def test_redeployed_tool_waits_again_and_says_why(

@@ -38,7 +38,7 @@ from dex_celery.store.bindings import (
     release_binding,
 )
 from dex_celery.store.schema import ledger_bindings
-from tests.support.crash import wait_finished
+from tests.support.faults.crash import wait_finished
 
 CLI = str(Path(sys.executable).parent / "dex-celery")
 APP = "devtools.toolapp:dex"

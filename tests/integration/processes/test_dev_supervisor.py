@@ -20,8 +20,8 @@ from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.processes.localstack import ping_app
 from dex_celery.processes.supervise import Backoff
-from tests.support.dev_stack import SCRIPT, alive, group_alive, started_processes
-from tests.support.dev_stack import dev as dev  # the fixture
+from tests.support.processes.dev_stack import SCRIPT, alive, group_alive, started_processes
+from tests.support.processes.dev_stack import dev as dev  # the fixture
 
 READY = "Press Ctrl-C to stop."
 RESTARTED = re.compile(r"^restarted (\S+): pid (\d+) \(restart (\d+)\)$", re.MULTILINE)

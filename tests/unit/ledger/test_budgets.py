@@ -19,7 +19,7 @@ from dex_celery.ledger.connection import redis_client
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger, OpenReply, OpenResult
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import EPOCH, T0, Knobs, Rig, snapshot
+from tests.support.stores.ledger_rig import EPOCH, T0, Knobs, Rig, snapshot
 
 WRITE = snapshot(EffectClass.NON_IDEMPOTENT_WRITE)
 

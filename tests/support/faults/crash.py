@@ -24,7 +24,7 @@ from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing import assertions
 from dex_celery.tools.tool import TASK_PREFIX
-from tests.support.rabbitmq import queued_task_ids
+from tests.support.faults.rabbitmq import queued_task_ids
 
 #: Celery's default queue: the Redis list every attempt message is pushed to.
 BROKER_QUEUE = "celery"

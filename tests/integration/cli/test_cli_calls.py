@@ -28,20 +28,6 @@ SECRET = "tok-5f1e-very-secret"
 
 
 @pytest.fixture
-def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    import devtools.toolapp as toolapp
-
-    monkeypatch.setattr(toolapp, "dex", dex)
-
-    def run(*args: str, code: int = 0) -> Result:
-        result = CliRunner().invoke(main, ["--app", APP, *args], catch_exceptions=False)
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
-
-
-@pytest.fixture
 def finished_calls(dex: Dex, start_worker: Callable[..., Worker]) -> dict[str, str]:
     """Three ended calls in two sessions: a success, a tool failure, a success with a secret."""
     start_worker()

@@ -104,7 +104,7 @@ class Dex:
         self._reconcile_interval: float | None = None
         #: Every Celery signal, one place per process role (`dex_celery/processes/`).
         self.worker_services = connect_worker(celery, self, self._tools.refresh_sources)
-        self.beat_services = connect_beat(
+        connect_beat(
             celery, self, lambda: self._reconcile_interval or self.settings.reconcile_interval
         )
 

@@ -22,9 +22,7 @@ from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.databases import SQLITE, database_url
-from tests.support.failures_now import register as register_failures_now
-from tests.support.rabbitmq import (
+from tests.support.faults.rabbitmq import (
     RABBITMQ,
     REDIS,
     amqp_url,
@@ -32,7 +30,9 @@ from tests.support.rabbitmq import (
     shared_server_missing,
     test_vhost,
 )
-from tests.support.workers import each_stopped
+from tests.support.processes.workers import each_stopped
+from tests.support.runs.failures_now import register as register_failures_now
+from tests.support.stores.databases import SQLITE, database_url
 
 #: The fuzz tests' budget (tests/integration/bad_input/test_fuzz_*.py, `FUZZ_PROFILE`): a fixed
 #: number of examples and no per-example deadline (a loaded 2-core machine is slow, not wrong),
@@ -92,14 +92,14 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
 @pytest.fixture
 def broker_kind(request: pytest.FixtureRequest) -> str:
     """The broker of the test's deployment: the ledger's Redis unless a test is parametrized
-    with `tests.support.rabbitmq.ON_BOTH_BROKERS` (docs/rabbitmq.md)."""
+    with `tests.support.faults.rabbitmq.ON_BOTH_BROKERS` (docs/rabbitmq.md)."""
     return str(getattr(request, "param", REDIS))
 
 
 @pytest.fixture
 def database_kind(request: pytest.FixtureRequest) -> str:
     """The SQL database of the test's deployment: SQLite unless a test is parametrized with
-    `tests.support.databases.ON_BOTH_DATABASES`."""
+    `tests.support.stores.databases.ON_BOTH_DATABASES`."""
     return str(getattr(request, "param", SQLITE))
 
 

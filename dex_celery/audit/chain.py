@@ -2,7 +2,7 @@
 
     with store.engine.begin() as conn:
         ...  # the feature's own writes
-        appended = store.audit.append(conn, Entry(EntryKind.FREEZE, {...}))
+        appended = store.audit.append(conn, Entry(AuditKind.FREEZE, {...}))
     appended.committed()
 
 Each thread of each process is a writer with a chain of its own (S13.4.2: measured against one

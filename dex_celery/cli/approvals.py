@@ -104,6 +104,3 @@ def _line(p: PendingApproval) -> str:
 
 def _state(record: ToolCallRecord) -> str:
     return f"status {record.status.value}"
-
-
-commands: list[click.Command] = [approvals]

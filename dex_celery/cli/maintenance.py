@@ -90,6 +90,3 @@ def render_reconcile(value: dict[str, Any]) -> str:
     lines.extend(f"  reported {r['key']}: {r['report']}" for r in value["reports"])
     lines.extend(f"  check failed for {k} (asked again next run)" for k in value["error_keys"])
     return "\n".join(lines)
-
-
-commands: list[click.Command] = [sweep, reconcile]

@@ -39,6 +39,7 @@ from dex_celery.store.hot import driver_cursor, hot_statements
 from dex_celery.store.hot_request import REQUEST_COLUMNS, request_statements
 from dex_celery.store.repeat_guards import RepeatCheck, held_back_by, pass_guard, take_guard
 from dex_celery.store.rows import (
+    approval_values,
     call_record,
     tool_message_row,
 )
@@ -372,15 +373,7 @@ class CallRecords(StoreBase):
         the orphan check tell "approved, never opened" from "Redis lost it" even when the ledger
         changed while the call waited.
         """
-        values: dict[str, Any] = dict(
-            status=CallStatus.PENDING.value,
-            decision=decision.decision,
-            decided_by=decision.decided_by,
-            decided_at=decision.decided_at,
-            decision_note=decision.note,
-        )
-        if epoch is not None:
-            values["ledger_epoch"] = epoch
+        values = approval_values(decision, epoch)
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(tool_calls)

@@ -75,11 +75,6 @@ class TcpProxy:
 
     # --- faults --------------------------------------------------------------------------------
 
-    @property
-    def open_connections(self) -> int:
-        with self._lock:
-            return len(self._pairs)
-
     def cut(self, *, subscribers_first: bool = False) -> int:
         """Reset every connection and refuse new ones until `restore` (the listening socket is
         closed, so a connect is refused at once, as with a server that went away); how many

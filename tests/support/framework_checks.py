@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, reconcile_once
-from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.faults.crash import lines, tool_messages, wait_started
 
 T = TypeVar("T")
 

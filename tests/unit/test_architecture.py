@@ -261,3 +261,56 @@ def test_layer_rule_sees_a_type_only_import() -> None:
 def test_at_most_twelve_modules_at_the_top_of_the_package() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 12, top
+
+
+#: The order inside the base layer, lowest first: a base module imports only from its own entry
+#: (its own package) and those before it. `model/` sits below `settings`: the settings parse
+#: budgets and durations with the model's parsers, and a policy names the defaults it reads
+#: as a protocol (`model/policy.py`, `PolicyDefaults`) instead of importing `Settings`.
+BASE_ORDER: tuple[str, ...] = (
+    "dex_celery.errors",
+    "dex_celery.forks",
+    "dex_celery.backend_errors",
+    "dex_celery.async_bridge",
+    "dex_celery.model",
+    "dex_celery.settings",
+    "dex_celery.access",
+)
+
+
+def _base_rank(module: str) -> int | None:
+    for rank, prefix in enumerate(BASE_ORDER):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return None
+
+
+def imports_up_the_base(graph: dict[str, set[str]]) -> list[str]:
+    """The edges of `graph` from a base module to a base module later in `BASE_ORDER`."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        rank = _base_rank(module)
+        if rank is None:
+            continue
+        for dep in sorted(deps):
+            dep_rank = _base_rank(dep)
+            if dep_rank is not None and dep_rank > rank:
+                found.append(f"{module} imports {dep}")
+    return found
+
+
+def test_base_order_covers_the_base_layer() -> None:
+    assert set(BASE_ORDER) == set(dict(LAYERS)["base"])
+
+
+def test_base_order_rule_sees_an_import_back_up() -> None:
+    graph = {
+        "dex_celery.model.policy": {"dex_celery.settings", "dex_celery.model.effects"},
+        "dex_celery.settings": {"dex_celery.model.times", "dex_celery.errors"},
+    }
+    assert imports_up_the_base(graph) == ["dex_celery.model.policy imports dex_celery.settings"]
+
+
+def test_the_base_layer_imports_in_one_order_whatever_the_kind_of_import() -> None:
+    upward = imports_up_the_base(import_graph(deferred=True))
+    assert not upward, "imports back up the base layer (BASE_ORDER):\n" + "\n".join(upward)

@@ -49,8 +49,7 @@ from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
 from dex_celery.tools.call_identity import identify, identity_text
 from dex_celery.tools.definition_digest import definition_digest
 from dex_celery.tools.redact import redacted_kwargs_repr
-from dex_celery.tools.sealing import seal
-from dex_celery.tools.sealing import split as split_secrets
+from dex_celery.tools.sealing import seal, split_secrets
 from dex_celery.tools.tool import TASK_PREFIX, Tool, find_tool
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, Dex
 from tests.support import framework_checks as checks
 from tests.support.claude_agent import Desk, claude_cli, final_text
-from tests.support.crash import lines
+from tests.support.faults.crash import lines
 from tests.support.framework_checks import killed_mid_call
 
 pytestmark = pytest.mark.crash

@@ -30,8 +30,8 @@ from dex_celery import (
     MessageRole,
 )
 from tests.support import framework_checks as checks
-from tests.support import seed_example
-from tests.support.crash import lines
+from tests.support.apps import seed_example
+from tests.support.faults.crash import lines
 from tests.support.framework_checks import REPORT, killed_mid_call
 
 pytestmark = pytest.mark.crash

@@ -17,7 +17,7 @@ import pytest
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from tests.support.crash import lines, release_tools, tool_messages, wait_started
+from tests.support.faults.crash import lines, release_tools, tool_messages, wait_started
 from tests.support.langgraph_agent import WRITE
 
 pytestmark = pytest.mark.crash

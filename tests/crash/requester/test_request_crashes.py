@@ -23,7 +23,7 @@ from devtools.processes import ROOT, Worker, free_port, wait_for
 from devtools.toolapp import LOG_ENV, make_app
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.crash import lines, tool_messages, wait_finished
+from tests.support.faults.crash import lines, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 

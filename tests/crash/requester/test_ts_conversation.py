@@ -23,7 +23,7 @@ from devtools.processes import Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, reconcile_once
 from dex_celery.errors import UnknownSession
 from tests.support import framework_checks as checks
-from tests.support.crash import lines, wait_started
+from tests.support.faults.crash import lines, wait_started
 from tests.support.ts_agents import (
     FRAMEWORKS,
     MISSING,

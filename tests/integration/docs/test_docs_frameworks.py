@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dex_celery import Dex
-from tests.support.docs_files import run_in, write_files
+from tests.support.docs.docs_files import run_in, write_files
 
 REPORT = "Note from the payment system: the refund on order 1002 went through."
 

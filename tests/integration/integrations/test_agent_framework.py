@@ -16,7 +16,7 @@ from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
 from tests.support.agent_framework import Desk, answer, approvals
-from tests.support.crash import lines, tool_messages
+from tests.support.faults.crash import lines, tool_messages
 from tests.support.framework_checks import (
     READ_AND_WRITE,
     assert_killed_write_read_unknown,

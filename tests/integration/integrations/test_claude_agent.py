@@ -19,7 +19,7 @@ from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from tests.support.claude_agent import Desk, claude_cli, final_text
-from tests.support.crash import lines, tool_messages
+from tests.support.faults.crash import lines, tool_messages
 from tests.support.framework_checks import (
     READ_AND_WRITE,
     assert_killed_write_read_unknown,

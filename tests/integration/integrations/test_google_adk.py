@@ -14,7 +14,7 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
-from tests.support.crash import lines, tool_messages
+from tests.support.faults.crash import lines, tool_messages
 from tests.support.framework_checks import (
     READ_AND_WRITE,
     assert_killed_write_read_unknown,

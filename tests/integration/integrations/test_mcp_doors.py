@@ -32,8 +32,8 @@ from dex_celery import CallStatus, Dex
 from dex_celery.access import Identity
 from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.namespace import namespace_of
-from tests.support.crash import lines
-from tests.support.netns import namespace
+from tests.support.faults.crash import lines
+from tests.support.faults.netns import namespace
 
 DEX_CELERY = str(ROOT / ".venv" / "bin" / "dex-celery")
 APP = ["--app", "devtools.toolapp:dex", "mcp", "--transport", "http"]

@@ -25,10 +25,10 @@ from devtools.processes import ROOT, CeleryWorker, free_port, wait_for
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import wait_finished
+from tests.support.faults.crash import wait_finished
 from tests.support.mcp_server import _listening
 from tests.support.outcome_app import URL_ENV, make_app
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 

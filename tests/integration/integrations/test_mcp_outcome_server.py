@@ -38,7 +38,7 @@ from dex_celery.integrations.mcp.outcome import (
     OUTCOME_META_KEY,
     STATUS_META_KEY,
 )
-from tests.support.crash import lines, wait_started
+from tests.support.faults.crash import lines, wait_started
 from tests.support.mcp_server import _server, _text
 
 pytestmark = pytest.mark.crash

@@ -3,7 +3,7 @@ client of servers of the newest revision"): two deployments with real workers. T
 is `devtools.toolapp` served by `dex-celery mcp --transport http` (which offers the tasks
 extension) behind a TCP proxy the test cuts; the local one (`tests.support.remote_tasks_app`,
 its own database, Redis database and queues) has the remote tools as dex tools. Witnesses: both
-deployments' records and the remote tools' own side-effect log (`tests.support.crash.lines`).
+deployments' records and the remote tools' own side-effect log (`tests.support.faults.crash.lines`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import lines, wait_finished, wait_started
+from tests.support.faults.crash import lines, wait_finished, wait_started
 from tests.support.mcp_server import _server
+from tests.support.processes.workers import each_stopped, mcp_worker
 from tests.support.remote_tasks_app import SHORT_LIMIT, URL_ENV, make_app
-from tests.support.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 

@@ -30,7 +30,7 @@ from dex_celery.integrations.mcp.tasks import (
     DECISION_META_KEY,
 )
 from dex_celery.web.app import WebApp
-from tests.support.crash import lines, wait_finished
+from tests.support.faults.crash import lines, wait_finished
 from tests.support.mcp_server import _server
 from tests.support.mcp_tasks_client import (
     CreatedTask,
@@ -41,7 +41,7 @@ from tests.support.mcp_tasks_client import (
     update_task,
     wait_task,
 )
-from tests.support.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_process.web_session import CREDENTIALS, signed_in
 
 #: `bot` may call tools only; `boss` may also decide approvals; `rival` calls tools only.
 TOKENS = (

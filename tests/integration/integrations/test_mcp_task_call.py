@@ -19,7 +19,7 @@ from dex_celery.integrations.mcp.task_call import (
     get_task,
     task_client,
 )
-from tests.support.crash import lines
+from tests.support.faults.crash import lines
 from tests.support.mcp_server import _server
 
 

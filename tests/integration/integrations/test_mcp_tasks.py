@@ -24,7 +24,7 @@ from dex_celery.integrations.mcp.namespace import namespace_of
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY, STATUS_META_KEY
 from dex_celery.integrations.mcp.server import TOOLS_LIST_TTL_MS
 from dex_celery.integrations.mcp.tasks import CANCEL_META_KEY, DEADLINE_META_KEY
-from tests.support.crash import lines, wait_finished, wait_started
+from tests.support.faults.crash import lines, wait_finished, wait_started
 from tests.support.mcp_server import DEX_CELERY, _server
 from tests.support.mcp_tasks_client import (
     CreatedTask,

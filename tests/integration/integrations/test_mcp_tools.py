@@ -47,11 +47,11 @@ from dex_celery.engine import tracing
 from dex_celery.integrations.mcp.client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
-from tests.support.crash import tool_messages, wait_finished
+from tests.support.apps.span_file import SPANS_ENV, read_spans
+from tests.support.faults.crash import tool_messages, wait_finished
 from tests.support.mcp_server import _listening
 from tests.support.mcpapp import URL_ENV, make_app
-from tests.support.span_file import SPANS_ENV, read_spans
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 

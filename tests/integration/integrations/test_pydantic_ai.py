@@ -21,7 +21,7 @@ from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.frameworks.pydantic_ai import DexTools
-from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.faults.crash import lines, tool_messages, wait_started
 from tests.support.framework_checks import (
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,

@@ -34,11 +34,11 @@ from dex_celery import (
 from dex_celery.cli.main import main
 from dex_celery.store.mcp_catalog import McpCatalog, McpToolDefinition
 from tests.support import mcpapp
-from tests.support.crash import wait_finished
+from tests.support.faults.crash import wait_finished
 from tests.support.gitapp import REPO_ENV as GIT_REPO_ENV
 from tests.support.gitapp import make_app as make_git_app
 from tests.support.mcpapp import DEAD_ENV, DEAD_URL_ENV, READY_ENV, make_app
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import mcp_types
 import pytest
 
-from dex_celery import EffectClass, Settings, ToolPolicy
 from dex_celery.errors import InvalidId
 from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import (
@@ -27,8 +26,8 @@ from dex_celery.integrations.mcp.tasks import (
     task_of,
 )
 from dex_celery.model.outcomes import DID_NOT_RUN, CallStatus
-from dex_celery.model.policy import resolve_policy
 from dex_celery.model.records import ToolCallRecord
+from tests.support.stores.call_records import call_record
 
 
 @pytest.mark.parametrize(
@@ -56,19 +55,9 @@ def test_a_did_not_run_sentence_inside_a_tool_error_does_not_count() -> None:
 
 
 def _record(status: CallStatus, error: str | None = None) -> ToolCallRecord:
-    policy = resolve_policy(
-        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, None, Settings()
-    )
     ended = status.terminal
-    return ToolCallRecord(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
-        tool_name="charge",
-        arguments="{}",
-        policy=policy,
-        status=status,
+    return call_record(
+        status,
         error=error,
         result='"ok"' if status is CallStatus.SUCCEEDED else None,
         attempts=1 if ended else 0,

@@ -12,9 +12,8 @@ import pytest
 
 from dex_celery.integrations.frameworks.calls import pending_text
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.settings import Settings
+from tests.support.stores.call_records import call_record
 
 DEADLINE = 1796538979.7609718
 SHOWN = "2026-12-06 06:36:19 UTC"
@@ -23,26 +22,10 @@ UNIX_SECONDS = re.compile(r"\b\d{9,11}(?:\.\d+)?\b")
 
 
 def waiting() -> ToolCallRecord:
-    policy = resolve_policy(
-        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=True),
-        None,
-        None,
-        Settings(),
-    )
-    return ToolCallRecord(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
-        tool_name="charge",
-        arguments="{}",
-        policy=policy,
-        status=CallStatus.AWAITING_APPROVAL,
-        error=None,
-        result=None,
-        attempts=0,
+    return call_record(
+        CallStatus.AWAITING_APPROVAL,
+        requires_approval=True,
         requested_at=DEADLINE - 3600,
-        finished_at=None,
         approval_deadline=DEADLINE,
     )
 

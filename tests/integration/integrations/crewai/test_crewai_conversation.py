@@ -30,8 +30,8 @@ from dex_celery.model.ids import CallKey  # noqa: E402
 from dex_celery.model.records import MessageRole  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
 from tests.support import framework_checks as checks  # noqa: E402
-from tests.support.crash import lines  # noqa: E402
 from tests.support.crewai_crew import checkpointed, crew, key_of, resumed, session  # noqa: E402
+from tests.support.faults.crash import lines  # noqa: E402
 
 pytestmark = pytest.mark.crash
 

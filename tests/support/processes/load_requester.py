@@ -1,6 +1,6 @@
 """One requester process of the deploy tests' steady load (tests/crash/worker/test_rolling_restarts.py).
 
-`python -m tests.support.load_requester SESSION COUNT SEED KEYS_FILE` requests COUNT calls of the
+`python -m tests.support.processes.load_requester SESSION COUNT SEED KEYS_FILE` requests COUNT calls of the
 test tools in session SESSION, at a steady pace, mixing the four effect classes and tool
 durations of 0.1-3 s (most short, some long), and appends each call's key to KEYS_FILE as it is
 requested. Settings from the environment, as any requester's.

@@ -4,7 +4,7 @@ new one already ask for it; `new` has it under another policy than the requester
 start-to-close far shorter than its run), so a call that succeeds shows the worker ran it under
 the call's recorded snapshot (S1.5), not its own registration.
 
-Run as `celery -A tests.support.skew_apps:old worker` / `...:new worker`; both announce readiness
+Run as `celery -A tests.support.apps.skew_apps:old worker` / `...:new worker`; both announce readiness
 like the test tools' app (the `worker_ready` hook of `devtools.toolapp`, imported here).
 """
 

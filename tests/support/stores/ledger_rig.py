@@ -108,9 +108,16 @@ class Rig:
         return self.hash(key), self.indexes(key), len(self.events())
 
 
-@pytest.fixture(params=["fakeredis", "redis-server", "redis-cluster"])
-def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
-    keys = KeySpace(f"u{uuid.uuid4().hex[:10]}")
+#: The three Redis a ledger test runs on: a fixture takes them as its `params`.
+REDIS_KINDS = ["fakeredis", "redis-server", "redis-cluster"]
+
+
+def client_of(
+    request: pytest.FixtureRequest, prefix: str, cluster_shards: int
+) -> tuple[redis.Redis, KeySpace]:
+    """A client of the Redis `request.param` names and a fresh key space on it (`cluster_shards`
+    shards, hash-tagged, on the cluster; one elsewhere)."""
+    keys = KeySpace(f"{prefix}{uuid.uuid4().hex[:10]}")
     if request.param == "fakeredis":
         client: redis.Redis = fakeredis.FakeRedis(
             server=fakeredis.FakeServer(), decode_responses=True
@@ -121,7 +128,13 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     else:
         cluster = cast(RedisClusterNodes, request.getfixturevalue("redis_cluster"))
         client = redis_client(cluster.url)
-        keys = KeySpace(keys.prefix, shards=3, tagged=True)
+        keys = KeySpace(keys.prefix, shards=cluster_shards, tagged=True)
+    return client, keys
+
+
+@pytest.fixture(params=REDIS_KINDS)
+def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    client, keys = client_of(request, "u", cluster_shards=3)
 
     def freeze(t: float) -> None:
         for shard in keys.all_shards:

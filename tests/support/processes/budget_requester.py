@@ -1,6 +1,6 @@
 """One requester process of the write-budget race (tests/integration/engine/test_budget_race.py).
 
-`python -m tests.support.budget_requester GATE SESSION PREFIX COUNT TOOL AMOUNT OUT` writes
+`python -m tests.support.processes.budget_requester GATE SESSION PREFIX COUNT TOOL AMOUNT OUT` writes
 `<OUT>.ready`, waits until the file GATE exists (the test opens it once every requester is
 ready, so they all request at once), then requests COUNT calls of TOOL in SESSION (tool-call ids
 `PREFIX-<i>`, the argument `amount` = AMOUNT and an order of its own for the `charge` tool) and writes each call's key

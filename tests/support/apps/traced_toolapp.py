@@ -1,11 +1,11 @@
 """The test tools' app (`devtools.toolapp`) in a worker whose spans go to a file.
 
-`celery -A tests.support.traced_toolapp worker` with `DEX_TEST_SPANS_FILE` set: the SDK is the
+`celery -A tests.support.apps.traced_toolapp worker` with `DEX_TEST_SPANS_FILE` set: the SDK is the
 global tracer provider of the worker (and of its prefork children), writing JSON lines
-(`tests.support.span_file`).
+(`tests.support.apps.span_file`).
 """
 
-from tests.support.span_file import install
+from tests.support.apps.span_file import install
 
 install()
 

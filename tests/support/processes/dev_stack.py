@@ -67,7 +67,7 @@ def dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[st
     out = tmp_path / "dev.out"
     with out.open("wb") as f:
         process = popen_with_parent_death(
-            [str(SCRIPT), "-A", "config.celery_app", "dev"],
+            [str(SCRIPT), "-A", "dex_celery.examples.orderdesk.app", "dev"],
             cwd=ROOT,
             env=env,
             stdout=f,

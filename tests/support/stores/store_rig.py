@@ -12,7 +12,7 @@ from dex_celery.engine.request.dispatch import admit
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.store.values import Admission, NewCall
-from tests.support.databases import POSTGRESQL, SQLITE, database_url
+from tests.support.stores.databases import POSTGRESQL, SQLITE, database_url
 
 SETTINGS = Settings()
 

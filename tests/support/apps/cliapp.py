@@ -1,4 +1,4 @@
-"""`--app tests.support.cliapp:dex` for CLI tests: the test sets `dex` to its own `Dex` first,
+"""`--app tests.support.apps.cliapp:dex` for CLI tests: the test sets `dex` to its own `Dex` first,
 so the command under test talks to the same per-test database and ledger as the test."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Processes whose host clock is wrong: the clock shim (`clock_skew/sitecustomize.py`) put first
 on a child's `PYTHONPATH`, a sweeper (`dex-celery sweep --loop`) and a requester run that way.
 
-    python -m tests.support.skew request '<json list of [session, turn, call, tool, args]>'
+    python -m tests.support.faults.skew request '<json list of [session, turn, call, tool, args]>'
 
 requests the calls through the client of `devtools.toolapp` in one turn each, then prints
 one JSON line: this process's `time.time()` and the keys requested.
@@ -90,7 +90,7 @@ def request_in_child(
 ) -> Requested:
     """Request `calls` from a separate process started with `env`; wait for it to finish."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.skew", "request", json.dumps(calls)],
+        [sys.executable, "-m", "tests.support.faults.skew", "request", json.dumps(calls)],
         cwd=ROOT,
         env=_child_env(env),
         capture_output=True,
@@ -114,5 +114,7 @@ def _request(raw: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["request"] or len(sys.argv) != 3:
-        raise SystemExit("usage: python -m tests.support.skew request '<json list of calls>'")
+        raise SystemExit(
+            "usage: python -m tests.support.faults.skew request '<json list of calls>'"
+        )
     _request(sys.argv[2])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,8 +17,9 @@ import redis
 from sqlalchemy import func, select
 
 from devtools.processes import Worker, wait_for
-from devtools.toolapp import LOG_ENV, executions, log_dir
+from devtools.toolapp import LOG_ENV, executions, log_dir, make_app
 from dex_celery import Dex, Settings
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.processes.celery_config import is_amqp_url
@@ -24,7 +27,7 @@ from dex_celery.settings import env_name
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing import assertions
 from dex_celery.tools.tool import TASK_PREFIX
-from tests.support.rabbitmq import queued_task_ids
+from tests.support.faults.rabbitmq import queued_task_ids
 
 #: Celery's default queue: the Redis list every attempt message is pushed to.
 BROKER_QUEUE = "celery"
@@ -195,3 +198,15 @@ def count_calls(dex: Dex) -> int:
 def env_names() -> frozenset[str]:
     """Every environment variable the settings read (checked against docker-compose.yml)."""
     return frozenset(env_name(f.name) for f in dataclasses.fields(Settings))
+
+
+def dex_with_sweeper(environ: dict[str, str]) -> Iterator[Dex]:
+    """The test tools' Dex built from `environ`, with a sweeper loop running in a thread until
+    the generator is closed (a fixture yields from it)."""
+    _app, own = make_app(Settings.from_env(environ))
+    stop = threading.Event()
+    thread = threading.Thread(target=run_forever, args=(own,), kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    yield own
+    stop.set()
+    thread.join(timeout=15)

@@ -5,7 +5,7 @@ optional `currency` (another schema, the same call still fits it). Both need a p
 
 The tool keeps its own side-effect log, `refunds-<order>.log` in the test tools' log folder
 (`devtools.toolapp.log_dir`): one line per refund it made, with the values it received (the
-card's last two characters only). A worker runs `celery -A tests.support.refund_worker:app`,
+card's last two characters only). A worker runs `celery -A tests.support.apps.refund_worker:app`,
 whose release is `$DEX_TEST_REFUND_RELEASE`; it announces readiness like the test tools' app.
 """
 

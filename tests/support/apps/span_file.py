@@ -1,6 +1,6 @@
 """An OpenTelemetry span exporter that appends each finished span as one JSON line to a file.
 
-A worker process started by a test installs it (`install`, from `tests.support.traced_toolapp`)
+A worker process started by a test installs it (`install`, from `tests.support.apps.traced_toolapp`)
 so the test can read the spans that process and its prefork children made: the parent links of
 one trace across processes are then checked against the test's own in-memory spans. Each span
 is one `write` to a file opened for appending, so lines from several processes do not mix.

@@ -5,7 +5,7 @@
 committed in SQL before any tool code), yet a lost attempt ends `failed`, not `outcome_unknown`.
 `retried_unfenced` is retried and keeps a Redis-only claim.
 
-Its worker runs `celery -A tests.support.effect_class_worker:app worker`, a module that
+Its worker runs `celery -A tests.support.apps.effect_class_worker:app worker`, a module that
 registers the classes at import (every process of a deployment must). The test process
 registers them with `register_classes` for the test's length only and builds its requester with
 `make_app`. The worker announces readiness like the test tools' app (`devtools.toolapp`'s

@@ -40,8 +40,15 @@ def outcome(i: int) -> Outcome:
     """The i-th outcome of the mix: 8 in 10 succeed, 1 fails, 1 ends outcome_unknown."""
     now = time.time()
     log = json.dumps(
-        [{"attempt": 1, "state": "ok", "owner": "bench@host:1", "claimed_at": now - 0.01,
-          "ended_at": now}]  # fmt: skip
+        [
+            {
+                "attempt": 1,
+                "state": "ok",
+                "owner": "bench@host:1",
+                "claimed_at": now - 0.01,
+                "ended_at": now,
+            }
+        ]
     )
     if i % 10 == 8:
         return Outcome(CallStatus.FAILED, "the order does not exist", None, 1, log)
@@ -56,9 +63,11 @@ def batch_rows(dx: Any, tag: str, size: int) -> list[OutcomeRow]:
         dx.client().request_calls(requests[start : start + 100])
     return [
         OutcomeRow(
-            CallKey.of(r.session_id, r.turn_id, r.tool_call_id), "noop", "{}",
+            CallKey.of(r.session_id, r.turn_id, r.tool_call_id),
+            "noop",
+            "{}",
             outcome(i),
-        )  # fmt: skip
+        )
         for i, r in enumerate(requests)
     ]
 

@@ -42,7 +42,7 @@ def trace(engine: Engine, sink: Sink) -> None:
 def _counting_cursor(base: Any, sink: Sink) -> Any:
     """A subclass of psycopg's cursor class `base` that reports what it runs to `sink`."""
 
-    class Counting(base):  # type: ignore[misc,valid-type]
+    class Counting(base):  # type: ignore[misc]
         def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
             sink(str(query), 1)
             return super().execute(query, params, **kw)

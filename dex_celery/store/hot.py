@@ -204,8 +204,8 @@ class HotStatements:
         PostgreSQL ends a batch in one statement: one round trip and one plan instead of one
         per call, a third of the CPU per outcome at 100 a batch. SQLite runs its prepared
         UPDATE per row in the same transaction, cheaper than any statement of many rows (no
-        round trip to save; the joined form costs more per row, docs/benchmarks.md, section
-        22), as does a batch of one on either.
+        round trip to save; the joined form costs more per row: docs/benchmarks.md, "The
+        recorder's SQL"), as does a batch of one on either.
         """
         many = self.end_pending_many
         if many is None or len(rows) == 1:

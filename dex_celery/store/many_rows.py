@@ -4,9 +4,9 @@ joined to a `VALUES` list.
 The recorder's batch ended each call with its own UPDATE and inserted its TOOL messages and
 audit entries with `executemany`, which the database runs as one statement per row (psycopg
 pipelines them, SQLite steps a prepared statement per row): five statements per outcome
-(docs/benchmarks.md, section 22). Here a batch's rows go in one statement per table: the SQL
-text is made for the number of rows (a row's placeholders repeated), the parameters flattened
-in that order, and the statement run on a DBAPI cursor like the hot path's others
+(docs/benchmarks.md, "The recorder's SQL"). Here a batch's rows go in one statement per table:
+the SQL text is made for the number of rows (a row's placeholders repeated), the parameters
+flattened in that order, and the statement run on a DBAPI cursor like the hot path's others
 (`store/hot.py`, `on_cursor`).
 
 The UPDATE takes the rows as a `WITH v(...) AS (VALUES ...)` table joined to the target; its

@@ -20,7 +20,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 
 LOG_ENV = "DEX_TEST_MCP_LOG"
 

@@ -41,8 +41,8 @@ from dex_celery.cli.main import main
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import DexError, InvalidDecision
 from dex_celery.integrations.frameworks.calls import Decision, Decisions
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.server import SESSION_META_KEY, TOOL_CALL_META_KEY, TURN_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.web.app import WebApp
 from tests.support import cliapp
 from tests.support.bad_input import state

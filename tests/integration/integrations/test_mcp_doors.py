@@ -30,8 +30,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from devtools.processes import ROOT, Worker, free_port, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.access import Identity
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.namespace import namespace_of
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from tests.support.crash import lines
 from tests.support.netns import namespace
 

@@ -21,8 +21,8 @@ from sqlalchemy import select
 
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import lines, wait_started

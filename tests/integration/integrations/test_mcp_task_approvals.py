@@ -22,13 +22,13 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.tasks import (
     APPROVAL_INPUT,
     APPROVAL_META_KEY,
     DECISION_META_KEY,
 )
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.web.app import WebApp
 from tests.support.crash import lines, wait_finished
 from tests.support.mcp_server import _server

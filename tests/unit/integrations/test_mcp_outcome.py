@@ -8,7 +8,6 @@ import pytest
 
 from dex_celery import EffectClass, Settings, ToolPolicy
 from dex_celery.errors import InvalidId
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     OUTCOME_META_KEY,
@@ -26,6 +25,7 @@ from dex_celery.integrations.mcp.tasks import (
     created,
     task_of,
 )
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.model.outcomes import DID_NOT_RUN, CallStatus
 from dex_celery.model.policy import resolve_policy
 from dex_celery.model.records import ToolCallRecord

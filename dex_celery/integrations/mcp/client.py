@@ -440,6 +440,12 @@ class McpServerTools:
         except Exception as e:
             log.warning("MCP server %s: its kept tool list is not usable: %s", self.name, e)
 
+    def close(self) -> None:
+        """Close this process's warm MCP sessions (a worker process's shutdown): each server
+        sees its session end (a stdio server's stdin closed, an HTTP session's `DELETE`). The
+        pool is the process's, so the first source closes every server's session."""
+        pool().close_all()
+
     # --- fetching ------------------------------------------------------------------------------
 
     def fetch(self) -> tuple[McpToolDefinition, ...]:

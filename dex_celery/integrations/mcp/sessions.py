@@ -122,7 +122,9 @@ class SessionPool:
             return PoolStats(dict(self._opened))
 
     def close_all(self) -> None:
-        """Close every session (the worker's shutdown, tests)."""
+        """Close every session: each server sees its session end (a stdio server's stdin
+        closed, an HTTP session's `DELETE`). A worker process calls it at its shutdown
+        (`processes/worker.py`, through `McpServerTools.close`)."""
         with self._lock:
             loop = self._loop
         if loop is None:

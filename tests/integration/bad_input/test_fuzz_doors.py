@@ -57,7 +57,7 @@ from tests.support.fuzz import (
     valid_ids,
     wire_values,
 )
-from tests.support.mcp_server import DEX_CELERY, _server
+from tests.support.mcp.server import DEX_CELERY, _server
 from tests.support.web_session import CREDENTIALS, signed_in
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")

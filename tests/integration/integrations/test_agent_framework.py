@@ -15,9 +15,9 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
-from tests.support.agent_framework import Desk, answer, approvals
 from tests.support.crash import lines, tool_messages
-from tests.support.framework_checks import (
+from tests.support.frameworks.agent_framework import Desk, answer, approvals
+from tests.support.frameworks.checks import (
     READ_AND_WRITE,
     assert_killed_write_read_unknown,
     assert_one_approved_one_rejected,

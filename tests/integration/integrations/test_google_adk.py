@@ -15,14 +15,14 @@ from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
 from tests.support.crash import lines, tool_messages
-from tests.support.framework_checks import (
+from tests.support.frameworks.checks import (
     READ_AND_WRITE,
     assert_killed_write_read_unknown,
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,
     killed_mid_call,
 )
-from tests.support.google_adk import Desk, confirmations, final_text
+from tests.support.frameworks.google_adk import Desk, confirmations, final_text
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(

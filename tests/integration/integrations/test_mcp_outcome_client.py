@@ -26,8 +26,8 @@ from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import wait_finished
-from tests.support.mcp_server import _listening
-from tests.support.outcome_app import URL_ENV, make_app
+from tests.support.mcp.outcome_app import URL_ENV, make_app
+from tests.support.mcp.server import _listening
 from tests.support.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
@@ -86,7 +86,7 @@ def bank_worker(
     bank: tuple[dict[str, str], TcpProxy],
 ) -> Iterator[Callable[[], CeleryWorker]]:
     def start() -> CeleryWorker:
-        return mcp_worker(bank[0], module="tests.support.outcome_app")
+        return mcp_worker(bank[0], module="tests.support.mcp.outcome_app")
 
     yield from each_stopped(start)
 

@@ -39,7 +39,7 @@ from dex_celery.integrations.mcp.outcome import (
 )
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from tests.support.crash import lines, wait_started
-from tests.support.mcp_server import _server, _text
+from tests.support.mcp.server import _server, _text
 
 pytestmark = pytest.mark.crash
 

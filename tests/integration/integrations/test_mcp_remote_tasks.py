@@ -1,7 +1,7 @@
 """dex-celery's MCP client follows a remote tool call as a task (docs/mcp.md, "dex-celery as a
 client of servers of the newest revision"): two deployments with real workers. The remote one
 is `devtools.toolapp` served by `dex-celery mcp --transport http` (which offers the tasks
-extension) behind a TCP proxy the test cuts; the local one (`tests.support.remote_tasks_app`,
+extension) behind a TCP proxy the test cuts; the local one (`tests.support.mcp.remote_tasks_app`,
 its own database, Redis database and queues) has the remote tools as dex tools. Witnesses: both
 deployments' records and the remote tools' own side-effect log (`tests.support.crash.lines`).
 """
@@ -23,8 +23,8 @@ from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import lines, wait_finished, wait_started
-from tests.support.mcp_server import _server
-from tests.support.remote_tasks_app import SHORT_LIMIT, URL_ENV, make_app
+from tests.support.mcp.remote_tasks_app import SHORT_LIMIT, URL_ENV, make_app
+from tests.support.mcp.server import _server
 from tests.support.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
@@ -72,7 +72,7 @@ def local(
                 yield Local(local_dex, worker(), proxy)
 
 
-_MODULE = "tests.support.remote_tasks_app"
+_MODULE = "tests.support.mcp.remote_tasks_app"
 
 
 def _restored(proxy: TcpProxy) -> bool:

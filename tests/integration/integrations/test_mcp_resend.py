@@ -26,7 +26,7 @@ from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing.tcpproxy import TcpProxy
 from tests.support.crash import lines, wait_started
-from tests.support.mcp_server import _server, _text
+from tests.support.mcp.server import _server, _text
 
 WRITE = "slow_non_idempotent_write"  # a non-idempotent write that needs no approval
 

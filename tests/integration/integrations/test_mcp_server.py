@@ -19,7 +19,7 @@ from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.server import EFFECT_META_KEY, STATUS_META_KEY
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from tests.support.crash import lines, tool_messages
-from tests.support.mcp_server import APP, DEX_CELERY, _server, _text
+from tests.support.mcp.server import APP, DEX_CELERY, _server, _text
 from tests.support.span_file import SPANS_ENV, read_spans
 
 

@@ -31,8 +31,8 @@ from dex_celery.integrations.mcp.tasks import (
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.web.app import WebApp
 from tests.support.crash import lines, wait_finished
-from tests.support.mcp_server import _server
-from tests.support.mcp_tasks_client import (
+from tests.support.mcp.server import _server
+from tests.support.mcp.tasks_client import (
     CreatedTask,
     approve,
     call,

@@ -20,8 +20,8 @@ from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.tasks import SEQUENCE_META_KEY
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from tests.support.crash import lines
-from tests.support.mcp_server import _server
-from tests.support.mcp_tasks_client import (
+from tests.support.mcp.server import _server
+from tests.support.mcp.tasks_client import (
     CreatedTask,
     PushedStatus,
     call,

@@ -25,8 +25,8 @@ from dex_celery.integrations.mcp.server import TOOLS_LIST_TTL_MS
 from dex_celery.integrations.mcp.tasks import CANCEL_META_KEY, DEADLINE_META_KEY
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from tests.support.crash import lines, wait_finished, wait_started
-from tests.support.mcp_server import DEX_CELERY, _server
-from tests.support.mcp_tasks_client import (
+from tests.support.mcp.server import DEX_CELERY, _server
+from tests.support.mcp.tasks_client import (
     CreatedTask,
     call,
     cancel_task,

@@ -50,8 +50,8 @@ from dex_celery.integrations.mcp.client import MCP_DEFAULT_HINTS, McpServer, Mcp
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
 from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcp_server import _listening
-from tests.support.mcpapp import URL_ENV, make_app
+from tests.support.mcp.server import _listening
+from tests.support.mcp.tools_app import URL_ENV, make_app
 from tests.support.span_file import SPANS_ENV, read_spans
 from tests.support.workers import each_stopped, mcp_worker
 
@@ -497,7 +497,9 @@ def test_the_call_s_trace_reaches_the_mcp_server_in_the_request_s_meta(
     tracing.configure(provider)
     spans_file = tmp_path / "worker-spans.jsonl"
     worker = mcp_worker(
-        {**mcp_env, SPANS_ENV: str(spans_file)}, module="tests.support.traced_mcpapp", concurrency=1
+        {**mcp_env, SPANS_ENV: str(spans_file)},
+        module="tests.support.mcp.traced_tools_app",
+        concurrency=1,
     )
     try:
         record = mcp_dex.client().request_call("s1", "t1", "traced", "lookup", {"order_id": "A"})

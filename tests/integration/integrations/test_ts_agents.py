@@ -15,7 +15,7 @@ import pytest
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
 from tests.support.crash import lines
-from tests.support.ts_agents import (
+from tests.support.mcp.ts_agents import (
     FRAMEWORKS,
     JS,
     MISSING,

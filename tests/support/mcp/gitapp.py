@@ -63,7 +63,7 @@ def _count_sessions(**_: Any) -> None:
 
 @signals.worker_ready.connect
 def _announce_ready(sender: Any = None, **_: Any) -> None:
-    from tests.support.mcpapp import READY_ENV
+    from tests.support.mcp.tools_app import READY_ENV
 
     folder = os.environ.get(READY_ENV)
     if folder:

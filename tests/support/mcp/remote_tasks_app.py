@@ -3,7 +3,7 @@ of a `dex-celery mcp` server (the first deployment, `devtools.toolapp`, which se
 registered with `dex.add_mcp_server` at `$DEX_TEST_REMOTE_TASKS_URL` (a TCP proxy the test can
 cut). `r_*` tools have a long time limit, `s_*` tools a short one (the same remote tools).
 
-Built on first access of `app` or `dex`, like `tests.support.mcpapp`, whose worker-ready signal
+Built on first access of `app` or `dex`, like `tests.support.mcp.tools_app`, whose worker-ready signal
 this app shares.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support import mcpapp  # noqa: F401  (its worker-ready signal)
+from tests.support.mcp import tools_app as mcpapp  # noqa: F401  (its worker-ready signal)
 
 URL_ENV = "DEX_TEST_REMOTE_TASKS_URL"
 #: Seconds of start-to-close of the `s_*` tools.

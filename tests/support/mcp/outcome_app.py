@@ -2,7 +2,7 @@
 `devtools.mcp_outcome_server` (a third-party-style server of `dex-celery/outcome`), registered
 with `dex.add_mcp_server` at `$DEX_TEST_OUTCOME_URL` (a TCP proxy the test can cut).
 
-Built on first access of `app` or `dex`, like `tests.support.mcpapp`, whose worker-ready signal
+Built on first access of `app` or `dex`, like `tests.support.mcp.tools_app`, whose worker-ready signal
 this app shares.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from celery import Celery
 
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support import mcpapp  # noqa: F401  (its worker-ready signal)
+from tests.support.mcp import tools_app as mcpapp  # noqa: F401  (its worker-ready signal)
 
 URL_ENV = "DEX_TEST_OUTCOME_URL"
 

@@ -1,0 +1,17 @@
+"""The MCP tests' app (`tests.support.mcp.tools_app`) in a worker whose spans go to a file.
+
+`celery -A tests.support.mcp.traced_tools_app worker` with `DEX_TEST_SPANS_FILE` set: the SDK is the
+global tracer provider of the worker and its prefork children (`tests.support.span_file`).
+"""
+
+from typing import Any
+
+from tests.support.span_file import install
+
+install()
+
+from tests.support.mcp import tools_app as mcpapp  # noqa: E402  (the provider first, then the app)
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(mcpapp, name)

@@ -91,14 +91,6 @@ def bank_worker(
     yield from each_stopped(start)
 
 
-def _restored(proxy: TcpProxy) -> bool:
-    try:
-        proxy.restore()
-    except OSError:
-        return False
-    return True
-
-
 def test_a_dropped_connection_resends_the_key_and_records_the_same_calls_outcome(
     flavour: str,
     bank: tuple[dict[str, str], TcpProxy],
@@ -113,7 +105,7 @@ def test_a_dropped_connection_resends_the_key_and_records_the_same_calls_outcome
     key = calls.request_call("bank-s", "t1", "c1", "charge", {"amount": 7}).key
     wait_for(lambda: ("start", key) in runs(), timeout=60, what="the charge to start")
     assert proxy.cut() >= 1  # the response stream breaks while the server runs the write
-    wait_for(lambda: _restored(proxy), timeout=10, what="the link back")
+    wait_for(proxy.restored, timeout=10, what="the link back")
     (log / "release").write_text("")
     record = wait_finished(bank_dex, key, timeout=90)
 

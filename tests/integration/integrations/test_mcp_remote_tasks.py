@@ -75,14 +75,6 @@ def local(
 _MODULE = "tests.support.mcp.remote_tasks_app"
 
 
-def _restored(proxy: TcpProxy) -> bool:
-    try:
-        proxy.restore()
-    except OSError:
-        return False
-    return True
-
-
 def test_a_long_remote_write_runs_once_as_a_task_and_succeeds(local: Local) -> None:
     key = (
         local.dex.client()
@@ -120,7 +112,7 @@ def test_a_connection_cut_mid_task_follows_the_same_task_to_its_result(
     local.proxy.cut()  # polls fail while the link is down: the client opens it again
     again = f"asking for task {key} again"  # never the tool again: the same task id
     wait_for(lambda: again in local.log(), timeout=30, what="a broken poll")
-    wait_for(lambda: _restored(local.proxy), timeout=10, what="the link back")
+    wait_for(local.proxy.restored, timeout=10, what="the link back")
     (Path(env[LOG_ENV]) / "release").write_text("")
     record = wait_finished(local.dex, key, timeout=60)
 

@@ -37,14 +37,6 @@ def _keys(dex: Dex) -> list[str]:
         return [str(r.key) for r in rows]
 
 
-def _restored(proxy: TcpProxy) -> bool:
-    try:
-        proxy.restore()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("ids", ["key_in_meta", "no_ids"])
 def test_a_request_resent_after_a_broken_stream_is_one_call_and_one_run(
     ids: str, dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
@@ -78,7 +70,7 @@ def test_a_request_resent_after_a_broken_stream_is_one_call_and_one_run(
             assert proxy.cut() >= 1  # the response stream breaks while the tool runs
             # The link comes back once the kernel has let go of the listening port.
             await anyio.to_thread.run_sync(
-                lambda: wait_for(lambda: _restored(proxy), timeout=10, what="the link back")
+                lambda: wait_for(proxy.restored, timeout=10, what="the link back")
             )
         # A new client (a new JSON-RPC id) sends the same request again.
         async with Client(url) as mcp:

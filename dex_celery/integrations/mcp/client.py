@@ -93,6 +93,7 @@ from dex_celery.integrations.mcp.wire import (
     RESEND_BACKOFF,
     RESENDS,
     TASKS_EXTENSION,
+    connection_broke,
     describe,
     result_texts,
 )
@@ -655,10 +656,8 @@ class McpToolFunction:
         session = sessions.current(server)
         try:
             result = await client.call_tool(self.tool_name, arguments, meta=meta)
-        except asyncio.CancelledError:
-            raise
-        except MCPError as error:
-            if error.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+        except MCPError as error:  # (a cancellation is no MCPError nor Exception: it passes)
+            if connection_broke(error):
                 sessions.discard(server, session)
                 raise self._lost(error) from error
             # The server answered: it refused the request (unknown tool, bad params, ...).
@@ -686,7 +685,7 @@ class McpToolFunction:
             except asyncio.CancelledError:
                 raise
             except MCPError as error:
-                if error.code not in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                if not connection_broke(error):
                     raise self._error_outcome(error) from error
                 sessions.discard(server, session)
                 broken = error

@@ -55,7 +55,13 @@ from dex_celery.integrations.mcp.task_call import (
     request_cancel,
     start_task,
 )
-from dex_celery.integrations.mcp.wire import RESEND_BACKOFF, RESENDS, describe, result_texts
+from dex_celery.integrations.mcp.wire import (
+    RESEND_BACKOFF,
+    RESENDS,
+    connection_broke,
+    describe,
+    result_texts,
+)
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.tools.tool import ToolContext
 
@@ -73,7 +79,6 @@ CANCEL_MARGIN = 2.0
 #: Seconds the cancellation near the limit may take, at most (`tasks/cancel`, `tasks/get`).
 CANCEL_TIMEOUT = 1.5
 
-_BROKEN = (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT)
 #: Best-effort cancellations sent after the attempt itself was cancelled (kept referenced).
 _stragglers: set[asyncio.Task[None]] = set()
 
@@ -182,7 +187,7 @@ class RemoteTaskCall:
             except asyncio.CancelledError:
                 raise
             except MCPError as error:
-                if error.code not in _BROKEN:
+                if not connection_broke(error):
                     raise
                 sessions.discard(self.server, session)
                 broken: BaseException = error

@@ -28,6 +28,12 @@ RESENDS = 5
 RESEND_BACKOFF = 0.25
 
 
+def connection_broke(error: MCPError) -> bool:
+    """The SDK's error for a connection that closed or a request that timed out: no answer
+    came, so a server that was sent the request may or may not have acted on it."""
+    return error.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT)
+
+
 def result_texts(result: mcp_types.CallToolResult) -> str:
     """The text blocks of a tool result, one per line."""
     return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))

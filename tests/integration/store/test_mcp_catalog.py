@@ -34,7 +34,7 @@ from dex_celery import (
 from dex_celery.cli.main import main
 from dex_celery.store.mcp_catalog import McpCatalog, McpToolDefinition
 from tests.support.crash import wait_finished
-from tests.support.mcp import tools_app as mcpapp
+from tests.support.mcp import tools_app
 from tests.support.mcp.gitapp import REPO_ENV as GIT_REPO_ENV
 from tests.support.mcp.gitapp import make_app as make_git_app
 from tests.support.mcp.tools_app import DEAD_ENV, DEAD_URL_ENV, READY_ENV, make_app
@@ -74,8 +74,8 @@ def mcp_dex(mcp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
         monkeypatch.setenv(name, value)
     app, dex = make_app(Settings.from_env(mcp_env))
     dex.store.create_schema()
-    monkeypatch.setitem(mcpapp._built, "app", app)
-    monkeypatch.setitem(mcpapp._built, "dex", dex)
+    monkeypatch.setitem(tools_app._built, "app", app)
+    monkeypatch.setitem(tools_app._built, "dex", dex)
     return dex
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support.mcp import tools_app as mcpapp  # noqa: F401  (its worker-ready signal)
+from tests.support.mcp import tools_app  # noqa: F401  (its worker-ready signal)
 from tests.support.mcp.lazy_app import lazy_app
 
 URL_ENV = "DEX_TEST_REMOTE_TASKS_URL"

@@ -10,8 +10,8 @@ from tests.support.span_file import install
 
 install()
 
-from tests.support.mcp import tools_app as mcpapp  # noqa: E402  (the provider first, then the app)
+from tests.support.mcp import tools_app  # noqa: E402  (the provider first, then the app)
 
 
 def __getattr__(name: str) -> Any:
-    return getattr(mcpapp, name)
+    return getattr(tools_app, name)

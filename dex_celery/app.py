@@ -103,7 +103,9 @@ class Dex:
         #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
         self._reconcile_interval: float | None = None
         #: Every Celery signal, one place per process role (`dex_celery/processes/`).
-        self.worker_services = connect_worker(celery, self, self._tools.refresh_sources)
+        self.worker_services = connect_worker(
+            celery, self, self._tools.refresh_sources, self._tools.close_sources
+        )
         connect_beat(
             celery, self, lambda: self._reconcile_interval or self.settings.reconcile_interval
         )

@@ -105,6 +105,15 @@ class TcpProxy:
                 self._open.set()
         self._flowing.set()
 
+    def restored(self) -> bool:
+        """`restore`, or False while the port cannot be listened on again yet (a poll's
+        condition: `wait_for(proxy.restored, ...)`)."""
+        try:
+            self.restore()
+        except OSError:
+            return False
+        return True
+
     def blip(self, seconds: float, *, drop: bool = False) -> threading.Thread:
         """`cut` (or, with `drop`, `pause`) now and `restore` after `seconds` (on a thread of
         its own; join it to wait)."""

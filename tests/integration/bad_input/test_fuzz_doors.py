@@ -41,8 +41,8 @@ from dex_celery.cli.main import main
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import DexError, InvalidDecision
 from dex_celery.integrations.frameworks.calls import Decision, Decisions
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.server import SESSION_META_KEY, TOOL_CALL_META_KEY, TURN_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.web.app import WebApp
 from tests.support.apps import cliapp
 from tests.support.inputs.bad_input import state
@@ -56,9 +56,9 @@ from tests.support.inputs.fuzz import (
     valid_ids,
     wire_values,
 )
-from tests.support.mcp_server import DEX_CELERY, _server
+from tests.support.mcp.server import DEX_CELERY, _server
 from tests.support.stores.databases import ON_BOTH_DATABASES
-from tests.support.web.web_process.web_process.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_process.web_session import CREDENTIALS, signed_in
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -15,12 +15,12 @@ from mcp import Client, StdioServerParameters
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.server import EFFECT_META_KEY, STATUS_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from tests.support.apps.span_file import SPANS_ENV, read_spans
 from tests.support.faults.crash import lines, tool_messages
-from tests.support.mcp_server import APP, DEX_CELERY, _server, _text
+from tests.support.mcp.server import APP, DEX_CELERY, _server, _text
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

@@ -35,7 +35,7 @@ from tests.support.apps.session_story import (
     USER_TEXT,
     make_story,
 )
-from tests.support.web.web_process.web_process import WebServer, chromium, shot, texts
+from tests.support.web.web_process import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password"
 TOKENS = "reader:reader-token,agent:agent-token:tools:call"

@@ -1,6 +1,6 @@
 """Celery workers a test starts and its fixture stops, one way for every test: the fixture
 yields a `start` function, keeps each worker it started, and stops them all after the test,
-whatever the test did in between. Also the MCP test apps' worker (tests/support/mcpapp.py),
+whatever the test did in between. Also the MCP test apps' worker (tests/support/mcp/tools_app.py),
 whose modules import `mcp` when it is started: the CrewAI tests run these fixtures in a
 virtualenv without the `mcp` extra (the Makefile's .venv-crewai)."""
 
@@ -32,11 +32,11 @@ def each_stopped(start: Callable[P, W]) -> Iterator[Callable[P, W]]:
 
 
 def mcp_worker(
-    env: dict[str, str], *, module: str = "tests.support.mcpapp", concurrency: int = 2
+    env: dict[str, str], *, module: str = "tests.support.mcp.tools_app", concurrency: int = 2
 ) -> CeleryWorker:
     """A started worker of an MCP test app, logging into the test's own folder."""
     from devtools.mcp_tools_server import LOG_ENV
-    from tests.support.mcpapp import READY_ENV
+    from tests.support.mcp.tools_app import READY_ENV
 
     return CeleryWorker(
         module, env, Path(env[LOG_ENV]) / "worker", concurrency=concurrency, ready_env=READY_ENV

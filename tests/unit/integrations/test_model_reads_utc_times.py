@@ -7,13 +7,13 @@ approval deadline (`dex_celery/model/times.format_utc`, the one way times are sh
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
 from dex_celery.integrations.frameworks.calls import pending_text
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
-from tests.support.stores.call_records import call_record
 
 DEADLINE = 1796538979.7609718
 SHOWN = "2026-12-06 06:36:19 UTC"
@@ -21,28 +21,25 @@ SHOWN = "2026-12-06 06:36:19 UTC"
 UNIX_SECONDS = re.compile(r"\b\d{9,11}(?:\.\d+)?\b")
 
 
-def waiting() -> ToolCallRecord:
-    return call_record(
-        CallStatus.AWAITING_APPROVAL,
-        requires_approval=True,
-        requested_at=DEADLINE - 3600,
-        approval_deadline=DEADLINE,
-    )
-
-
 def assert_reads_utc(text: str) -> None:
     assert SHOWN in text, text
     assert not UNIX_SECONDS.search(text), text
 
 
-def test_the_framework_adapters_text_of_a_waiting_call() -> None:
+def test_the_framework_adapters_text_of_a_waiting_call(
+    record_of: Callable[..., ToolCallRecord],
+) -> None:
     """CrewAI, Google ADK and every adapter built on `frameworks.calls` return this text."""
-    assert_reads_utc(pending_text(waiting()))
+    assert_reads_utc(pending_text(record_of(CallStatus.AWAITING_APPROVAL, deadline=DEADLINE)))
 
 
-def test_the_mcp_task_status_message_of_a_waiting_call() -> None:
+def test_the_mcp_task_status_message_of_a_waiting_call(
+    record_of: Callable[..., ToolCallRecord],
+) -> None:
     pytest.importorskip("mcp")
     from dex_celery.integrations.mcp.tasks import task_of  # needs the mcp extra
 
-    task = task_of(waiting(), None, poll_interval=1.0)
+    task = task_of(
+        record_of(CallStatus.AWAITING_APPROVAL, deadline=DEADLINE), None, poll_interval=1.0
+    )
     assert_reads_utc(task["statusMessage"])

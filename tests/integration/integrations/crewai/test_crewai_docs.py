@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from tests.support.crewai_skip import require_crewai
+from tests.support.frameworks.crewai_skip import require_crewai
 
 require_crewai()
 

@@ -1,5 +1,5 @@
 """An agent process for the LangGraph crash test: `create_agent` with dex tools and a SQLite
-checkpointer, run as `python -m tests.support.langgraph_agent CHECKPOINT THREAD [--resume]`.
+checkpointer, run as `python -m tests.support.frameworks.langgraph_agent CHECKPOINT THREAD [--resume]`.
 
 Without `--resume` it starts the conversation; with it, it resumes the thread from its last
 checkpoint (`invoke(None, config)`), as a restarted process would. It prints the tool messages

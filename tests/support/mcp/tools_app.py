@@ -1,8 +1,8 @@
 """The Celery app of the MCP tests: the tools of `devtools.mcp_tools_server`, registered
 with `dex.add_mcp_server`, over stdio (default) or streamable HTTP (`$DEX_TEST_MCP_URL`).
 
-The app is built on first access of `app` or `dex` (module `__getattr__`), so importing this
-module starts no MCP server; `celery -A tests.support.mcpapp worker` builds it at start-up.
+The app is built on first access of `app` or `dex` (`lazy_app`), so importing this module
+starts no MCP server; `celery -A tests.support.mcp.tools_app worker` builds it at start-up.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from celery import Celery, signals
 from devtools.mcp_tools_server import EXTRA_TOOL_ENV, FAIL_START_ENV, LOG_ENV
 from devtools.processes import ROOT
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
+from tests.support.mcp.lazy_app import lazy_app
 
 URL_ENV = "DEX_TEST_MCP_URL"
 READY_ENV = "DEX_TEST_MCP_READY"
@@ -96,14 +97,7 @@ def add_dead_servers(dex: Dex) -> None:
 
 
 _built: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("app", "dex"):
-        if not _built:
-            _built["app"], _built["dex"] = make_app()
-        return _built[name]
-    raise AttributeError(name)
+__getattr__ = lazy_app(make_app, _built)
 
 
 @signals.worker_ready.connect

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from devtools.processes import ROOT
+
 #: Where `make install` puts the CLI (`npm ci` in tests/js/claude).
 CLI = ROOT / "tests" / "js" / "claude" / "node_modules" / ".bin" / "claude"
 

@@ -2,7 +2,7 @@
 JSON plan on argv[1] connects with the SDK's streamable HTTP client, with the step's headers,
 and calls one tool; one JSON line per step on stdout says what came back.
 
-`python -m tests.support.mcp_door_client '[{"url": ..., "headers": {...}, "tool": ...,
+`python -m tests.support.mcp.door_client '[{"url": ..., "headers": {...}, "tool": ...,
 "arguments": {...}, "meta": {...}}]'`
 """
 

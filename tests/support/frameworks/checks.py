@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, reconcile_once
@@ -22,6 +22,28 @@ READ_AND_WRITE = (
     ("echo", {"query": "order A"}, "call_read"),
     ("slow_idempotent_write", {"seconds": 0, "value": "kept"}, "call_write"),
 )
+
+
+#: The two writes of one model response `assert_both_wait` and `assert_one_approved_one_rejected`
+#: check (`call_ok` to approve, `call_no` to reject), as `(tool, arguments, call id)`, and what
+#: the model says once both are decided.
+TWO_WRITES = (
+    ("guarded_write", {"value": "yes"}, "call_ok"),
+    ("guarded_write", {"value": "no"}, "call_no"),
+)
+TWO_WRITES_ANSWER = "One sent, one refused."
+
+
+def assert_both_wait(
+    dex: Dex, asked: Mapping[str, tuple[Any, Mapping[str, Any]]], ok_key: str, no_key: str
+) -> None:
+    """Both writes were asked of a person, each shown with its dex key, and are recorded in
+    dex before anyone decides, waiting (`asked`: the framework's request and what it shows, by
+    call id)."""
+    assert sorted(asked) == ["call_no", "call_ok"]
+    assert asked["call_ok"][1]["dex_key"] == ok_key
+    assert dex.client().get_call(ok_key).status is CallStatus.AWAITING_APPROVAL
+    assert dex.client().get_call(no_key).status is CallStatus.AWAITING_APPROVAL
 
 
 def assert_read_and_write_succeeded(

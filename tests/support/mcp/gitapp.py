@@ -17,6 +17,8 @@ from celery import Celery, signals
 from devtools.mcp_tools_server import LOG_ENV
 from dex_celery import Dex, Settings
 from dex_celery.integrations.mcp.sessions import pool
+from tests.support.mcp import tools_app  # noqa: F401  (its worker-ready signal)
+from tests.support.mcp.lazy_app import lazy_app
 
 REPO_ENV = "DEX_TEST_GIT_REPO"
 
@@ -35,14 +37,7 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
 
 
 _built: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("app", "dex"):
-        if not _built:
-            _built["app"], _built["dex"] = make_app()
-        return _built[name]
-    raise AttributeError(name)
+__getattr__ = lazy_app(make_app, _built)
 
 
 _tasks_run = [0]
@@ -59,12 +54,3 @@ def _count_sessions(**_: Any) -> None:
         partial = target.with_suffix(f".{os.getpid()}")
         partial.write_text(f"{pool().stats().opened.get('git', 0)} {_tasks_run[0]}")
         partial.replace(target)
-
-
-@signals.worker_ready.connect
-def _announce_ready(sender: Any = None, **_: Any) -> None:
-    from tests.support.mcpapp import READY_ENV
-
-    folder = os.environ.get(READY_ENV)
-    if folder:
-        (Path(folder) / f"ready-{os.getpid()}").write_text(str(os.getpid()))

@@ -2,8 +2,8 @@
 `devtools.mcp_outcome_server` (a third-party-style server of `dex-celery/outcome`), registered
 with `dex.add_mcp_server` at `$DEX_TEST_OUTCOME_URL` (a TCP proxy the test can cut).
 
-Built on first access of `app` or `dex`, like `tests.support.mcpapp`, whose worker-ready signal
-this app shares.
+Built on first access of `app` or `dex` (`lazy_app`); it shares the worker-ready signal of
+`tests.support.mcp.tools_app`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 from celery import Celery
 
 from dex_celery import Dex, EffectClass, Settings, ToolPolicy
-from tests.support import mcpapp  # noqa: F401  (its worker-ready signal)
+from tests.support.mcp import tools_app  # noqa: F401  (its worker-ready signal)
+from tests.support.mcp.lazy_app import lazy_app
 
 URL_ENV = "DEX_TEST_OUTCOME_URL"
 
@@ -36,11 +37,4 @@ def make_app(settings: Settings | None = None) -> tuple[Celery, Dex]:
 
 
 _built: dict[str, Any] = {}
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("app", "dex"):
-        if not _built:
-            _built["app"], _built["dex"] = make_app()
-        return _built[name]
-    raise AttributeError(name)
+__getattr__ = lazy_app(make_app, _built)

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -39,13 +39,21 @@ def _server(transport: str, env: dict[str, str], app: list[str] | None = None) -
             command=DEX_CELERY, args=[*command, "--wait-timeout", "60"], env=full_env, cwd=str(ROOT)
         )
         return
+    with served_over_http(command, full_env) as url:
+        yield url
+
+
+@contextmanager
+def served_over_http(command: Sequence[str], env: Mapping[str, str]) -> Iterator[str]:
+    """`dex-celery COMMAND --transport http --port PORT` (a free port) running: its URL. A
+    failing test's error gets the server's stderr."""
     port = free_port()
     # A file, not a pipe nobody reads: a server that logs much must never block on stderr.
     with tempfile.TemporaryFile() as errors:
         process = popen_with_parent_death(
             [DEX_CELERY, *command, "--transport", "http", "--port", str(port)],
             cwd=ROOT,
-            env={**os.environ, **full_env},
+            env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
             stderr=errors,
         )

@@ -49,6 +49,7 @@ _.collect  # prometheus_client collector protocol (ops/metrics.py)
 
 # --- SQLAlchemy and Alembic: hooks and module attributes read by name --------------------------
 _sqlite_pragmas  # an `event.listens_for` connect listener (store/sql_engine.py)
+_watch  # the statement trace's connect listener (store/statement_trace.py)
 parent_names  # Alembic's `include_name(name, type_, parent_names)` signature (migrations/env.py)
 down_revision  # Alembic reads each migration's module attributes (store/migrations/versions/)
 branch_labels
@@ -110,6 +111,7 @@ _.before_model_request
 pytest_plugins  # pytest loads the plugin through it
 pytest_addoption  # pytest hooks
 pytest_configure
+_.restored  # TcpProxy's condition for `wait_for` once a cut link is back (testing/tcpproxy.py)
 pytest_unconfigure
 dex_database  # pytest fixtures, requested by parameter name
 dex_worker
@@ -150,3 +152,4 @@ _.list_calls  # tests/crash/sweeper/test_concurrent_sweepers.py
 _.count_by_outcome_scan  # tests/integration/store/test_call_counts.py, bench/scrape_cost.py
 _.count_unreported_unknowns_scan  # tests/integration/store/test_call_counts.py
 open_arguments  # the inverse of seal_arguments, tests/unit/tools/test_schemas.py
+traced_statements  # a process's logged statements, tests/integration/engine/test_pool_sql.py

@@ -58,7 +58,7 @@ from tests.support.inputs.fuzz import (
 )
 from tests.support.mcp.server import DEX_CELERY, _server
 from tests.support.stores.databases import ON_BOTH_DATABASES
-from tests.support.web.web_process.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_session import CREDENTIALS, signed_in
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.bench import run
+from tests.support.processes.bench import run
 
 
 def _sides_reported(out: str, unit: str, sides: tuple[str, ...]) -> None:

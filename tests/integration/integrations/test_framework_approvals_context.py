@@ -25,7 +25,7 @@ from dex_celery.model.records import MessageRole
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.web.web_process.webhook_receiver import Receiver
+from tests.support.web.webhook_receiver import Receiver
 
 CARD = "4111-1111-1111-1111"
 ASK = f"Please refund order 1002 to my card {CARD}, it arrived broken."

@@ -41,7 +41,7 @@ from tests.support.mcp.tasks_client import (
     update_task,
     wait_task,
 )
-from tests.support.web.web_process.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_session import CREDENTIALS, signed_in
 
 #: `bot` may call tools only; `boss` may also decide approvals; `rival` calls tools only.
 TOKENS = (

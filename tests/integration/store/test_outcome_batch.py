@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from dex_celery.audit.entries import Entry, EntryKind
+from dex_celery.audit.entries import AuditKind, Entry
 from dex_celery.audit.keys import Signer
 from dex_celery.audit.verify import verify_database
 from dex_celery.model.budgets import Budget, charge_of
@@ -223,7 +223,7 @@ def test_entries_past_one_statement_s_parameters_go_in_several(twins: tuple[Stor
     several statements in the same transaction, one whole chain."""
     store, _ = twins
     most = store_many_rows.MAX_PARAMETERS // len(ENTRY_COLUMNS)
-    entries = [Entry(EntryKind.THAW, {"n": i}) for i in range(most + 10)]
+    entries = [Entry(AuditKind.THAW, {"n": i}) for i in range(most + 10)]
     with store.engine.begin() as conn:
         appended = store.audit.append(conn, *entries)
     appended.committed()

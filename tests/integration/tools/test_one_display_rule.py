@@ -29,9 +29,9 @@ from dex_celery.cli.main import main
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
-from tests.support.web.web_process.web_session import CREDENTIALS as WEB_USERS
-from tests.support.web.web_process.web_session import signed_in
-from tests.support.web.web_process.webhook_receiver import Receiver
+from tests.support.web.web_session import CREDENTIALS as WEB_USERS
+from tests.support.web.web_session import signed_in
+from tests.support.web.webhook_receiver import Receiver
 
 CARD_NUMBER = "4111-2222-3333-4444"
 CVC = "8642"

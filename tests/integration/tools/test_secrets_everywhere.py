@@ -226,8 +226,8 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     """Issue 19, finding 5: `credentials={"user": ..., "password": ...}` under
     `secret_arguments=["credentials"]`, the tool putting its leaves into its error and result."""
     from dex_celery.web.app import WebApp
-    from tests.support.web.web_process.web_session import CREDENTIALS as WEB_USERS
-    from tests.support.web.web_process.web_session import signed_in
+    from tests.support.web.web_session import CREDENTIALS as WEB_USERS
+    from tests.support.web.web_session import signed_in
 
     def absent(where: str, text: str) -> None:
         assert_absent(where, text, NESTED)

@@ -21,6 +21,7 @@ from dex_celery import Dex, Settings
 from dex_celery.engine.sweep import run_forever
 from tests.support.databases import SQLITE, database_url
 from tests.support.failures_now import register as register_failures_now
+from tests.support.phase_times import register as register_phase_times
 from tests.support.rabbitmq import (
     RABBITMQ,
     REDIS,
@@ -164,6 +165,18 @@ def sweeper(dex: Dex) -> Iterator[threading.Event]:
 
 def pytest_configure(config: pytest.Config) -> None:
     register_failures_now(config)  # a cut run still names its failures (docs/testing.md)
+    register_phase_times(config)  # DEX_TEST_TIMES: each test's seconds as it ends
     os.environ.setdefault(
         "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     )
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`: a file per unit (a long test's cases spread), the longest first
+    (tests/support/xdist_units.py); optional, so a run without pytest-xdist loads this file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.xdist_units import LongestFilesFirst  # pytest-xdist, only when it runs
+
+    return LongestFilesFirst(config, log)  # type: ignore[arg-type]

@@ -181,7 +181,7 @@ def run_dex(
     """dex-celery: the drawn calls through `request_calls`; done when all have terminal records.
 
     Returns calls/s of the last (measured) list and the approval waits of its approved calls."""
-    from dex_celery.engine.dispatch import CallRequest
+    from dex_celery.engine.request.dispatch import CallRequest
     from dex_celery.store.schema import tool_calls
 
     database = f"sqlite:///{folder / f'dex-{uuid.uuid4().hex[:8]}.db'}"
@@ -352,7 +352,7 @@ def inflight_dex(
     folder: Path, url: str, args: argparse.Namespace
 ) -> tuple[float, float, dict[str, int]]:
     from devtools.processes import CeleryBeat
-    from dex_celery.engine.dispatch import CallRequest
+    from dex_celery.engine.request.dispatch import CallRequest
 
     database = f"sqlite:///{folder / 'dex-inflight.db'}"
     dx = dex_app(url, database)

@@ -21,8 +21,8 @@ from celery import Celery
 
 from bench.common import header
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
-from dex_celery.engine.approval_claim import Bound, worker_view
-from dex_celery.engine.outcome_writer import encode_row
+from dex_celery.engine.attempt.approval_claim import Bound, worker_view
+from dex_celery.engine.attempt.outcome_writer import encode_row
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.store.values import Outcome, OutcomeRow

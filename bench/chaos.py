@@ -62,8 +62,8 @@ from sqlalchemy import func, select
 from bench.common import BenchWorker, CeleryWorker, RedisServer, header, wait_for, workdir
 from devtools.redis_cluster import RedisClusterNodes
 from dex_celery import EffectClass, Settings
-from dex_celery.engine.dispatch import CallRequest
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.request.dispatch import CallRequest
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.store.schema import messages, tool_calls
 

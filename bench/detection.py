@@ -32,7 +32,7 @@ import redis
 
 from bench.common import BenchWorker, RedisServer, header, percentile, wait_for, workdir
 from dex_celery import EffectClass, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def run_plain(folder: Path, url: str, kind: str, args: argparse.Namespace) -> fl
 def run_dex(folder: Path, url: str, kind: str, args: argparse.Namespace) -> float:
     from bench.io_apps import build
     from dex_celery import Settings
-    from dex_celery.engine.dispatch import CallRequest
+    from dex_celery.engine.request.dispatch import CallRequest
     from dex_celery.store.schema import tool_calls
 
     database = f"sqlite:///{folder / 'dex.db'}"

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 from devtools.processes import RedisServer, Worker, wait_for  # noqa: E402
 from devtools.toolapp import LOG_ENV, executions, make_app  # noqa: E402
 from dex_celery import CallStatus, Dex, Settings  # noqa: E402
-from dex_celery.engine.sweep import run_forever  # noqa: E402
+from dex_celery.engine.upkeep.sweep import run_forever  # noqa: E402
 
 
 def one_run(dex: Dex, env: dict[str, str], log_dir: Path, n: int) -> float:

@@ -2,7 +2,7 @@
 native dex tool's body in the same run.
 
 - `native`: a plain dex tool body returning the same answer (the floor);
-- `cold`: what every attempt did before `mcp_sessions`: start and greet the server, call, close;
+- `cold`: what every attempt did before `integrations/mcp/sessions`: start and greet the server, call, close;
 - `warm`: the tool body of `dex.add_mcp_server` on this process's warm session (ping + call).
 
 Servers: the project's test server (`devtools.mcp_tools_server`, tool `lookup`) and the
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devtools.processes import ROOT
-from dex_celery.integrations.mcp_client import McpServer, McpToolFunction, run_sync
+from dex_celery.integrations.mcp.client import McpServer, McpToolFunction, run_sync
 from dex_celery.model.ids import CallKey
 from dex_celery.tools.tool import ToolContext
 

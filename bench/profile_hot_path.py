@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dex_batch_requests_only(dx: Any, n: int, batch: int, session: str = "prof") -> None:
-    from dex_celery.engine.dispatch import CallRequest
+    from dex_celery.engine.request.dispatch import CallRequest
 
     client = dx.client()
     for start in range(0, n, batch):

@@ -28,13 +28,21 @@ from bench.throughput import Setup, _dex
 
 #: (owner module, attribute path, label) of the steps `--phases` times.
 _PHASES = (
-    ("dex_celery.engine.dispatch", "Dispatcher.check", "check: ids, tool, arguments, seal"),
+    ("dex_celery.engine.request.dispatch", "Dispatcher.check", "check: ids, tool, arguments, seal"),
     ("dex_celery.store.calls", "CallRecords.insert_calls", "SQL transaction (insert_calls)"),
     ("dex_celery.store.calls", "session_default", "  session's default effect (read)"),
-    ("dex_celery.engine.dispatch", "Dispatcher._start_many", "open and publish (_start_many)"),
-    ("dex_celery.engine.dispatch", "Dispatcher._captured", "  the message, built by Celery"),
+    (
+        "dex_celery.engine.request.dispatch",
+        "Dispatcher._start_many",
+        "open and publish (_start_many)",
+    ),
+    (
+        "dex_celery.engine.request.dispatch",
+        "Dispatcher._captured",
+        "  the message, built by Celery",
+    ),
     ("dex_celery.ledger.ledger", "Ledger.open_replies", "  open script (EVALSHA)"),
-    ("dex_celery.engine.dispatch", "Dispatcher.publish", "  publish after open (Celery)"),
+    ("dex_celery.engine.request.dispatch", "Dispatcher.publish", "  publish after open (Celery)"),
 )
 
 

@@ -30,7 +30,7 @@ from bench.common import ROOT, BenchWorker, RedisServer, header, median, start_w
 from bench.throughput import database
 from devtools.history_seed import seed_history
 from dex_celery import Settings
-from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.request.dispatch import CallRequest
 
 
 @dataclass(frozen=True)

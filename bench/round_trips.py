@@ -21,7 +21,7 @@ import redis
 
 #: A worker's processes by role: the main process, its pool processes, its outcome recorder.
 MAIN, POOL, RECORDER = "worker main", "pool", "recorder"
-#: The recorder's process name (`engine/outcome_writer.RECORDER_NAME`).
+#: The recorder's process name (`engine/attempt/outcome_writer.RECORDER_NAME`).
 RECORDER_COMM = "dex-recorder"
 
 _SOCKET = re.compile(r"socket:\[(\d+)\]")

@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from bench.common import RedisServer, header, median, workdir
 from bench.sweep_cost import CHUNK, template
 from dex_celery import Settings
-from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.request.dispatch import CallRequest
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops.metrics import registry_for

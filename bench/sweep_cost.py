@@ -22,8 +22,8 @@ from sqlalchemy import insert
 
 from bench.common import RedisServer, header, median, workdir
 from dex_celery import Settings
-from dex_celery.engine.dispatch import CallRequest
-from dex_celery.engine.sweep import Sweeper
+from dex_celery.engine.request.dispatch import CallRequest
+from dex_celery.engine.upkeep.sweep import Sweeper
 from dex_celery.store.schema import tool_calls
 
 CHUNK = 20_000

@@ -228,7 +228,7 @@ def _dex_batch(dx: Any, n: int, batch: int) -> None:
     call's SQL record committed), read as they come; then one SQL count confirms that all `n`
     records are `succeeded`. (Polling SQL for the count every 10 ms cost the driver about as
     much CPU as the requests.)"""
-    from dex_celery.engine.dispatch import CallRequest
+    from dex_celery.engine.request.dispatch import CallRequest
     from dex_celery.store.schema import tool_calls
 
     session = f"s{uuid.uuid4().hex[:12]}"

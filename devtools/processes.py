@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from dex_celery.engine.outcome_writer import RECORDER_NAME
+from dex_celery.engine.attempt.outcome_writer import RECORDER_NAME
 from dex_celery.processes.localstack import free_port
 from dex_celery.processes.parent_death import popen_with_parent_death
 from dex_celery.testing.processes import RedisServer, wait_for

@@ -28,7 +28,7 @@ from dex_celery import (
     ToolError,
     ToolPolicy,
 )
-from dex_celery.engine.pause_points import (
+from dex_celery.engine.attempt.pause_points import (
     PAUSE_AT_ENV,
     PAUSE_DIR_ENV,
     PAUSE_TIMEOUT_ENV,
@@ -87,7 +87,7 @@ def _hold(ctx: ToolContext, seconds: float) -> None:
 
 
 #: The tool of a "newer release" (version skew): a write the previous release's worker app
-#: (`tests/support/skew_apps.py`) does not have.
+#: (`tests/support/apps/skew_apps.py`) does not have.
 NEW_TOOL = "audit"
 #: Its policy as this app (the requesters' release) registers it: a start-to-close long
 #: enough for its run; a worker app may register it otherwise, and must still run a call under
@@ -619,7 +619,7 @@ STALL_WRITER_ENV = "DEX_TEST_STALL_OUTCOME_WRITER"
 
 def _stall_outcome_writer() -> None:
     """Test hook: inactive unless the env says so. The engine's `before_record` pause point
-    (dex_celery/engine/pause_points.py), held for an hour: no writer ever writes. Armed when the
+    (dex_celery/engine/attempt/pause_points.py), held for an hour: no writer ever writes. Armed when the
     worker imports this module, before anything forks, so every writer of the worker is
     stalled: the pool processes' own and the outcome recorder's (`OutcomeChannel`, prefork)."""
     if os.environ.get(STALL_WRITER_ENV) != "1":
@@ -644,7 +644,7 @@ def _stall_recorder() -> None:
     pid_file = os.environ.get(STALL_RECORDER_ENV)
     if not pid_file:
         return
-    from dex_celery.engine.outcome_writer import OutcomeChannel, OutcomeWriter
+    from dex_celery.engine.attempt.outcome_writer import OutcomeChannel, OutcomeWriter
 
     loop = OutcomeChannel._loop
 

@@ -21,21 +21,21 @@ from celery import Celery
 from dex_celery.audit.keys import load_signer
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.client.dex_client import DexClient
-from dex_celery.engine.approvals import Approvals
-from dex_celery.engine.dispatch import Dispatcher
-from dex_celery.engine.freeze import WriteFreezeControl
 from dex_celery.engine.preview_worker import register_preview_task
-from dex_celery.engine.previews import check_preview
-from dex_celery.engine.reconcile import (
+from dex_celery.engine.request.approvals import Approvals
+from dex_celery.engine.request.dispatch import Dispatcher
+from dex_celery.engine.request.previews import check_preview
+from dex_celery.engine.runtime import Runtime
+from dex_celery.engine.task_events import AttemptFailed
+from dex_celery.engine.upkeep.freeze import WriteFreezeControl
+from dex_celery.engine.upkeep.reconcile import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
     OutcomeChecks,
     Reconciler,
     reconcile_once,
 )
-from dex_celery.engine.runtime import Runtime
-from dex_celery.engine.sweep import Sweeper
-from dex_celery.engine.task_events import AttemptFailed
+from dex_celery.engine.upkeep.sweep import Sweeper
 from dex_celery.errors import ConfigurationError, DuplicateTool
 from dex_celery.forks import after_fork, keep_inherited
 from dex_celery.ledger.events import AgentEvents
@@ -53,8 +53,8 @@ from dex_celery.tools.definitions import tool_definitions
 from dex_celery.tools.tool import PreviewFunction, Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.engine.reconcile import _F
-    from dex_celery.integrations.mcp_client import McpServerTools
+    from dex_celery.engine.upkeep.reconcile import _F
+    from dex_celery.integrations.mcp.client import McpServerTools
 
 log = logging.getLogger("dex_celery")
 
@@ -96,15 +96,17 @@ class Dex:
         after_fork(self._forget_runtime)
         configure_celery(celery, self.settings)
         _DEX_OF_APP[celery] = self
-        #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.engine.reconcile`).
+        #: Outcome checks of tools, read by the reconcile beat job (S8.4, `dex_celery.engine.upkeep.reconcile`).
         self.outcome_checks = OutcomeChecks()
         self._register_reconcile_task()
         register_preview_task(celery, lambda: self.runtime)
         #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
         self._reconcile_interval: float | None = None
         #: Every Celery signal, one place per process role (`dex_celery/processes/`).
-        self.worker_services = connect_worker(celery, self, self._tools.refresh_sources)
-        self.beat_services = connect_beat(
+        self.worker_services = connect_worker(
+            celery, self, self._tools.refresh_sources, self._tools.close_sources
+        )
+        connect_beat(
             celery, self, lambda: self._reconcile_interval or self.settings.reconcile_interval
         )
 
@@ -179,10 +181,10 @@ class Dex:
     def add_mcp_server(self, name: str | None = None, **options: Any) -> McpServerTools:
         """Register an MCP server (stdio `command=[...]` or streamable-HTTP `url=...`); its
         tools are registered when first needed, and nothing connects here. See
-        `dex_celery.integrations.mcp_client.add_mcp_server` for the options."""
+        `dex_celery.integrations.mcp.client.add_mcp_server` for the options."""
         try:
             # Deferred: the `mcp` extra is optional; the core imports without it.
-            from dex_celery.integrations.mcp_client import add_mcp_server
+            from dex_celery.integrations.mcp.client import add_mcp_server
         except ImportError as e:
             raise ConfigurationError(
                 f"add_mcp_server needs the mcp extra: pip install 'dex-celery[mcp]' ({e})"
@@ -316,7 +318,7 @@ class Dex:
             self._reconcile_interval = reconcile_interval
         return {}
 
-    # --- outcome checks (S8; dex_celery/engine/reconcile.py) -------------------------------------------
+    # --- outcome checks (S8; dex_celery/engine/upkeep/reconcile.py) -------------------------------
 
     def outcome_check(self, tool_name: str) -> Callable[[_F], _F]:
         """Decorator: `check(key, arguments_json) -> report text | CannotTellYet`, sync or async."""

@@ -1,4 +1,4 @@
-"""Pruning the audit log with the history it speaks of (S13.4.5, `engine/retention.py`).
+"""Pruning the audit log with the history it speaks of (S13.4.5, `engine/upkeep/retention.py`).
 
 Each chain is cut after its last entry older than the prune's cutoff. The entries cut go first
 to an archive of their own beside the history's archive (the export format, `audit/export.py`:

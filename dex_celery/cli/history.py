@@ -1,6 +1,6 @@
 """`dex-celery history prune`: remove old history by hand, archived first (S12.4).
 
-Beat does the same on a schedule when `retention` is set (`engine/retention.py`). Progress goes
+Beat does the same on a schedule when `retention` is set (`engine/upkeep/retention.py`). Progress goes
 to stderr (about once a second on a long run); the one summary line, or `--json`, to stdout.
 
 What it may write, and what it needs: the archive only when it is new or an archive an earlier
@@ -19,7 +19,7 @@ import click
 
 from dex_celery.cli.calls import emit_json
 from dex_celery.cli.context import DexContext, pass_context
-from dex_celery.engine.retention import PruneReport, archive_path, prune
+from dex_celery.engine.upkeep.retention import PruneReport, archive_path, prune
 from dex_celery.errors import InvalidRequest
 from dex_celery.model.times import format_utc, parse_since
 from dex_celery.store.archive import check_archive_target

@@ -1,6 +1,6 @@
 """`dex-celery mcp`: serve the deployment's tools to MCP clients (stdio or streamable HTTP).
 
-See `dex_celery.integrations.mcp_server` for what a `tools/call` does. Needs the `mcp` extra.
+See `dex_celery.integrations.mcp.server` for what a `tools/call` does. Needs the `mcp` extra.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def mcp(
     """Serve the registered tools over MCP; every call goes through the ledger."""
     try:
         # Deferred: the `mcp` extra is optional; the rest of the CLI works without it.
-        from dex_celery.integrations.mcp_server import serve
+        from dex_celery.integrations.mcp.server import serve
     except ImportError as e:
         click.echo(
             f"error: dex-celery mcp needs the mcp extra: pip install 'dex-celery[mcp]' ({e})",
@@ -81,6 +81,3 @@ def mcp(
         wait_timeout=wait_timeout,
         task_after=task_after,
     )
-
-
-commands = [mcp]

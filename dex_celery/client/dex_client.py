@@ -19,9 +19,9 @@ from dex_celery.backend_errors import (
     translated_iterator,
     translating_backend_errors,
 )
-from dex_celery.engine.approvals import PendingApproval
 from dex_celery.engine.decided import decided, decided_step
-from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.request.approvals import PendingApproval
+from dex_celery.engine.request.dispatch import CallRequest
 from dex_celery.errors import CallTimeout, UnknownCall
 from dex_celery.ledger.events import START, AgentEvent, EventFilters
 from dex_celery.ledger.ledger import LedgerCall
@@ -300,7 +300,7 @@ class DexClient:
                     decided.add(event.key)
         return position, finished, decided
 
-    # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
+    # --- approvals (S6; dex_celery/engine/request/approvals.py) -----------------------------------
 
     def approve(
         self,
@@ -325,7 +325,7 @@ class DexClient:
         """Calls waiting for a decision, oldest first, secret arguments redacted."""
         return self.source.runtime.approvals.pending(session_id, limit=limit)
 
-    # --- events (S7.3; dex_celery/ledger/events.py) ---------------------------------------------------
+    # --- events (S7.3; dex_celery/ledger/events.py) -----------------------------------------------
 
     def events(self, after: str = START, **filters: Unpack[EventFilters]) -> Iterator[AgentEvent]:
         """AgentEvents after position `after` (`"0"` from the start, `"$"` from now).
@@ -391,7 +391,7 @@ class AsyncDexClient:
     ) -> list[ToolCallRecord]:
         return await asyncio.to_thread(self.sync.wait, keys, timeout=timeout, recorded=recorded)
 
-    # --- approvals (S6; dex_celery/engine/approvals.py) -----------------------------------------------
+    # --- approvals (S6; dex_celery/engine/request/approvals.py) -----------------------------------
 
     async def approve(
         self,
@@ -411,7 +411,7 @@ class AsyncDexClient:
     ) -> list[PendingApproval]:
         return await asyncio.to_thread(self.sync.pending_approvals, session_id, limit=limit)
 
-    # --- events (S7.3; dex_celery/ledger/events.py) ---------------------------------------------------
+    # --- events (S7.3; dex_celery/ledger/events.py) -----------------------------------------------
 
     def events(
         self, after: str = START, **filters: Unpack[EventFilters]

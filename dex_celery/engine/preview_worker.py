@@ -20,8 +20,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.async_bridge import run_sync
-from dex_celery.engine.invoke import TRANSIENT_ERRORS, is_async
-from dex_celery.engine.previews import (
+from dex_celery.engine.attempt.invoke import TRANSIENT_ERRORS, is_async
+from dex_celery.engine.request.previews import (
     HARD_LIMIT_SLACK,
     MAX_PREVIEW_CHARS,
     PREVIEW_TASK,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from dex_celery.engine.runtime import Runtime
     from dex_celery.settings import Settings
 
-log = logging.getLogger("dex_celery.engine.previews")
+log = logging.getLogger("dex_celery.engine.request.previews")
 
 #: Tries of a preview that raised a transient error (a connection reset, a time-out, a
 #: `RetryableToolError`), all within its one `preview_timeout`.

@@ -23,16 +23,16 @@ from typing import Protocol
 
 from celery import Celery
 
-from dex_celery.engine.approvals import Approvals
-from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.attempt.outcome_writer import OutcomeWriter
+from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
+from dex_celery.engine.attempt.worker import Worker
 from dex_celery.engine.epoch import LedgerEpoch
-from dex_celery.engine.freeze import WriteFreezeControl
-from dex_celery.engine.outcome_writer import OutcomeWriter
-from dex_celery.engine.reconcile import OutcomeChecks, Reconciler
-from dex_celery.engine.retention import Retention
-from dex_celery.engine.shutdown_gate import ShutdownGate
-from dex_celery.engine.sweep import Sweeper
-from dex_celery.engine.worker import Worker
+from dex_celery.engine.request.approvals import Approvals
+from dex_celery.engine.request.dispatch import Dispatcher
+from dex_celery.engine.upkeep.freeze import WriteFreezeControl
+from dex_celery.engine.upkeep.reconcile import OutcomeChecks, Reconciler
+from dex_celery.engine.upkeep.retention import Retention
+from dex_celery.engine.upkeep.sweep import Sweeper
 from dex_celery.ledger.connection import ledger_client
 from dex_celery.ledger.guard import ledger_location
 from dex_celery.ledger.keys import KeySpace

@@ -524,7 +524,7 @@ class Ledger:
         `epoch` is the ledger's (`LedgerEpoch`); each call is opened under its shard's part.
         `sends`, one sequence per call: the broker's commands of its first attempt's message,
         run by the same script only if it opens the entry (the broker being this Redis:
-        `engine/publish_capture.py`), so opening and publishing are one atomic step.
+        `engine/request/publish_capture.py`), so opening and publishing are one atomic step.
         `budgets`, one sequence per call: its charges (S13.1), reserved by the same script
         only if every one has room, so admission and reservation are one atomic step."""
         shards = [self.keys.of(key) for key, _ in calls]

@@ -37,7 +37,7 @@ class EffectTraits:
         meaning: What the class means to a person deciding an approval: what approving lets
             happen (shown beside the call, S6).
         read_only: Running the tool changes nothing: a read whose return value is unusable
-            failed (`engine/invoke.encode_result`), and its metadata's `destructiveHint` asks
+            failed (`engine/attempt/invoke.encode_result`), and its metadata's `destructiveHint` asks
             for no approval (S1.3).
         retryable: Repeating the tool is harmless, so a call may get more than one attempt
             (S3.1); otherwise it runs at most once (S3.2).

@@ -16,10 +16,10 @@ from typing import Any
 
 import redis
 
-from dex_celery.engine.approvals import PendingApproval
+from dex_celery.engine.attempt.owners import parse_owner
 from dex_celery.engine.held_back_evidence import repeat_evidence
-from dex_celery.engine.owners import parse_owner
-from dex_celery.engine.previews import shown_preview
+from dex_celery.engine.request.approvals import PendingApproval
+from dex_celery.engine.request.previews import shown_preview
 from dex_celery.engine.runtime import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall

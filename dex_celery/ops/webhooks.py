@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from dex_celery.engine.previews import preview_pending, shown_preview
+from dex_celery.engine.request.previews import preview_pending, shown_preview
 from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.ledger.events import AgentEvent, EventType
 from dex_celery.model.outcomes import CallStatus

@@ -10,7 +10,7 @@ beat process instead of as Celery tasks:
   safe with two runners at once, so a second beat by mistake causes nothing twice;
 - the webhook sender, when `webhook_urls` is set;
 - the retention job (every `retention_interval`, S12.4), when `retention` is set: a prune of
-  the history that ended more than `retention` ago, archived first (`engine/retention.py`).
+  the history that ended more than `retention` ago, archived first (`engine/upkeep/retention.py`).
 
 All of them start on Celery's `beat_init` for this Dex's app only. `beat_init` is sent by a
 standalone `celery beat` and by an embedded one (`worker -B`, which also sends
@@ -29,7 +29,7 @@ from typing import Any
 from celery import Celery, signals
 
 from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.ops.webhooks import WebhookSender, receivers
 from dex_celery.processes.checks import check_or_exit
 

@@ -4,7 +4,7 @@
 Celery's own warm shutdown stops consuming and waits, without a limit, for the tasks its pool
 runs. dex-celery adds three things:
 
-- the claim gate (`engine.shutdown_gate`) shuts at the signal, in every pool process: a delivery
+- the claim gate (`engine.attempt.shutdown_gate`) shuts at the signal, in every pool process: a delivery
   not yet claimed is handed back to the broker (`Reject(requeue=True)`) instead of starting;
 - `hand_back_unstarted`, when the consumer stops: messages the worker holds but never gave to a
   pool process go back to the queue now, not when the worker exits after its running tools;
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from celery.worker import state
 
-from dex_celery.engine.shutdown_gate import ShutdownGate
+from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
 
 log = logging.getLogger("dex_celery.processes.shutdown")
 

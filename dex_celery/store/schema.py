@@ -198,7 +198,7 @@ unknown_outcomes = Table(
     Column("last_error", Text, nullable=True),
     Column("report", Text, nullable=True),
     Column("reported_at", Float, nullable=True),
-    # What the check said became of the call, where it could tell (`engine/reconcile.py`):
+    # What the check said became of the call, where it could tell (`engine/upkeep/reconcile.py`):
     # `went_through` or `did_not_run`; it settles the call's write budgets (S13.1).
     Column("verdict", String(16), nullable=True),
     # The runs read only open rows of tools that have a check.

@@ -8,7 +8,7 @@ that mark: a requester's insert or a recorder's batch then returns only after th
 its record, its messages), so one call in ~90 paid for a checkpoint, which is what set
 dex-celery's `wait()` p99 on SQLite (docs/benchmarks.md, sections 17 and 18).
 
-The outcome writer (`engine/outcome_writer.py`: the recorder, or a threads or gevent worker's
+The outcome writer (`engine/attempt/outcome_writer.py`: the recorder, or a threads or gevent worker's
 writer thread) writes most of the log and knows how much it wrote, so after every
 `CHECKPOINT_AFTER` outcomes it has a thread of its own run a `PASSIVE` checkpoint on its own
 connection: the log is copied back while other processes go on writing (a passive checkpoint

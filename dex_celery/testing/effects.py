@@ -6,7 +6,7 @@ the test asks `effects.count("charge", key)`. Each record is one line appended (
 that process's SIGKILL and says how many times the body really ran, whatever the ledger or SQL
 say. Outside a test (the variable unset) `record` does nothing.
 
-`record` is also the `in_tool` pause point (dex_celery/engine/pause_points.py): a worker started
+`record` is also the `in_tool` pause point (dex_celery/engine/attempt/pause_points.py): a worker started
 by the kit to stop there blocks right after the effect was counted, before the tool returns.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dex_celery.engine.pause_points import PausePoint, pause_at
+from dex_celery.engine.attempt.pause_points import PausePoint, pause_at
 from dex_celery.errors import ConfigurationError
 
 EFFECTS_DIR_ENV = "DEX_TESTING_EFFECTS_DIR"

@@ -2,7 +2,7 @@
 Redis and throwaway database, and the faults dex-celery survives, driven against it.
 
 Every fault is a real one: `kill_at` SIGKILLs the worker's processes while one of them stands at
-a named point of an attempt (dex_celery/engine/pause_points.py), `roll_back_redis` SIGKILLs
+a named point of an attempt (dex_celery/engine/attempt/pause_points.py), `roll_back_redis` SIGKILLs
 redis-server and starts it again from an older snapshot, `cut_redis_link` resets the worker's
 TCP connections to Redis (a proxy between them). The record is then read from SQL and the tool
 body's runs from the side-effect counter (`dex_celery.testing.effects`).
@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from dex_celery.app import Dex
-from dex_celery.engine.pause_points import (
+from dex_celery.engine.attempt.pause_points import (
     PAUSE_AT_ENV,
     PAUSE_DIR_ENV,
     PausePoint,

@@ -1,7 +1,7 @@
 """The registry of a `Dex`'s tools, with sources that register tools only when needed.
 
 Python tools are registered at import. An MCP server's tools are not known until its tool list
-is read, and registering the server connects to nothing (`integrations/mcp_client.py`): it adds a
+is read, and registering the server connects to nothing (`integrations/mcp/client.py`): it adds a
 `ToolSource`. A lookup of a name not registered yet asks each source to register what it has
 (its list as kept in the database, fetched first if it never was), so the first request for one
 of its tools is what reads the list in a requester, and nothing else does.
@@ -37,6 +37,11 @@ class ToolSource(Protocol):
     def refresh(self) -> None:
         """Read the source's tools anew (a worker's start); never raises for the source being
         unreachable (its kept list, if any, is used)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what this process holds open for the source (a worker process's shutdown:
+        an MCP server's warm sessions); never raises."""
         ...
 
 
@@ -94,3 +99,8 @@ class ToolCatalog(dict[str, Tool]):
         """Every source reads its tools anew (a worker at start)."""
         for source in list(self.sources):
             source.refresh()
+
+    def close_sources(self) -> None:
+        """Every source lets go of what this process holds open (a worker process's shutdown)."""
+        for source in list(self.sources):
+            source.close()

@@ -151,7 +151,7 @@ def test_find_cycle_finds_one() -> None:
 def test_import_graph_sees_real_edges() -> None:
     graph = import_graph()
     assert "dex_celery.engine.runtime" in graph["dex_celery.app"]
-    assert "dex_celery.engine.dispatch" in graph["dex_celery.engine.runtime"]
+    assert "dex_celery.engine.request.dispatch" in graph["dex_celery.engine.runtime"]
 
 
 def test_no_import_cycle_inside_dex_celery() -> None:
@@ -244,7 +244,7 @@ def test_the_read_side_sits_below_the_process_wiring() -> None:
     """`ops/status.py` reads what the worker's wiring writes (its starts): that record lives in
     the engine (`engine/worker_starts.py`), so the read side never imports the wiring."""
     assert layer_of("dex_celery.ops.status") < layer_of("dex_celery.processes.worker")
-    assert layer_of("dex_celery.client.dex_client") < layer_of("dex_celery.integrations.mcp_tasks")
+    assert layer_of("dex_celery.client.dex_client") < layer_of("dex_celery.integrations.mcp.tasks")
 
 
 def test_layer_rule_sees_a_type_only_import() -> None:
@@ -255,9 +255,62 @@ def test_layer_rule_sees_a_type_only_import() -> None:
         "typing",
         "dex_celery.app",
     ]
-    assert layer_of("dex_celery.app") > layer_of("dex_celery.engine.approvals")
+    assert layer_of("dex_celery.app") > layer_of("dex_celery.engine.request.approvals")
 
 
 def test_at_most_twelve_modules_at_the_top_of_the_package() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 12, top
+
+
+#: The order inside the base layer, lowest first: a base module imports only from its own entry
+#: (its own package) and those before it. `model/` sits below `settings`: the settings parse
+#: budgets and durations with the model's parsers, and a policy names the defaults it reads
+#: as a protocol (`model/policy.py`, `PolicyDefaults`) instead of importing `Settings`.
+BASE_ORDER: tuple[str, ...] = (
+    "dex_celery.errors",
+    "dex_celery.forks",
+    "dex_celery.backend_errors",
+    "dex_celery.async_bridge",
+    "dex_celery.model",
+    "dex_celery.settings",
+    "dex_celery.access",
+)
+
+
+def _base_rank(module: str) -> int | None:
+    for rank, prefix in enumerate(BASE_ORDER):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return None
+
+
+def imports_up_the_base(graph: dict[str, set[str]]) -> list[str]:
+    """The edges of `graph` from a base module to a base module later in `BASE_ORDER`."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        rank = _base_rank(module)
+        if rank is None:
+            continue
+        for dep in sorted(deps):
+            dep_rank = _base_rank(dep)
+            if dep_rank is not None and dep_rank > rank:
+                found.append(f"{module} imports {dep}")
+    return found
+
+
+def test_base_order_covers_the_base_layer() -> None:
+    assert set(BASE_ORDER) == set(dict(LAYERS)["base"])
+
+
+def test_base_order_rule_sees_an_import_back_up() -> None:
+    graph = {
+        "dex_celery.model.policy": {"dex_celery.settings", "dex_celery.model.effects"},
+        "dex_celery.settings": {"dex_celery.model.times", "dex_celery.errors"},
+    }
+    assert imports_up_the_base(graph) == ["dex_celery.model.policy imports dex_celery.settings"]
+
+
+def test_the_base_layer_imports_in_one_order_whatever_the_kind_of_import() -> None:
+    upward = imports_up_the_base(import_graph(deferred=True))
+    assert not upward, "imports back up the base layer (BASE_ORDER):\n" + "\n".join(upward)

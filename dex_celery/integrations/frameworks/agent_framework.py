@@ -90,9 +90,9 @@ from dex_celery.integrations.frameworks.calls import (
     select_tools,
     turn_id,
 )
-from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
 from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
 log = logging.getLogger(__name__)

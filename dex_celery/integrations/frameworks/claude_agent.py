@@ -96,10 +96,10 @@ from dex_celery.integrations.frameworks.calls import (
     shown_request,
     turn_id,
 )
-from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
 log = logging.getLogger(__name__)

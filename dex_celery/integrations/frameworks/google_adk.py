@@ -69,9 +69,9 @@ from dex_celery.integrations.frameworks.calls import (
     select_tools,
     turn_id,
 )
-from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
 #: Who decided, in dex's record, when the confirmation's payload does not say.

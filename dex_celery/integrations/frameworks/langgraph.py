@@ -78,9 +78,9 @@ from dex_celery.integrations.frameworks.calls import (
     select_tools,
     turn_id,
 )
-from dex_celery.integrations.signature_schema import arguments_schema
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.records import MessageRole, ToolCallRecord
+from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
 #: Who decided, in dex's record, when the resume value does not say.

@@ -22,8 +22,8 @@ import pytest
 from devtools.processes import ROOT, Worker, free_port, wait_for
 from devtools.toolapp import LOG_ENV, make_app
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
-from dex_celery.engine.sweep import run_forever
-from tests.support.crash import lines, tool_messages, wait_finished
+from dex_celery.engine.upkeep.sweep import run_forever
+from tests.support.faults.crash import lines, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.crash
 REQUESTER = textwrap.dedent(
     """
     import pathlib, sys, threading
-    from dex_celery.engine.dispatch import Dispatcher
+    from dex_celery.engine.request.dispatch import Dispatcher
     from devtools.toolapp import dex
 
     def stuck(self, records, *arguments):

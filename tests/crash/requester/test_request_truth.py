@@ -29,10 +29,15 @@ from dex_celery import (
     RequestInFlight,
 )
 from dex_celery.backend_errors import driver_cause
-from dex_celery.engine.dispatch import Dispatcher
+from dex_celery.engine.request.dispatch import Dispatcher
 from dex_celery.ledger.ledger import Ledger
-from tests.support.crash import count_calls, lines, wait_finished
-from tests.support.request_truth import dex_on, fill_until_out_of_memory, small_redis, sweeping
+from tests.support.faults.crash import count_calls, lines, wait_finished
+from tests.support.faults.request_truth import (
+    dex_on,
+    fill_until_out_of_memory,
+    small_redis,
+    sweeping,
+)
 
 pytestmark = pytest.mark.crash
 

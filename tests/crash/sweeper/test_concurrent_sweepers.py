@@ -21,10 +21,10 @@ from devtools.pg_schema import postgres_schema
 from devtools.processes import wait_for
 from devtools.toolapp import make_app
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
-from dex_celery.engine.dispatch import CallRequest
-from dex_celery.engine.sweep import Sweeper, SweepReport
+from dex_celery.engine.request.dispatch import CallRequest
+from dex_celery.engine.upkeep.sweep import Sweeper, SweepReport
 from dex_celery.model.ids import parse_task_id
-from tests.support.crash import broker_task_ids, events, tool_messages
+from tests.support.faults.crash import broker_task_ids, events, tool_messages
 
 pytestmark = pytest.mark.crash
 

@@ -22,10 +22,10 @@ from devtools.toolapp import VISIBILITY_TIMEOUT_ENV
 from dex_celery import CallStatus, Dex
 from dex_celery.audit.keys import Signer
 from dex_celery.audit.verify import verify_database
-from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.request.dispatch import CallRequest
 from dex_celery.errors import RequestInFlight
 from dex_celery.store.schema import audit_log, tool_calls
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 

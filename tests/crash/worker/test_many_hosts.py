@@ -26,11 +26,11 @@ import pytest
 from devtools.processes import Worker, can_run_as_host, namespace_pid, wait_for
 from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, make_app, prerun_marker
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.engine.sweep import run_forever
+from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from dex_celery.store.values import arguments_json
 from dex_celery.tools.tool import TASK_PREFIX
-from tests.support.crash import lines, release_tools, wait_finished, wait_started
+from tests.support.faults.crash import lines, release_tools, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

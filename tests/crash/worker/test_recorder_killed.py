@@ -22,8 +22,8 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_RECORDER_ENV, executions
 from dex_celery import CallStatus, Dex
-from dex_celery.engine.sweep import run_forever
-from tests.support.crash import finished_events, release_tools, tool_messages, wait_finished
+from dex_celery.engine.upkeep.sweep import run_forever
+from tests.support.faults.crash import finished_events, release_tools, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 

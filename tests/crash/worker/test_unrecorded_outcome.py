@@ -16,7 +16,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_WRITER_ENV, executions
 from dex_celery import CallStatus, Dex
-from tests.support.crash import finished_events, release_tools, tool_messages, wait_finished
+from tests.support.faults.crash import finished_events, release_tools, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 
@@ -39,7 +39,7 @@ def test_outcome_decided_but_not_written_is_recorded_by_the_sweeper(
     worker.kill_all()
 
     stop = threading.Event()
-    from dex_celery.engine.sweep import run_forever
+    from dex_celery.engine.upkeep.sweep import run_forever
 
     sweeper = threading.Thread(target=run_forever, args=(dex,), kwargs={"stop": stop})
     sweeper.start()

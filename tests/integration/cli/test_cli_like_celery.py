@@ -20,11 +20,11 @@ from devtools.processes import Worker, free_port
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.cli.appfinder import find_dex
-from dex_celery.engine.owners import parse_owner
+from dex_celery.engine.attempt.owners import parse_owner
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
-from tests.support import cliapp
-from tests.support.cli_run import APP, dead_redis, one_error_line, run
-from tests.support.crash import count_calls
+from tests.support.apps import cliapp
+from tests.support.faults.crash import count_calls
+from tests.support.processes.cli_run import APP, dead_redis, one_error_line, run
 
 
 @pytest.fixture
@@ -153,9 +153,9 @@ def test_find_dex_finds_the_dex_bound_to_a_celery_app(
     app = Celery("host_project")
     monkeypatch.setattr(cliapp, "host_app", app, raising=False)
     with pytest.raises(AppNotFound, match=r"Dex\(app\)"):
-        find_dex("tests.support.cliapp:host_app")
+        find_dex("tests.support.apps.cliapp:host_app")
     dex = Dex(app, Settings.from_env(env))
-    assert find_dex("tests.support.cliapp:host_app") is dex
+    assert find_dex("tests.support.apps.cliapp:host_app") is dex
     with pytest.raises(AppNotFound, match="does not name"):
         find_dex("os:sep")
 
@@ -198,7 +198,7 @@ def test_calls_show_has_each_attempts_error_and_the_workers_node_name(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
 ) -> None:
     """The owner starts with `<Celery node name>:<pid>`, the name Flower and `celery inspect`
-    show (then where that pid counts: engine/owners.py)."""
+    show (then where that pid counts: engine/attempt/owners.py)."""
     start_worker(concurrency=1)
     client = dex.client()
     failing = client.request_call("s1", "t1", "bad", "failing", {"message": "no order 9"}).key

@@ -24,8 +24,8 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex, ToolCallRecord
 from dex_celery.client.dex_client import DexClient
-from dex_celery.engine.pause_points import PAUSE_AT_ENV, PAUSE_DIR_ENV, PausePoint
-from tests.support.crash import finished_events
+from dex_celery.engine.attempt.pause_points import PAUSE_AT_ENV, PAUSE_DIR_ENV, PausePoint
+from tests.support.faults.crash import finished_events
 
 CASES = [
     ("echo", {"n": 1}, CallStatus.SUCCEEDED),

@@ -48,9 +48,9 @@ EXTRA_IMPORTS: dict[str, list[str]] = {
         "from mcp import Client, StdioServerParameters",
         "from mcp.server.mcpserver import Context, MCPServer",
         "from mcp.types import ToolAnnotations",
-        "import dex_celery.integrations.mcp_client",
-        "import dex_celery.integrations.mcp_server",
-        "import dex_celery.integrations.mcp_task_call",
+        "import dex_celery.integrations.mcp.client",
+        "import dex_celery.integrations.mcp.server",
+        "import dex_celery.integrations.mcp.task_call",
         "import anyio",
         "import uvicorn",
     ],
@@ -182,8 +182,8 @@ def test_every_extra_and_every_documented_import_is_listed() -> None:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The checkout's wheel, built once per run: under pytest-xdist the venvs' cases are spread
-    over the processes (tests/support/xdist_units.py), which share the run's temporary folder,
-    so the first builds it under a lock and the others take it."""
+    over the processes (tests/support/runs/xdist_units.py), which share the run's temporary
+    folder, so the first builds it under a lock and the others take it."""
     run_folder = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         run_folder = run_folder.parent  # each process's own folder is inside the run's

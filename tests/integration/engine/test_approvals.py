@@ -33,10 +33,10 @@ from dex_celery import (
     ToolPolicy,
     UnknownCall,
 )
-from dex_celery.engine.approvals import APPROVAL_EXPIRED_BY
-from dex_celery.engine.dispatch import Dispatcher
-from tests.support.crash import count_calls
-from tests.support.databases import ON_BOTH_DATABASES
+from dex_celery.engine.request.approvals import APPROVAL_EXPIRED_BY
+from dex_celery.engine.request.dispatch import Dispatcher
+from tests.support.faults.crash import count_calls
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),

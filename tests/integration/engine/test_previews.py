@@ -20,12 +20,12 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import executions, make_app, previews_run
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.cli.main import main
-from dex_celery.engine.previews import PENDING, PREVIEW_TASK
+from dex_celery.engine.request.previews import PENDING, PREVIEW_TASK
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
-from tests.support.databases import ON_BOTH_DATABASES
-from tests.support.web_session import CREDENTIALS, signed_in
-from tests.support.webhook_receiver import Receiver
+from tests.support.stores.databases import ON_BOTH_DATABASES
+from tests.support.web.web_process.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_process.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

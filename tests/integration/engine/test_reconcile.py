@@ -28,7 +28,7 @@ from dex_celery import (
     Settings,
     reconcile_once,
 )
-from dex_celery.engine.reconcile import RECONCILE_TASK
+from dex_celery.engine.upkeep.reconcile import RECONCILE_TASK
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.values import Outcome
 
@@ -99,7 +99,7 @@ def test_beat_job_reports_once_retries_failures_and_leaves_calls_without_a_check
             raise ConnectionError("the order service is down")
         return f"Note from the order system: order {order} went through."
 
-    caplog.set_level(logging.INFO, logger="dex_celery.engine.reconcile")
+    caplog.set_level(logging.INFO, logger="dex_celery.engine.upkeep.reconcile")
     first = reconcile_once(dex)
     assert (first.surfaced, first.reported, first.errors, first.open_without_check) == (3, 1, 1, 1)
     assert set(first.surfaced_keys) == {a, b, c}
@@ -170,7 +170,7 @@ def test_a_check_answering_nonsense_is_a_typed_error_and_asked_again(
         "Note from the help desk: the ticket was opened.",
     ]
     dex.register_outcome_check("slow_unclassified", lambda k, args: answers.pop(0))
-    caplog.set_level(logging.INFO, logger="dex_celery.engine.reconcile")
+    caplog.set_level(logging.INFO, logger="dex_celery.engine.upkeep.reconcile")
 
     outcomes = []
     for _ in range(6):

@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 from devtools.processes import wait_for
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
-from dex_celery.engine.approvals import expire_approval
+from dex_celery.engine.request.approvals import expire_approval
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.ops.present import call_details, render_details
 from dex_celery.ops.webhooks import WebhookEvent, WebhookSender
@@ -29,7 +29,7 @@ from dex_celery.store.schema import repeat_guards, tool_calls
 from dex_celery.store.values import Outcome
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -286,7 +286,7 @@ _REQUESTER = """
 import json, os, sys, time
 from pathlib import Path
 from dex_celery import Settings
-from dex_celery.engine.dispatch import CallRequest
+from dex_celery.engine.request.dispatch import CallRequest
 from devtools.toolapp import make_app
 _app, dex = make_app(Settings.from_env(dict(os.environ)))
 client = dex.client()

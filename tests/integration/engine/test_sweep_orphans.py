@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from devtools.toolapp import make_app
 from dex_celery import CallKey, Settings
-from dex_celery.engine.dispatch import admit
+from dex_celery.engine.request.dispatch import admit
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.store.values import Admission, NewCall
 

@@ -1,4 +1,4 @@
-"""The public task helper (`dex_celery.integrations.mcp_task_call`, docs/mcp.md): the official
+"""The public task helper (`dex_celery.integrations.mcp.task_call`, docs/mcp.md): the official
 `mcp` SDK's client calls a dex tool as an MCP task, polls at `pollIntervalMs`, cancels, and
 reads the outcome, against a real `dex-celery mcp` over streamable HTTP and a real worker."""
 
@@ -12,15 +12,15 @@ import pytest
 
 from devtools.processes import Worker
 from dex_celery import Dex, UnknownCall
-from dex_celery.integrations.mcp_outcome import Outcome
-from dex_celery.integrations.mcp_task_call import (
+from dex_celery.integrations.mcp.outcome import Outcome
+from dex_celery.integrations.mcp.task_call import (
     call_as_task,
     cancel_task,
     get_task,
     task_client,
 )
-from tests.support.crash import lines
-from tests.support.mcp_server import _server
+from tests.support.faults.crash import lines
+from tests.support.mcp.server import _server
 
 
 def test_create_poll_cancel_and_read_the_outcome(

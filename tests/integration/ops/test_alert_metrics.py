@@ -25,13 +25,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions, make_app
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.engine.outcome_writer import OutcomeWriter
+from dex_celery.engine.attempt.outcome_writer import OutcomeWriter
 from dex_celery.model.ids import CallKey
 from dex_celery.ops.metrics import registry_for
 from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support.web import WebServer
+from tests.support.web.web_process import WebServer
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dex-celery.json"

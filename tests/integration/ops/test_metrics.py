@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from dex_celery.engine.dispatch import AttemptMessage
-from tests.support.web import WebServer
+from dex_celery.engine.request.dispatch import AttemptMessage
+from tests.support.web.web_process import WebServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 TOKEN = "scrape-token-1"

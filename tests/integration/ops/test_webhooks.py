@@ -23,7 +23,7 @@ import pytest
 from devtools.processes import ROOT, Worker, free_port, wait_for
 from devtools.toolapp import executions, make_app
 from dex_celery import CallStatus, Dex, Settings
-from dex_celery.engine.reconcile import reconcile_once
+from dex_celery.engine.upkeep.reconcile import reconcile_once
 from dex_celery.ops.status import State, webhooks_section
 from dex_celery.ops.webhooks import (
     DELIVERY_HEADER,
@@ -33,7 +33,7 @@ from dex_celery.ops.webhooks import (
     delivery_status,
     render_status,
 )
-from tests.support.webhook_receiver import Receiver
+from tests.support.web.web_process.webhook_receiver import Receiver
 
 SECRET = "hook-secret"
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from devtools.processes import wait_for
-from dex_celery.engine.worker import HeartbeatPump
+from dex_celery.engine.attempt.worker import HeartbeatPump
 from dex_celery.ledger.ledger import Ledger
 from dex_celery.model.ids import CallKey
 from dex_celery.tools.tool import ToolContext

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dex_celery.engine.outcome_writer import OutcomeChannel, decode_row, encode_row
+from dex_celery.engine.attempt.outcome_writer import OutcomeChannel, decode_row, encode_row
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.store.values import Outcome, OutcomeRow

@@ -1,4 +1,4 @@
-"""The owner of an attempt names its process by where its pid counts (engine/owners.py), so the
+"""The owner of an attempt names its process by where its pid counts (engine/attempt/owners.py), so the
 worker-lost fast path (docs/ledger.md) judges only processes of its own PID namespace: never a
 process of another host, container or boot with the same pid or host name, never a later process
 that reused the pid."""
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from devtools.processes import ROOT, as_host_args, can_run_as_host
-from dex_celery.engine.owners import (
+from dex_celery.engine.attempt.owners import (
     Owner,
     owner_is_dead_here,
     owner_string,
@@ -100,7 +100,7 @@ def test_a_real_process_of_another_host_is_not_judged_here() -> None:
     why = can_run_as_host()
     if why is not None:
         pytest.skip(why)
-    code = "from dex_celery.engine.owners import owner_string as o; print(o('celery@x'))"
+    code = "from dex_celery.engine.attempt.owners import owner_string as o; print(o('celery@x'))"
     done = subprocess.run(
         [*as_host_args(socket.gethostname()), sys.executable, "-c", code],
         capture_output=True, text=True, timeout=60, cwd=ROOT, check=True,

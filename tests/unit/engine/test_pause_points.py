@@ -1,4 +1,4 @@
-"""The engine's named pause points (dex_celery/engine/pause_points.py) and the kit's
+"""The engine's named pause points (dex_celery/engine/attempt/pause_points.py) and the kit's
 side-effect counter (dex_celery/testing/effects.py): inert unless a test's environment turns
 them on; on, a point writes its marker and holds the process until it is released or killed."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dex_celery.engine import pause_points
-from dex_celery.engine.pause_points import (
+from dex_celery.engine.attempt import pause_points
+from dex_celery.engine.attempt.pause_points import (
     PAUSE_AT_ENV,
     PAUSE_DIR_ENV,
     PausePoint,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from dex_celery.engine.shutdown_gate import ShutdownGate
+from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
 
 
 def test_a_forked_pool_process_sees_the_gate_its_parent_shuts() -> None:

@@ -1,4 +1,4 @@
-"""The sweeper's loop (`dex_celery/engine/sweep.py`): a failed sweep never ends it, a stop ends
+"""The sweeper's loop (`dex_celery/engine/upkeep/sweep.py`): a failed sweep never ends it, a stop ends
 it at once. What each sweep moves is covered with real workers in tests/crash and
 tests/integration/engine/test_sweep_orphans.py."""
 
@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 
 from dex_celery import Settings
-from dex_celery.engine.sweep import SweepReport, run_forever
+from dex_celery.engine.upkeep.sweep import SweepReport, run_forever
 
 
 @dataclass

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from dex_celery.engine.invoke import Watchdog
+from dex_celery.engine.attempt.invoke import Watchdog
 
 
 def test_an_action_fires_at_its_deadline_unless_removed() -> None:

@@ -1,5 +1,5 @@
 """How an ended remote task ends the attempt (docs/mcp.md, "Remote tools called as tasks"), and
-when a task still going is cancelled: the table of `mcp_remote_task`, on the tasks a server of
+when a task still going is cancelled: the table of `mcp/remote_task`, on the tasks a server of
 the tasks extension sends (S4.2, S4.3, S4.5)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from mcp import Client
 
 from dex_celery.errors import RetryableToolError, ToolError, ToolLost
-from dex_celery.integrations.mcp_client import McpServer, McpToolFunction
-from dex_celery.integrations.mcp_outcome import OUTCOME_META_KEY, Outcome
-from dex_celery.integrations.mcp_remote_task import CANCEL_MARGIN, RemoteTaskCall
-from dex_celery.integrations.mcp_task_call import TaskOutcome
+from dex_celery.integrations.mcp.client import McpServer, McpToolFunction
+from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY, Outcome
+from dex_celery.integrations.mcp.remote_task import CANCEL_MARGIN, RemoteTaskCall
+from dex_celery.integrations.mcp.task_call import TaskOutcome
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.tools.tool import ToolContext

@@ -10,8 +10,8 @@ import pytest
 
 from dex_celery import EffectClass, Settings, ToolPolicy, forks
 from dex_celery.errors import ConfigurationError
-from dex_celery.integrations import mcp_sessions
-from dex_celery.integrations.mcp_client import (
+from dex_celery.integrations.mcp import sessions as mcp_sessions
+from dex_celery.integrations.mcp.client import (
     UNTRUSTED_HINTS_KEY,
     McpServer,
     McpTrust,

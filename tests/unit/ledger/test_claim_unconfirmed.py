@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dex_celery import DID_NOT_RUN, CallStatus, EffectClass
 from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.dispatch import unclaimed_write_outcome
+from dex_celery.engine.request.dispatch import unclaimed_write_outcome
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.model.outcomes import EndReason, error_text
-from tests.support.ledger_rig import Rig, claimed, finished
+from tests.support.stores.ledger_rig import Rig, claimed, finished
 
 
 def test_lose_unconfirmed_needs_the_fence_and_ends_the_write_claim_unconfirmed(rig: Rig) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from dex_celery.access import Identity
 from dex_celery.errors import ConfigurationError, InvalidId, InvalidToolArguments, PolicyError
-from dex_celery.integrations.mcp_server import principal_of
+from dex_celery.integrations.mcp.server import principal_of
 from dex_celery.model.budgets import (
     Budget,
     BudgetScope,

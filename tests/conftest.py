@@ -32,6 +32,7 @@ from tests.support.faults.rabbitmq import (
 )
 from tests.support.processes.workers import each_stopped
 from tests.support.runs.failures_now import register as register_failures_now
+from tests.support.runs.phase_times import register as register_phase_times
 from tests.support.stores.databases import SQLITE, database_url
 
 #: The fuzz tests' budget (tests/integration/bad_input/test_fuzz_*.py, `FUZZ_PROFILE`): a fixed
@@ -190,6 +191,18 @@ def sweeper(dex: Dex) -> Iterator[threading.Event]:
 
 def pytest_configure(config: pytest.Config) -> None:
     register_failures_now(config)  # a cut run still names its failures (docs/testing.md)
+    register_phase_times(config)  # DEX_TEST_TIMES: each test's seconds as it ends
     os.environ.setdefault(
         "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     )
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`: a file per unit (a long test's cases spread), the longest first
+    (tests/support/runs/xdist_units.py); optional: a run without pytest-xdist loads this file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.runs.xdist_units import LongestFilesFirst  # pytest-xdist, only when it runs
+
+    return LongestFilesFirst(config, log)  # type: ignore[arg-type]

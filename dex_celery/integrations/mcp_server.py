@@ -93,7 +93,7 @@ from dex_celery.tools.redact import record_arguments
 from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 log = logging.getLogger("dex_celery.mcp")
 

@@ -68,7 +68,7 @@ class AttemptMessage:
     policy: PolicySnapshot
     sealed: str | None = None  # the secret values, sealed (dex_celery/tools/sealing.py)
     #: The request's trace context, for a message published outside its spans (the sweeper's
-    #: retries and starts); a publisher inside a live span sends its own (`_send`).
+    #: retries and starts); a publisher inside a live span sends its own (`send`).
     trace: Mapping[str, str] | None = None
     #: A person approved the call: its worker's claim consumes the approval, bound to the
     #: tool and arguments it was given for (S13.3, `Worker._claim_approved`).
@@ -136,6 +136,8 @@ class Steps:
             self._keep_late(key, ran)
         if step.kind is StepKind.RETRY:
             if message is None:
+                # A retry (rare) reads the policy snapshot back from SQL; the common path costs
+                # nothing.
                 message = self.message_from_record(key)
             log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
             if announce and ran is None:

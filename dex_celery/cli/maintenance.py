@@ -15,8 +15,7 @@ import click
 from dex_celery.app import Dex
 from dex_celery.cli.calls import emit_json
 from dex_celery.cli.context import DexContext, pass_context
-from dex_celery.engine.upkeep.reconcile import ReconcileReport, reconcile_once
-from dex_celery.engine.upkeep.sweep import run_forever
+from dex_celery.engine import ReconcileReport, reconcile_once, run_forever
 from dex_celery.processes.checks import check_redis
 from dex_celery.store.unknowns import UnknownOutcomes
 

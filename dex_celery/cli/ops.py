@@ -21,7 +21,7 @@ from dex_celery.app import Dex
 from dex_celery.backend_errors import require_existing_database, safe_url
 from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
-from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.engine import LedgerEpoch
 from dex_celery.errors import AppNotFound, LedgerMismatch, RebindNotConfirmed
 from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
 from dex_celery.ops.present import command_line

@@ -37,9 +37,7 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
-from dex_celery.engine.attempt.outcome_writer import OutcomeChannel
-from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.engine.worker_starts import record_start
+from dex_celery.engine import OutcomeChannel, RuntimeSource, record_start
 from dex_celery.ops.probes import TICK_INTERVAL, LoopTick
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.broker_pools import (

@@ -55,7 +55,7 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.integrations.conversation import Conversation
 from dex_celery.integrations.frameworks.calls import (

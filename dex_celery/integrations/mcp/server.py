@@ -92,7 +92,7 @@ from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 log = logging.getLogger("dex_celery.mcp")
 

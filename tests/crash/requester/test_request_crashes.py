@@ -31,14 +31,14 @@ pytestmark = pytest.mark.crash
 REQUESTER = textwrap.dedent(
     """
     import pathlib, sys, threading
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine.request.opening import Opener
     from devtools.toolapp import dex
 
     def stuck(self, records, *arguments):
         pathlib.Path(sys.argv[1]).write_text("recorded")
         threading.Event().wait()
 
-    Dispatcher._start_many = stuck
+    Opener.start_new = stuck
     dex.client().request_call("s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0})
     """
 )

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 
 from devtools.processes import RedisServer, Worker, wait_for
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
-from dex_celery.engine.decided import outcome_of
+from dex_celery.engine.decided_outcomes import outcome_of
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.records import MessageRole
 from dex_celery.web.app import WebApp

@@ -17,7 +17,7 @@ from devtools.processes import CeleryWorker, wait_for
 from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, InvalidEdit, MessageRole, Settings
 from dex_celery.cli.main import EXIT_REFUSED, main
-from dex_celery.engine.request.dispatch import AttemptMessage
+from dex_celery.engine.steps import AttemptMessage
 from dex_celery.integrations.frameworks.calls import pending_text, record_text
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ApprovalDecision
@@ -172,7 +172,7 @@ def test_edited_approval_runs_the_edited_arguments_once_and_the_model_reads_it(
     assert record_text(done) == message
 
     # The same attempt delivered again (a resumed run, a retried gate): nothing runs twice.
-    dex.dispatcher.publish(
+    dex.runtime.steps.publish(
         AttemptMessage(
             "refund", record.key, json.loads(done.arguments), done.policy, done.sealed_arguments,
             approved=True,

@@ -1,4 +1,4 @@
-"""Which outcomes a caller may take from the ledger before SQL holds them (`engine/decided.py`,
+"""Which outcomes a caller may take from the ledger before SQL holds them (`engine/decided_outcomes.py`,
 docs/ledger.md "Recording outcomes"): a success and a tool's own error, exactly as they will be
 recorded; never an end SQL may still judge through the write fence (S10.2)."""
 
@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from dex_celery import CallStatus, EffectClass
-from dex_celery.engine.decided import decided, decided_step, outcome_of
+from dex_celery.engine.decided_outcomes import decided, decided_step, outcome_of
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.records import ToolCallRecord
 from tests.support.stores.call_records import call_record

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from dex_celery import CallConflict, CallStatus, EffectClass, Settings, ToolPolicy
-from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.request.dispatch import admit, claimed_write_outcome, same_call
+from dex_celery.engine.decided_outcomes import outcome_of
+from dex_celery.engine.request.dispatch import admit, same_call
+from dex_celery.engine.steps import claimed_write_outcome
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN

@@ -11,7 +11,7 @@ ledger decided it); the write is conditional, so whoever is first records it, on
 Only the two ends a worker reports from its tool are taken from the ledger this way: it
 succeeded, or the tool failed (`tool_error`, retries included). Every other end (lost, timed
 out, "did not run", a claim the database could not confirm) may still be judged from SQL's
-write fence when it is recorded (`Dispatcher.record`), and is left to the worker's own path.
+write fence when it is recorded (`Steps.record`), and is left to the worker's own path.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def last_attempt_state(log_json: str | None) -> str:
 
 def finished_step(entry: LedgerCall) -> Step:
     """The FINISHED step a ledger entry with a decided outcome stands for: what its recording
-    (`Dispatcher.record`) is given, by the sweeper or a waiting caller."""
+    (`Steps.record`) is given, by the sweeper or a waiting caller."""
     return Step(
         StepKind.FINISHED,
         attempt=entry.attempt,
@@ -79,7 +79,7 @@ def finished_step(entry: LedgerCall) -> Step:
 
 def decided_step(entry: LedgerCall | None) -> Step | None:
     """The FINISHED step of an outcome the ledger alone decided and SQL may not hold yet; None
-    while the call goes on, or for an end SQL may still judge (`Dispatcher.record`)."""
+    while the call goes on, or for an end SQL may still judge (`Steps.record`)."""
     if entry is None or (entry.status, entry.reason) not in _DECIDED_BY_THE_LEDGER:
         return None
     return finished_step(entry)

@@ -38,7 +38,8 @@ from dex_celery import (
     UnknownCall,
 )
 from dex_celery.cli.main import main
-from dex_celery.engine.request.dispatch import Dispatcher
+from dex_celery.engine.request.opening import Opener
+from dex_celery.engine.steps import Steps
 from dex_celery.errors import (
     AlreadyDecided,
     ConfigurationError,
@@ -73,8 +74,8 @@ def world(dex: Dex, env: dict[str, str]) -> tuple[Dex, redis.Redis, Path]:
     # Recorded and opened like a real request, but never published: no worker can run it. (The
     # open publishes the message itself where the broker is the ledger's Redis: not here.)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Dispatcher, "_captured", lambda *a, **kw: None)
-        patch.setattr(Dispatcher, "publish", lambda *a, **kw: None)
+        patch.setattr(Opener, "_captured", lambda *a, **kw: None)
+        patch.setattr(Steps, "publish", lambda *a, **kw: None)
         client.request_call("s1", "t1", "pending", "echo", {"q": 1})
     r = redis.Redis.from_url(env["DEX_REDIS_URL"], decode_responses=True)
     return dex, r, Path(env[LOG_ENV])

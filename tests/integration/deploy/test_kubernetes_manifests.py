@@ -264,7 +264,7 @@ def test_workers_roll_without_losing_capacity_and_outlast_their_longest_tool() -
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker"]
     assert compose["stop_grace_period"] == f"{grace}s"
     unit = configparser.RawConfigParser(strict=False, interpolation=None)
-    unit.read(ROOT / "config" / "systemd" / "dex-celery-worker.service")
+    unit.read(ROOT / "deploy" / "systemd" / "dex-celery-worker.service")
     assert int(unit["Service"]["TimeoutStopSec"]) >= grace
 
 

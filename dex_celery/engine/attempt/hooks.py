@@ -26,7 +26,11 @@ class PausePoints:
     pump no longer renews its lease; the ledger not yet told). `in_tool` is the tool's own, and
     `before_record` the outcome writer's."""
 
-    phases: frozenset[Phase] = frozenset({Phase.ADMIT, Phase.RUN, Phase.FINISH})
+    enters: frozenset[Phase] = frozenset({Phase.ADMIT, Phase.RUN, Phase.FINISH})
+    exits: frozenset[Phase] = frozenset()
+
+    def watching(self) -> bool:
+        return True  # each point reads its own switch (`pause_at`: a cached set, no I/O)
 
     def enter(self, phase: Phase, ctx: AttemptContext) -> object:
         if phase is Phase.ADMIT:
@@ -59,14 +63,16 @@ class Tracing:
     `dex.step`; the attempt's session, effect class and `dex.outcome`. An exception leaving a
     phase is recorded on its span. Nothing is opened while tracing is off."""
 
-    phases: frozenset[Phase] = frozenset(_SPANS)
+    enters: frozenset[Phase] = frozenset(_SPANS)
+    exits: frozenset[Phase] = frozenset(_SPANS)
 
     def __init__(self, web_base_url: str | None) -> None:
         self.web_base_url = web_base_url
 
+    def watching(self) -> bool:
+        return tracing.enabled()
+
     def enter(self, phase: Phase, ctx: AttemptContext) -> object:
-        if not tracing.enabled():
-            return None
         if phase is Phase.ATTEMPT:
             # The message's trace context: this attempt's span continues the request's trace.
             parent = tracing.from_request(getattr(current_task, "request", None))
@@ -78,7 +84,7 @@ class Tracing:
     def exit(
         self, phase: Phase, ctx: AttemptContext, token: object, error: BaseException | None
     ) -> None:
-        if not isinstance(token, tuple):  # tracing was off when the phase began
+        if not isinstance(token, tuple):  # no span was opened
             return
         opened, live = token
         if phase is Phase.ATTEMPT:
@@ -101,10 +107,14 @@ class TaskEvents:
     sent as ADMIT ends. The attempt's other states are its task's result: the worker returns the
     record's summary or raises `AttemptFailed` or `Retry`, and Celery sends the event."""
 
-    phases: frozenset[Phase] = frozenset({Phase.ADMIT})
+    enters: frozenset[Phase] = frozenset()
+    exits: frozenset[Phase] = frozenset({Phase.ADMIT})
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+
+    def watching(self) -> bool:
+        return self.settings.task_events
 
     def enter(self, phase: Phase, ctx: AttemptContext) -> object:
         return None

@@ -25,10 +25,11 @@ Hooks are entered in list order and exited in the reverse order, like nested `wi
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from dex_celery.ledger.ledger import Cause, Step, StepKind
 
@@ -41,9 +42,12 @@ class Phase(StrEnum):
     FINISH = "finish"
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptContext:
-    """One attempt as its hooks see it at a phase boundary; None: not known (yet)."""
+class AttemptContext(NamedTuple):
+    """One attempt as its hooks see it at a phase boundary; None: not known (yet).
+
+    Immutable like a frozen dataclass, but a tuple: made up to three times per attempt on the
+    hot path, and a tuple is made in about half the time (measured: 1.5 against 2.4 us).
+    """
 
     key: str
     attempt: int
@@ -67,13 +71,21 @@ class AttemptContext:
 class PhaseHook(Protocol):
     """Something that watches attempts at their phases' boundaries.
 
-    `phases`: the phases it hangs on (it is not called for the others). `enter` returns a token
-    (anything, None included) that `exit` gets back; `error` is the exception leaving the
-    phase, if one does. A hook observes: it must not decide the attempt.
+    `enters` and `exits`: the phases whose beginning and end it hangs on (it is not called at
+    the others' boundaries). `watching`: asked once per attempt, as it starts; False leaves the
+    hook out of that attempt (tracing while no tracer provider is installed). `enter` returns a
+    token (anything, None included) that `exit` of the same phase gets back (None if the hook
+    does not enter that phase); `error` is the exception leaving the phase, if one does. A hook
+    observes: it must not decide the attempt.
     """
 
     @property
-    def phases(self) -> frozenset[Phase]: ...
+    def enters(self) -> frozenset[Phase]: ...
+
+    @property
+    def exits(self) -> frozenset[Phase]: ...
+
+    def watching(self) -> bool: ...
 
     def enter(self, phase: Phase, ctx: AttemptContext) -> object: ...
 
@@ -82,89 +94,155 @@ class PhaseHook(Protocol):
     ) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One phase's hooks among those watching an attempt: entered in order, exited in reverse
+    (each with its place in `entering`, for its token; -1: it did not enter)."""
+
+    entering: tuple[PhaseHook, ...]
+    exiting: tuple[tuple[PhaseHook, int], ...]
+
+
+def _plans(hooks: tuple[PhaseHook, ...]) -> dict[Phase, _Plan | None]:
+    """Per phase, its plan; None for a phase no hook hangs on (it then costs nothing)."""
+    plans: dict[Phase, _Plan | None] = {}
+    for phase in Phase:
+        entering = tuple(h for h in hooks if phase in h.enters)
+        exiting = tuple(
+            (h, entering.index(h) if h in entering else -1)
+            for h in reversed(hooks)
+            if phase in h.exits
+        )
+        plans[phase] = _Plan(entering, exiting) if entering or exiting else None
+    return plans
+
+
 class Phases:
     """The hooks of this process's attempts, in order; one per worker (`Worker.phases`)."""
 
     def __init__(self, hooks: Iterable[PhaseHook]) -> None:
-        ordered = tuple(hooks)
-        #: Per phase, the hooks that hang on it, in order: a phase costs only its own hooks.
-        self._by_phase = {p: tuple(h for h in ordered if p in h.phases) for p in Phase}
+        self._hooks = tuple(hooks)
+        #: The phases' plans per set of watching hooks (few: a hook is on or off), made once.
+        self._plans: dict[tuple[bool, ...], dict[Phase, _Plan | None]] = {}
 
     def start(self, key: str, attempt: int, tool: str) -> AttemptPhases:
         """The phases of one attempt, its context holding only who it is."""
-        return AttemptPhases(self._by_phase, AttemptContext(key, attempt, tool))
+        watching = tuple([h.watching() for h in self._hooks])
+        plans = self._plans.get(watching)
+        if plans is None:
+            on = tuple(h for h, w in zip(self._hooks, watching, strict=True) if w)
+            plans = self._plans[watching] = _plans(on)
+        return AttemptPhases(plans, key, attempt, tool)
 
 
 class AttemptPhases:
     """One attempt's way through its phases: `with phases.phase(Phase.RUN): ...` calls the
-    hooks around the block; the worker records what it learns with the other methods, each a
-    new `AttemptContext` (the hooks see the one current at each boundary)."""
+    hooks around the block; the worker records what it learns with the other methods. The
+    hooks see an `AttemptContext` made of what was known at their boundary (made only when a
+    hook is there to see it, and again only once something new is known)."""
 
-    __slots__ = ("_by_phase", "ctx")
+    __slots__ = (
+        "_cause",
+        "_ctx",
+        "_effect",
+        "_outcome",
+        "_plans",
+        "_refused",
+        "_session",
+        "_step",
+        "attempt",
+        "key",
+        "tool",
+    )
 
-    def __init__(self, by_phase: dict[Phase, tuple[PhaseHook, ...]], ctx: AttemptContext) -> None:
-        self._by_phase = by_phase
-        self.ctx = ctx
+    def __init__(self, plans: dict[Phase, _Plan | None], key: str, attempt: int, tool: str) -> None:
+        self._plans = plans
+        self.key = key
+        self.attempt = attempt
+        self.tool = tool
+        self._session: str | None = None
+        self._effect: str | None = None
+        self._cause: Cause | None = None
+        self._step: StepKind | None = None
+        self._outcome: str | None = None
+        self._refused: str | None = None
+        self._ctx: AttemptContext | None = None
 
-    def phase(self, phase: Phase) -> _Boundary:
-        return _Boundary(self, phase, self._by_phase[phase])
+    @property
+    def ctx(self) -> AttemptContext:
+        """What is known of the attempt now."""
+        ctx = self._ctx
+        if ctx is None:
+            ctx = self._ctx = AttemptContext(
+                self.key,
+                self.attempt,
+                self.tool,
+                self._session,
+                self._effect,
+                self._cause,
+                self._step,
+                self._outcome,
+                self._refused,
+            )
+        return ctx
+
+    def phase(self, phase: Phase) -> AbstractContextManager[None]:
+        plan = self._plans[phase]
+        return _UNWATCHED if plan is None else _Boundary(self, phase, plan)
 
     def parsed(self, session: str) -> None:
-        c = self.ctx
-        self.ctx = AttemptContext(
-            c.key, c.attempt, c.tool, session, c.effect, c.cause, c.step, c.outcome, c.refused
-        )
+        self._session = session
+        self._ctx = None
 
     def claimed(self, effect: str) -> None:
-        c = self.ctx
-        self.ctx = AttemptContext(
-            c.key, c.attempt, c.tool, c.session, effect, c.cause, c.step, c.outcome, c.refused
-        )
+        self._effect = effect
+        self._ctx = None
 
     def ran(self, cause: Cause) -> None:
-        c = self.ctx
-        self.ctx = AttemptContext(
-            c.key, c.attempt, c.tool, c.session, c.effect, cause, c.step, c.outcome, c.refused
-        )
+        self._cause = cause
+        self._ctx = None
 
     def finished(self, step: Step) -> None:
         """The ledger's step; a finished call's outcome is its status, any other its kind."""
-        c = self.ctx
-        outcome = step.status if step.kind is StepKind.FINISHED else step.kind
-        self.ctx = AttemptContext(
-            c.key, c.attempt, c.tool, c.session, c.effect, c.cause, step.kind, outcome, c.refused
-        )
+        self._step = step.kind
+        self._outcome = step.status if step.kind is StepKind.FINISHED else step.kind
+        self._ctx = None
 
     def not_run(self, outcome: str, refused: str | None = None) -> None:
         """The delivery ends without running the tool: `outcome` for the trace, and `refused`,
         the claim's refusal to show in Flower (None: not shown as refused, e.g. handed back)."""
-        c = self.ctx
-        self.ctx = AttemptContext(
-            c.key, c.attempt, c.tool, c.session, c.effect, c.cause, c.step, outcome, refused
-        )
+        self._outcome = outcome
+        self._refused = refused
+        self._ctx = None
+
+
+#: A phase no hook hangs on: nothing to call, nothing to allocate.
+_UNWATCHED = nullcontext()
 
 
 class _Boundary:
     """The hooks around one phase of one attempt (a `with` block)."""
 
-    __slots__ = ("_hooks", "_phase", "_phases", "_tokens")
+    __slots__ = ("_phase", "_phases", "_plan", "_tokens")
 
-    def __init__(self, phases: AttemptPhases, phase: Phase, hooks: tuple[PhaseHook, ...]) -> None:
+    def __init__(self, phases: AttemptPhases, phase: Phase, plan: _Plan) -> None:
         self._phases = phases
         self._phase = phase
-        self._hooks = hooks
-        self._tokens: list[object] = []
+        self._plan = plan
+        self._tokens: list[object] | tuple[()] = ()
 
-    def __enter__(self) -> AttemptPhases:
+    def __enter__(self) -> None:
+        entering = self._plan.entering
+        if not entering:
+            return
         ctx = self._phases.ctx
-        tokens = self._tokens
+        self._tokens = tokens = []
         try:
-            for hook in self._hooks:
+            for hook in entering:
                 tokens.append(hook.enter(self._phase, ctx))
         except BaseException as e:  # the hooks entered so far are exited, as `with` would
             self._exit(e)
             raise
-        return self._phases
 
     def __exit__(
         self,
@@ -172,12 +250,15 @@ class _Boundary:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._exit(error)
+        if self._plan.exiting:
+            self._exit(error)
 
     def _exit(self, error: BaseException | None) -> None:
+        exiting = self._plan.exiting
         ctx = self._phases.ctx
         phase = self._phase
         tokens = self._tokens
-        hooks = self._hooks
-        for i in range(len(tokens) - 1, -1, -1):
-            hooks[i].exit(phase, ctx, tokens[i], error)
+        entered = len(tokens)
+        for hook, at in exiting:
+            if at < entered:  # entered (or never meant to): a hook that failed to enter is not
+                hook.exit(phase, ctx, tokens[at] if at >= 0 else None, error)

@@ -12,12 +12,12 @@ The phases nest; `ATTEMPT` holds the others:
 - `ADMIT`: the delivery admitted, or refused without running any tool code: the shutdown gate,
   the ledger's claim, the replica check, the write fence (or an approval's binding).
 - `CLAIM`: inside `ADMIT`, the ledger's claim itself (a retry's backoff waited out first).
-- `RUN`: the tool's code, under the heartbeat pump (entered once its lease is renewed).
+- `RUN`: the tool's code, under the heartbeat pump (entered once the pump renews its lease).
 - `FINISH`: the ledger told how the attempt ended, and its step decided.
 
 A hook sees an immutable `AttemptContext` at each boundary: who the attempt is and what is
 known so far (the session, the claim's effect class, how the tool's run ended, the step, the
-outcome). The worker makes a new context as it learns more (`AttemptPhases`); a hook keeps what
+outcome). `AttemptPhases` makes a new one once the worker learns more; a hook keeps what
 it opened in a phase (a span) in the token its `enter` returns, handed back to its `exit`.
 Hooks are entered in list order and exited in the reverse order, like nested `with` blocks.
 """

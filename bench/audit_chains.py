@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, create_engine, text, update
 
-from dex_celery.audit.entries import Entry, EntryKind, canonical, entry_hash
+from dex_celery.audit.entries import AuditKind, Entry, canonical, entry_hash
 from dex_celery.audit.keys import Signer
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import audit_heads, audit_log
@@ -46,7 +46,7 @@ ENTRIES = 3
 
 def _entries(i: int) -> list[Entry]:
     return [
-        Entry(EntryKind.ATTEMPT_CLAIMED, {"n": i, "k": k}, f"s/t/{i}", "s") for k in range(ENTRIES)
+        Entry(AuditKind.ATTEMPT_CLAIMED, {"n": i, "k": k}, f"s/t/{i}", "s") for k in range(ENTRIES)
     ]
 
 

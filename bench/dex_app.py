@@ -1,7 +1,9 @@
 """The dex-celery side of the throughput, latency and detection benchmarks.
 
 Settings come from the environment (`DEX_*`), as in a deployment. Tools:
-- `noop`: a `read` that does nothing (throughput, latency);
+- `noop`: a `read` that does nothing (throughput, latency, per-step, agent turn);
+- `noop_write`: a `non_idempotent_write` that does nothing, no approval, no repeat guard (the
+  per-step and agent-turn benchmarks' write: what dex-celery charges a write, not a body's work);
 - `hold_<effect>`: runs for `seconds`, one per effect class, no approval (detection).
 """
 
@@ -28,6 +30,15 @@ def build(settings: Settings, name: str = "bench_dex") -> tuple[Celery, Dex]:
     @dx.tool(policy=ToolPolicy(effect=EffectClass.READ))
     def noop(ctx: ToolContext) -> Any:
         """Does nothing: the cost measured is the system's own."""
+        return None
+
+    @dx.tool(
+        policy=ToolPolicy(
+            effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False, repeat_guard=False
+        )
+    )
+    def noop_write(ctx: ToolContext) -> Any:
+        """Does nothing, as a write: its claim and the write fence are what is measured."""
         return None
 
     for effect in EffectClass:

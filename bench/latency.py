@@ -5,7 +5,7 @@ dex-celery, four figures:
 - `dex wait()`: `request_call` of the `read` no-op, then `DexClient.wait` until it returns the
   SQL record (the default: what follows agrees with SQL);
 - `dex wait(recorded=False)`: the same, returning at the ledger's decision, before the worker's
-  recorder writes it to SQL (`engine/decided.py`);
+  recorder writes it to SQL (`engine/decided_outcomes.py`);
 - `dex (record in SQL)`: the same call, until its `tool_call_finished` event (written by the
   `recorded` script after the SQL record landed; the record is then read back to confirm);
 - `requester cpu`: CPU seconds of this process inside `request_call` (the two `wait` samples)

@@ -32,17 +32,17 @@ _PHASES = (
     ("dex_celery.store.calls", "CallRecords.insert_calls", "SQL transaction (insert_calls)"),
     ("dex_celery.store.calls", "session_default", "  session's default effect (read)"),
     (
-        "dex_celery.engine.request.dispatch",
-        "Dispatcher._start_many",
-        "open and publish (_start_many)",
+        "dex_celery.engine.request.opening",
+        "Opener.start_new",
+        "open and publish (start_new)",
     ),
     (
-        "dex_celery.engine.request.dispatch",
-        "Dispatcher._captured",
+        "dex_celery.engine.request.opening",
+        "Opener._captured",
         "  the message, built by Celery",
     ),
     ("dex_celery.ledger.ledger", "Ledger.open_replies", "  open script (EVALSHA)"),
-    ("dex_celery.engine.request.dispatch", "Dispatcher.publish", "  publish after open (Celery)"),
+    ("dex_celery.engine.steps", "Steps.publish", "  publish after open (Celery)"),
 )
 
 

@@ -7,6 +7,11 @@ the server's own witness of what ran and which key it received in the request's 
 
     python -m devtools.mcp_tools_server                 # stdio
     python -m devtools.mcp_tools_server --http PORT
+    python -m devtools.mcp_tools_server --http PORT --stateful   # sessions, ended by DELETE
+
+Over stateful HTTP the server also writes down the session id of every `lookup` call
+(`sessions.log`) and of every session a client ended with `DELETE` (`closed.log`): how a test
+tells a session closed by its client from one dropped with the client's process.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 
 LOG_ENV = "DEX_TEST_MCP_LOG"
 
@@ -115,6 +122,10 @@ def _lookup(order_id: str, ctx: Context) -> dict[str, Any]:
     if value:
         with (log_dir() / "headers.log").open("a") as f:
             f.write(value + "\n")
+    session = request.headers.get(SESSION_HEADER) if request is not None else None
+    if session:
+        with (log_dir() / "sessions.log").open("a") as f:
+            f.write(session + "\n")
     return {"order_id": order_id, "status": "open"}
 
 
@@ -186,9 +197,39 @@ if os.environ.get(EXTRA_TOOL_ENV) == "1":
 FAIL_START_ENV = "DEX_TEST_MCP_FAIL_START"
 
 
+#: The streamable HTTP transport's session header (stateful servers only).
+SESSION_HEADER = "mcp-session-id"
+
+
+def lookup_sessions() -> list[str]:
+    """The HTTP session id of each `lookup` call (stateful HTTP only), one per call."""
+    path = log_dir() / "sessions.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def closed_sessions() -> list[str]:
+    """The HTTP session ids clients ended with `DELETE` (stateful HTTP only)."""
+    path = log_dir() / "closed.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _noting_deletes(app: ASGIApp) -> ASGIApp:
+    """`app`, writing down the session id of every `DELETE` (a client closing its session)."""
+
+    async def noted(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "DELETE":
+            headers = dict(scope["headers"])
+            with (log_dir() / "closed.log").open("a") as f:
+                f.write(headers.get(SESSION_HEADER.encode(), b"-").decode() + "\n")
+        await app(scope, receive, send)
+
+    return noted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
+    parser.add_argument("--stateful", action="store_true", help="HTTP with sessions (see above)")
     args = parser.parse_args()
     with (log_dir() / "starts.log").open("a") as f:
         f.write(f"{os.getpid()}\n")
@@ -196,6 +237,12 @@ def main() -> None:
         raise SystemExit(3)  # a server that no longer starts
     if args.http is None:
         server.run("stdio")
+    elif args.stateful:
+        # A server of the handshake era (no `server/discover`): clients fall back to
+        # `initialize`, which opens a session with an id, ended by the client's `DELETE`.
+        server._lowlevel_server._request_handlers.pop("server/discover")
+        app = _noting_deletes(server.streamable_http_app(stateless_http=False))
+        uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
     else:
         server.run("streamable-http", host="127.0.0.1", port=args.http, stateless_http=True)
 

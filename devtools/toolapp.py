@@ -87,7 +87,7 @@ def _hold(ctx: ToolContext, seconds: float) -> None:
 
 
 #: The tool of a "newer release" (version skew): a write the previous release's worker app
-#: (`tests/support/skew_apps.py`) does not have.
+#: (`tests/support/apps/skew_apps.py`) does not have.
 NEW_TOOL = "audit"
 #: Its policy as this app (the requesters' release) registers it: a start-to-close long
 #: enough for its run; a worker app may register it otherwise, and must still run a call under

@@ -7,13 +7,14 @@ in exactly one record (`succeeded`, `failed`, `rejected`, `outcome_unknown`).
 from dex_celery.app import Dex
 from dex_celery.client.agent_loop import ModelToolCall, run_tool_calls, run_tool_calls_async
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.request.approvals import Approvals, PendingApproval
-from dex_celery.engine.request.dispatch import CallRequest
-from dex_celery.engine.upkeep.reconcile import (
+from dex_celery.engine import (
+    Approvals,
+    CallRequest,
     CannotTellYet,
     DidNotRun,
     OutcomeCheck,
     OutcomeChecks,
+    PendingApproval,
     ReconcileReport,
     SessionMessenger,
     WentThrough,

@@ -206,10 +206,6 @@ class Credentials:
                 found = token
         return found
 
-    def user_for_token(self, secret: str) -> str | None:
-        token = self.token(secret)
-        return token.name if token else None
-
     def person(self, name: str, nonce: str = "", via: str = "session") -> Identity:
         return Identity(name, nonce, via, PERSON_SCOPES)
 

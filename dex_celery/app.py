@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from celery import Celery
@@ -21,21 +21,21 @@ from celery import Celery
 from dex_celery.audit.keys import load_signer
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.client.dex_client import DexClient
-from dex_celery.engine.preview_worker import register_preview_task
-from dex_celery.engine.request.approvals import Approvals
-from dex_celery.engine.request.dispatch import Dispatcher
-from dex_celery.engine.request.previews import check_preview
-from dex_celery.engine.runtime import Runtime
-from dex_celery.engine.task_events import AttemptFailed
-from dex_celery.engine.upkeep.freeze import WriteFreezeControl
-from dex_celery.engine.upkeep.reconcile import (
+from dex_celery.engine import (
     RECONCILE_TASK,
     AnyOutcomeCheck,
+    Approvals,
+    AttemptFailed,
+    Dispatcher,
     OutcomeChecks,
     Reconciler,
+    Runtime,
+    Sweeper,
+    WriteFreezeControl,
+    check_preview,
     reconcile_once,
+    register_preview_task,
 )
-from dex_celery.engine.upkeep.sweep import Sweeper
 from dex_celery.errors import ConfigurationError, DuplicateTool
 from dex_celery.forks import after_fork, keep_inherited
 from dex_celery.ledger.events import AgentEvents
@@ -53,10 +53,12 @@ from dex_celery.tools.definitions import tool_definitions
 from dex_celery.tools.tool import PreviewFunction, Tool, ToolFunction, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.engine.upkeep.reconcile import _F
     from dex_celery.integrations.mcp.client import McpServerTools
 
 log = logging.getLogger("dex_celery")
+
+#: An outcome check as registered, returned unchanged by `Dex.outcome_check`.
+_F = TypeVar("_F", bound=AnyOutcomeCheck)
 
 
 #: The `Dex` created on each Celery app, so `-A proj.celery:app` finds it (`dex_of`).
@@ -103,8 +105,10 @@ class Dex:
         #: Set by `beat_schedule(reconcile_interval=...)`; the beat process's reconcile loop.
         self._reconcile_interval: float | None = None
         #: Every Celery signal, one place per process role (`dex_celery/processes/`).
-        self.worker_services = connect_worker(celery, self, self._tools.refresh_sources)
-        self.beat_services = connect_beat(
+        self.worker_services = connect_worker(
+            celery, self, self._tools.refresh_sources, self._tools.close_sources
+        )
+        connect_beat(
             celery, self, lambda: self._reconcile_interval or self.settings.reconcile_interval
         )
 

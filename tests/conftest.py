@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,15 +14,15 @@ import pytest
 import redis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
 
 from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.databases import SQLITE, database_url
-from tests.support.failures_now import register as register_failures_now
-from tests.support.rabbitmq import (
+from tests.support.faults.rabbitmq import (
     RABBITMQ,
     REDIS,
     amqp_url,
@@ -29,7 +30,10 @@ from tests.support.rabbitmq import (
     shared_server_missing,
     test_vhost,
 )
-from tests.support.workers import each_stopped
+from tests.support.processes.workers import each_stopped
+from tests.support.runs.failures_now import register as register_failures_now
+from tests.support.runs.phase_times import register as register_phase_times
+from tests.support.stores.databases import SQLITE, database_url
 
 #: The fuzz tests' budget (tests/integration/bad_input/test_fuzz_*.py, `FUZZ_PROFILE`): a fixed
 #: number of examples and no per-example deadline (a loaded 2-core machine is slow, not wrong),
@@ -89,15 +93,38 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
 @pytest.fixture
 def broker_kind(request: pytest.FixtureRequest) -> str:
     """The broker of the test's deployment: the ledger's Redis unless a test is parametrized
-    with `tests.support.rabbitmq.ON_BOTH_BROKERS` (docs/rabbitmq.md)."""
+    with `tests.support.faults.rabbitmq.ON_BOTH_BROKERS` (docs/rabbitmq.md)."""
     return str(getattr(request, "param", REDIS))
 
 
 @pytest.fixture
 def database_kind(request: pytest.FixtureRequest) -> str:
     """The SQL database of the test's deployment: SQLite unless a test is parametrized with
-    `tests.support.databases.ON_BOTH_DATABASES`."""
+    `tests.support.stores.databases.ON_BOTH_DATABASES`."""
     return str(getattr(request, "param", SQLITE))
+
+
+#: The SQL engines the current test connected through (the test process's own: its `Dex`
+#: apps' stores, the tests' direct engines).
+_engines_used: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@event.listens_for(Engine, "engine_connect")
+def _note_engine(connection: Connection) -> None:
+    _engines_used.add(connection.engine)
+
+
+@pytest.fixture(autouse=True)
+def _close_sql_pools() -> Iterator[None]:
+    """Close the pooled connections a test left behind. A test's `Dex` (and its store's pool)
+    outlives the test while Celery keeps its app, so without this each test process kept one
+    or more idle PostgreSQL connections per test, and `-n 3` processes ran the shared server
+    out of connections ("too many clients already"). Autouse, so torn down after the test's
+    own fixtures."""
+    yield
+    for engine in list(_engines_used):
+        engine.dispose()
+    _engines_used.clear()
 
 
 @pytest.fixture
@@ -164,6 +191,18 @@ def sweeper(dex: Dex) -> Iterator[threading.Event]:
 
 def pytest_configure(config: pytest.Config) -> None:
     register_failures_now(config)  # a cut run still names its failures (docs/testing.md)
+    register_phase_times(config)  # DEX_TEST_TIMES: each test's seconds as it ends
     os.environ.setdefault(
         "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     )
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`: a file per unit (a long test's cases spread), the longest first
+    (tests/support/runs/xdist_units.py); optional: a run without pytest-xdist loads this file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.runs.xdist_units import LongestFilesFirst  # pytest-xdist, only when it runs
+
+    return LongestFilesFirst(config, log)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dex_celery.audit.entries import Entry, EntryKind, digest
+from dex_celery.audit.entries import AuditKind, Entry, digest
 from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.model.budgets import BudgetCharge, charges_of_json
 from dex_celery.model.ids import CallKey
@@ -28,7 +28,7 @@ def requested(row: Mapping[str, Any]) -> list[Entry]:
     key, session = row["key"], row["session_id"]
     entries = [
         Entry(
-            EntryKind.CALL_REQUESTED,
+            AuditKind.CALL_REQUESTED,
             {
                 "tool": row["tool_name"],
                 "arguments": digest(row["arguments"]),
@@ -42,7 +42,7 @@ def requested(row: Mapping[str, Any]) -> list[Entry]:
     ]
     if row["status"] == CallStatus.AWAITING_APPROVAL.value:
         asked = {"deadline": row["approval_deadline"], "repeat_of": row.get("repeat_of")}
-        entries.append(Entry(EntryKind.APPROVAL_ASKED, asked, key, session, row["requested_at"]))
+        entries.append(Entry(AuditKind.APPROVAL_ASKED, asked, key, session, row["requested_at"]))
     return entries
 
 
@@ -52,15 +52,15 @@ def budget_reserved(row: Mapping[str, Any], charges: Iterable[BudgetCharge]) -> 
     asked again (`asked_again`, "over budget"); its charge is released when it ends."""
     key, session = row["key"], row["session_id"]
     return [
-        Entry(EntryKind.BUDGET_RESERVED, _charge(c), key, session, row["requested_at"])
+        Entry(AuditKind.BUDGET_RESERVED, _charge(c), key, session, row["requested_at"])
         for c in charges
     ]
 
 
 #: What becomes of a charge when its call ends (S13.1.3), by the status the database holds.
 _SETTLED = {
-    CallStatus.SUCCEEDED.value: EntryKind.BUDGET_SPENT,
-    CallStatus.OUTCOME_UNKNOWN.value: EntryKind.BUDGET_HELD,
+    CallStatus.SUCCEEDED.value: AuditKind.BUDGET_SPENT,
+    CallStatus.OUTCOME_UNKNOWN.value: AuditKind.BUDGET_HELD,
 }
 
 
@@ -68,7 +68,7 @@ def budget_settled(key: CallKey, charges: str | None, status: str, at: float | N
     """The charges of a call that ended (`charges`: the record's `budgets` column, as its
     outcome's UPDATE returned it): spent if it succeeded, held while its outcome is unknown,
     released if it failed (did not run) or was rejected. None for a call without charges."""
-    kind = _SETTLED.get(status, EntryKind.BUDGET_RELEASED)
+    kind = _SETTLED.get(status, AuditKind.BUDGET_RELEASED)
     return [
         Entry(kind, {**_charge(c), "status": status}, key.key, key.session_id, at)
         for c in charges_of_json(charges)
@@ -80,7 +80,7 @@ def budget_reconciled(
 ) -> list[Entry]:
     """An unknown outcome's held charges, settled by reconciliation's verdict (S13.1.3): went
     through (`spent`) or did not run (released)."""
-    kind = EntryKind.BUDGET_SPENT if spent else EntryKind.BUDGET_RELEASED
+    kind = AuditKind.BUDGET_SPENT if spent else AuditKind.BUDGET_RELEASED
     session = CallKey.parse(key).session_id
     return [
         Entry(kind, {**_charge(c), "verdict": verdict}, key, session, at)
@@ -105,7 +105,7 @@ def decided(key: str, decision: ApprovalDecision, status: str | None) -> Entry:
     """A person's (or the deadline's) decision; `status` is the call's status it leaves, when
     the decision alone moves it (an approval: `pending`)."""
     kind = (
-        EntryKind.APPROVAL_EXPIRED if decision.decision == "expired" else EntryKind.APPROVAL_DECIDED
+        AuditKind.APPROVAL_EXPIRED if decision.decision == "expired" else AuditKind.APPROVAL_DECIDED
     )
     body: dict[str, Any] = {
         "decision": decision.decision,
@@ -129,19 +129,19 @@ def ended(
     if claim is not None and claim.get("claimed_at") is not None:
         started = {"attempt": claim.get("claimed_attempt"), "worker": claim.get("claimed_by")}
         entries.append(
-            Entry(EntryKind.ATTEMPT_STARTED, started, key.key, session, claim["claimed_at"])
+            Entry(AuditKind.ATTEMPT_STARTED, started, key.key, session, claim["claimed_at"])
         )
     for attempt in _attempts(outcome.attempt_log):
         worker = {"attempt": attempt.attempt, "worker": attempt.owner}
         if attempt.claimed_at is not None:
             entries.append(
-                Entry(EntryKind.ATTEMPT_CLAIMED, worker, key.key, session, attempt.claimed_at)
+                Entry(AuditKind.ATTEMPT_CLAIMED, worker, key.key, session, attempt.claimed_at)
             )
         done = {**worker, "state": attempt.state, "error": digest(attempt.error or None)}
-        entries.append(Entry(EntryKind.ATTEMPT_ENDED, done, key.key, session, attempt.ended_at))
+        entries.append(Entry(AuditKind.ATTEMPT_ENDED, done, key.key, session, attempt.ended_at))
     entries.append(
         Entry(
-            EntryKind.OUTCOME,
+            AuditKind.OUTCOME,
             {
                 "status": outcome.status.value,
                 "error": digest(outcome.error or None),
@@ -165,34 +165,34 @@ def _attempts(log: str | None) -> Iterable[Any]:
 
 def late_result(key: str, late: str) -> Entry:
     return Entry(
-        EntryKind.LATE_RESULT, {"late_result": digest(late)}, key, CallKey.parse(key).session_id
+        AuditKind.LATE_RESULT, {"late_result": digest(late)}, key, CallKey.parse(key).session_id
     )
 
 
 def report_sent(key: str, session_id: str, text: str, at: float) -> Entry:
-    return Entry(EntryKind.REPORT_SENT, {"report": digest(text)}, key, session_id, at)
+    return Entry(AuditKind.REPORT_SENT, {"report": digest(text)}, key, session_id, at)
 
 
 def pruned(keys: list[str], cutoff: float) -> Entry:
     """A prune's batch: the calls it removed, so `audit verify` knows they went by the
     retention, not behind its back."""
-    return Entry(EntryKind.HISTORY_PRUNED, {"calls": keys, "cutoff": cutoff})
+    return Entry(AuditKind.HISTORY_PRUNED, {"calls": keys, "cutoff": cutoff})
 
 
 def asked_again(key: str, status: str, why: str, deadline: float | None) -> Entry:
     """A call sent (back) to wait for a person after its request: a tool redeployed since its
     approval (the decision is cleared), a budget it does not fit, a freeze."""
     body = {"status": status, "why": why, "deadline": deadline, "cleared": why == "rewait"}
-    return Entry(EntryKind.APPROVAL_ASKED, body, key, CallKey.parse(key).session_id)
+    return Entry(AuditKind.APPROVAL_ASKED, body, key, CallKey.parse(key).session_id)
 
 
 def edited(key: str, arguments: str, by: str) -> Entry:
     """An approver's edit of the arguments (the digest of what the call now runs with)."""
     body = {"arguments": digest(arguments), "edited_by": by}
-    return Entry(EntryKind.APPROVAL_EDITED, body, key, CallKey.parse(key).session_id)
+    return Entry(AuditKind.APPROVAL_EDITED, body, key, CallKey.parse(key).session_id)
 
 
-def freeze(kind: EntryKind, tool: str, by: str, reason: str | None, mode: str | None) -> Entry:
+def freeze(kind: AuditKind, tool: str, by: str, reason: str | None, mode: str | None) -> Entry:
     """A write freeze begun or thawed (S13.2)."""
     return Entry(kind, {"tool": tool, "by": by, "reason": reason, "mode": mode})
 
@@ -200,7 +200,7 @@ def freeze(kind: EntryKind, tool: str, by: str, reason: str | None, mode: str | 
 def released(key: str) -> Entry:
     """A call a thaw let run again (`pending`)."""
     body = {"status": CallStatus.PENDING.value}
-    return Entry(EntryKind.THAW, body, key, CallKey.parse(key).session_id)
+    return Entry(AuditKind.THAW, body, key, CallKey.parse(key).session_id)
 
 
 @dataclass(slots=True)
@@ -229,19 +229,19 @@ class CallWord:
 
     def fold(self) -> None:
         for _at, _rank, kind, body in sorted(self.said, key=lambda s: (s[0], s[1])):
-            if kind == EntryKind.OUTCOME:
+            if kind == AuditKind.OUTCOME:
                 self.outcome = self.status = body.get("status")
                 self.result, self.error = body.get("result"), body.get("error")
             elif self.outcome is not None:
                 continue
-            elif kind == EntryKind.CALL_REQUESTED:
+            elif kind == AuditKind.CALL_REQUESTED:
                 self.requested = True
                 self.status = body.get("status")
-            elif kind in (EntryKind.APPROVAL_DECIDED, EntryKind.APPROVAL_EXPIRED):
+            elif kind in (AuditKind.APPROVAL_DECIDED, AuditKind.APPROVAL_EXPIRED):
                 self.decided = True
                 self.decision, self.decided_by = body.get("decision"), body.get("decided_by")
                 self.status = body.get("status") or self.status
-            elif kind in (EntryKind.APPROVAL_ASKED, EntryKind.THAW):
+            elif kind in (AuditKind.APPROVAL_ASKED, AuditKind.THAW):
                 self.status = body.get("status") or self.status
                 if body.get("cleared"):
                     self.decision = self.decided_by = None
@@ -270,19 +270,19 @@ class CallWord:
 
 #: Which entry names a call's last word: the furthest along its life.
 _RANKS: dict[str, int] = {
-    EntryKind.CALL_REQUESTED: 0,
-    EntryKind.BUDGET_RESERVED: 0,
-    EntryKind.APPROVAL_ASKED: 1,
-    EntryKind.APPROVAL_DECIDED: 2,
-    EntryKind.APPROVAL_EXPIRED: 2,
-    EntryKind.APPROVAL_EDITED: 2,
-    EntryKind.ATTEMPT_CLAIMED: 3,
-    EntryKind.ATTEMPT_STARTED: 3,
-    EntryKind.ATTEMPT_ENDED: 4,
-    EntryKind.OUTCOME: 5,
-    EntryKind.BUDGET_SPENT: 5,
-    EntryKind.BUDGET_HELD: 5,
-    EntryKind.BUDGET_RELEASED: 5,
-    EntryKind.LATE_RESULT: 6,
-    EntryKind.REPORT_SENT: 6,
+    AuditKind.CALL_REQUESTED: 0,
+    AuditKind.BUDGET_RESERVED: 0,
+    AuditKind.APPROVAL_ASKED: 1,
+    AuditKind.APPROVAL_DECIDED: 2,
+    AuditKind.APPROVAL_EXPIRED: 2,
+    AuditKind.APPROVAL_EDITED: 2,
+    AuditKind.ATTEMPT_CLAIMED: 3,
+    AuditKind.ATTEMPT_STARTED: 3,
+    AuditKind.ATTEMPT_ENDED: 4,
+    AuditKind.OUTCOME: 5,
+    AuditKind.BUDGET_SPENT: 5,
+    AuditKind.BUDGET_HELD: 5,
+    AuditKind.BUDGET_RELEASED: 5,
+    AuditKind.LATE_RESULT: 6,
+    AuditKind.REPORT_SENT: 6,
 }

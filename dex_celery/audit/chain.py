@@ -2,7 +2,7 @@
 
     with store.engine.begin() as conn:
         ...  # the feature's own writes
-        appended = store.audit.append(conn, Entry(EntryKind.FREEZE, {...}))
+        appended = store.audit.append(conn, Entry(AuditKind.FREEZE, {...}))
     appended.committed()
 
 Each thread of each process is a writer with a chain of its own (S13.4.2: measured against one
@@ -33,6 +33,7 @@ from sqlalchemy.engine.interfaces import DBAPICursor
 from dex_celery.audit.entries import GENESIS, Entry, canonical, entry_hash
 from dex_celery.audit.keys import Signer
 from dex_celery.store.audit_sql import audit_statements
+from dex_celery.store.hot import on_cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,8 @@ class AuditLog:
             last["signature"] = self.signer.sign(last["hash"])
             last["key_id"] = self.signer.key_id
         statements = audit_statements(self._engine())
-        statements.insert_entry.execute_many(conn, rows)
+        with on_cursor(conn) as cursor:  # one INSERT of every entry
+            statements.insert_entries.execute(cursor, rows)
         statements.upsert_head.execute(
             conn,
             {

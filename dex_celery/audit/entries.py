@@ -21,7 +21,7 @@ from typing import Any
 GENESIS = "0" * 64
 
 
-class EntryKind(StrEnum):
+class AuditKind(StrEnum):
     CALL_REQUESTED = "call_requested"
     APPROVAL_ASKED = "approval_asked"
     APPROVAL_DECIDED = "approval_decided"
@@ -46,7 +46,7 @@ class EntryKind(StrEnum):
 class Entry:
     """One decision to append (`AuditLog.append`); `at` defaults to the time it is appended."""
 
-    kind: EntryKind
+    kind: AuditKind
     body: Mapping[str, Any] = field(default_factory=dict)
     call_key: str | None = None
     session_id: str | None = None

@@ -28,7 +28,7 @@ from dex_celery.audit.check import (
     check_chain,
     check_checkpoint,
 )
-from dex_celery.audit.entries import Chained, EntryKind
+from dex_celery.audit.entries import AuditKind, Chained
 from dex_celery.audit.keys import Verifier
 from dex_celery.store.dialect import IN_CHUNK
 from dex_celery.store.repository import Store
@@ -155,7 +155,7 @@ def _gathering(
 
 
 def _gather(entry: Chained, words: dict[str, CallWord], pruned: set[str]) -> None:
-    if entry.kind == EntryKind.HISTORY_PRUNED:
+    if entry.kind == AuditKind.HISTORY_PRUNED:
         pruned.update(_body(entry).get("calls") or ())
     elif entry.call_key is not None:
         word = words.get(entry.call_key)

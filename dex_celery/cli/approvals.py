@@ -16,7 +16,7 @@ import click
 
 from dex_celery.backend_errors import require_existing_database
 from dex_celery.cli.context import DexContext, pass_context
-from dex_celery.engine.request.approvals import DEFAULT_LIST_LIMIT, PendingApproval
+from dex_celery.engine import DEFAULT_LIST_LIMIT, PendingApproval
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.times import format_utc
 
@@ -104,6 +104,3 @@ def _line(p: PendingApproval) -> str:
 
 def _state(record: ToolCallRecord) -> str:
     return f"status {record.status.value}"
-
-
-commands: list[click.Command] = [approvals]

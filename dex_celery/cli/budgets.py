@@ -50,6 +50,3 @@ def budgets_show(ctx: DexContext, name: str | None, scope: str | None, as_json: 
         click.echo("no call has drawn on a budget" + (" in that scope" if scope or name else ""))
         return
     click.echo(render_table(BUDGET_COLUMNS, render_views(views)))
-
-
-commands: list[click.Command] = [budgets]

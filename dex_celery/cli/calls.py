@@ -158,6 +158,3 @@ def calls_show(ctx: DexContext, key: str, as_json: bool, full: bool) -> None:
 
 
 # --- sweep -------------------------------------------------------------------------------------
-
-
-commands: list[click.Command] = [calls]

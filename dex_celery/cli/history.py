@@ -19,7 +19,7 @@ import click
 
 from dex_celery.cli.calls import emit_json
 from dex_celery.cli.context import DexContext, pass_context
-from dex_celery.engine.upkeep.retention import PruneReport, archive_path, prune
+from dex_celery.engine import PruneReport, archive_path, prune
 from dex_celery.errors import InvalidRequest
 from dex_celery.model.times import format_utc, parse_since
 from dex_celery.store.archive import check_archive_target

@@ -3,7 +3,7 @@
 Like `celery`, every command finds the deployment through `-A/--app` (or `$DEX_APP`), given
 before or after the subcommand: a module, `module:celery_app` or `module:dex`
 (`dex_celery.cli.appfinder`). There is no default app; the bundled example runs only under
-`dex-celery demo`. Command groups live in `cli_*.py` and are registered explicitly below.
+`dex-celery demo`. Command groups live in the modules of `cli/` and are registered explicitly below.
 
 Exit codes: 0 success; 1 a refused or failed operation (one line `error: ...` on stderr: a
 typed `DexError`, Redis or the database unreachable, no schema, a bad URL, a missing driver);

@@ -15,8 +15,7 @@ import click
 from dex_celery.app import Dex
 from dex_celery.cli.calls import emit_json
 from dex_celery.cli.context import DexContext, pass_context
-from dex_celery.engine.upkeep.reconcile import ReconcileReport, reconcile_once
-from dex_celery.engine.upkeep.sweep import run_forever
+from dex_celery.engine import ReconcileReport, reconcile_once, run_forever
 from dex_celery.processes.checks import check_redis
 from dex_celery.store.unknowns import UnknownOutcomes
 
@@ -90,6 +89,3 @@ def render_reconcile(value: dict[str, Any]) -> str:
     lines.extend(f"  reported {r['key']}: {r['report']}" for r in value["reports"])
     lines.extend(f"  check failed for {k} (asked again next run)" for k in value["error_keys"])
     return "\n".join(lines)
-
-
-commands: list[click.Command] = [sweep, reconcile]

@@ -81,6 +81,3 @@ def mcp(
         wait_timeout=wait_timeout,
         task_after=task_after,
     )
-
-
-commands = [mcp]

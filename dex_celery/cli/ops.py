@@ -21,7 +21,7 @@ from dex_celery.app import Dex
 from dex_celery.backend_errors import require_existing_database, safe_url
 from dex_celery.cli.appfinder import NO_APP_HINT
 from dex_celery.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, DexContext, pass_context
-from dex_celery.engine.epoch import LedgerEpoch
+from dex_celery.engine import LedgerEpoch
 from dex_celery.errors import AppNotFound, LedgerMismatch, RebindNotConfirmed
 from dex_celery.examples.orderdesk.demo import DemoResult, run_demo
 from dex_celery.ops.present import command_line
@@ -35,8 +35,7 @@ from dex_celery.processes.localstack import (
 )
 from dex_celery.processes.supervise import Supervisor
 from dex_celery.settings import Settings
-from dex_celery.store.bindings import Binding, read_binding
-from dex_celery.store.bindings import release as release_binding
+from dex_celery.store.bindings import Binding, read_binding, release_binding
 from dex_celery.store.sql_engine import make_engine
 
 #: Exit code of `dex-celery demo` for each way the demo ends.
@@ -323,6 +322,3 @@ def _belongs_to_the_app(epoch: LedgerEpoch) -> bool:
 def _where(settings: Settings) -> str:
     url = safe_url(settings.database_url)
     return f"{url} schema {settings.database_schema}" if settings.database_schema else url
-
-
-commands: list[click.Command] = [dev, demo, db]

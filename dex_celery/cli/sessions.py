@@ -82,6 +82,3 @@ def _entry_lines(entry: Entry, full: bool) -> list[str]:
         text = entry.text if full else shorten(entry.text, TEXT_SHOWN)
         out.append(" " * (2 + len(format_time(entry.at)) + 2 + KIND_WIDTH + 2) + text)
     return out
-
-
-commands: list[click.Command] = [sessions]

@@ -79,6 +79,3 @@ def webhooks_status(ctx: DexContext, as_json: bool) -> None:
         emit_json(status.as_dict())
     else:
         click.echo(render_status(status))
-
-
-commands: list[click.Command] = [web, webhooks]

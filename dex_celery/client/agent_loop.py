@@ -28,14 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dex_celery.engine.request.dispatch import CallRequest
+from dex_celery.engine import CallRequest
 from dex_celery.errors import CallConflict, DexError, InvalidRequest
 from dex_celery.model.outcomes import tool_output
 from dex_celery.model.records import ToolCallRecord
 
 if TYPE_CHECKING:
     from dex_celery.client.dex_client import AsyncDexClient, DexClient
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine import Dispatcher
 
 #: Default seconds to wait for a turn's calls (a call waiting for approval can take longer).
 DEFAULT_TURN_TIMEOUT = 300.0

@@ -19,9 +19,7 @@ from dex_celery.backend_errors import (
     translated_iterator,
     translating_backend_errors,
 )
-from dex_celery.engine.decided import decided, decided_step
-from dex_celery.engine.request.approvals import PendingApproval
-from dex_celery.engine.request.dispatch import CallRequest
+from dex_celery.engine import CallRequest, PendingApproval, decided, decided_step
 from dex_celery.errors import CallTimeout, UnknownCall
 from dex_celery.ledger.events import START, AgentEvent, EventFilters
 from dex_celery.ledger.ledger import LedgerCall
@@ -32,7 +30,7 @@ from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import AgentSnapshot, MessageRole, SessionRecord, ToolCallRecord
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 
 @translating_backend_errors
@@ -133,7 +131,7 @@ class DexClient:
         first records it, once. A caller never waits for the sweeper's `unrecorded_grace`.
 
         `recorded=False` returns at the ledger's decision, each record as SQL will hold it
-        (`engine/decided.py`), without waiting for the write: the lowest latency, for a caller
+        (`engine/decided_outcomes.py`), without waiting for the write: the lowest latency, for a caller
         that uses only the returned records; the snapshot and the session's messages catch up
         within the recorder's next batch.
 
@@ -242,7 +240,7 @@ class DexClient:
         recorded: bool,
         prepared: dict[str, ToolCallRecord],
     ) -> set[str]:
-        """The outcomes among `keys` the ledger decided and SQL lacks (`engine/decided.py`).
+        """The outcomes among `keys` the ledger decided and SQL lacks (`engine/decided_outcomes.py`).
 
         `recorded`: each decided at least `record_wait` ago is recorded now (the keys recorded
         are returned, to be read back from SQL); for the others `due` gets when their
@@ -271,7 +269,7 @@ class DexClient:
             if age < wait:
                 due[key] = time.monotonic() + (wait - age)
                 continue
-            runtime.dispatcher.record(key, step, result=entry.result)
+            runtime.steps.record(key, step, result=entry.result)
             due.pop(key, None)
             written.add(key)
         return written

@@ -61,16 +61,6 @@ def with_prefix(fields: dict[str, int], prefix: str) -> dict[str, int]:
     return {k[len(prefix) :]: v for k, v in fields.items() if k.startswith(prefix)}
 
 
-def refused_claims(ledger: Ledger) -> dict[str, int]:
-    """Refused claims by reason since the ledger began."""
-    return with_prefix(stats_fields(ledger), CLAIMS_REFUSED)
-
-
-def sql_write_errors(ledger: Ledger) -> dict[str, int]:
-    """Outcomes SQL would not take, by writer, since the ledger began."""
-    return with_prefix(stats_fields(ledger), SQL_WRITE_ERRORS)
-
-
 @dataclass(frozen=True, slots=True)
 class SweepStats:
     """The last sweep: when it ended (ledger clock) and how long it took, in seconds."""

@@ -20,8 +20,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.async_bridge import run_sync
-from dex_celery.engine.attempt.invoke import TRANSIENT_ERRORS, is_async
-from dex_celery.engine.request.previews import (
+from dex_celery.engine.attempt import TRANSIENT_ERRORS, is_async
+from dex_celery.engine.request import (
     HARD_LIMIT_SLACK,
     MAX_PREVIEW_CHARS,
     PREVIEW_TASK,

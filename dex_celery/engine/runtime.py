@@ -4,16 +4,21 @@
 after-fork hook, `dex_celery.forks`), so a prefork child never shares its parent's sockets or
 threads. Who calls whom (docs/architecture.md):
 
-    Dispatcher(celery, ledger, store, epoch, tools, settings)   requests, steps -> actions
-    Sweeper(ledger, store, dispatcher, settings, epoch)         what stopped moving
-    Worker(celery, ledger, store, dispatcher, settings, writer) one attempt in a task
+    Steps(celery, ledger, store, settings)                      ledger steps -> actions, publish
+    Opener(celery, ledger, store, epoch, steps, settings)       open and publish attempt 1
+    Dispatcher(celery, ledger, store, epoch, tools, settings, opener)   requests -> records
+    Sweeper(ledger, store, steps, opener, settings, epoch)      what stopped moving
+    Worker(celery, ledger, store, steps, settings, writer)      one attempt in a task
     OutcomeWriter(store, ledger)                                batched SQL writes of outcomes
     (forward: a prefork pool process's outcomes to its main process's writer, `OutcomeChannel`;
     gate: shut when the worker's warm shutdown begins, `ShutdownGate`)
-    Approvals(store, ledger, epoch, dispatcher, settings)       a person's decisions
-    WriteFreezeControl(store, ledger, dispatcher, tools)        the write freeze (S13.2)
+    Approvals(store, ledger, epoch, opener, tools, settings)    a person's decisions
+    WriteFreezeControl(store, ledger, opener, tools)            the write freeze (S13.2)
     Reconciler(store, events, checks, settings)                 outcome_unknown calls (S8)
     Retention(store, ledger, settings)                          bounded history (S12.4)
+
+It imports the rooms through their faces (`request/`, `attempt/`, `upkeep/`); no room imports
+it.
 """
 
 from __future__ import annotations
@@ -23,16 +28,17 @@ from typing import Protocol
 
 from celery import Celery
 
-from dex_celery.engine.attempt.outcome_writer import OutcomeWriter
-from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
-from dex_celery.engine.attempt.worker import Worker
+from dex_celery.engine.attempt import OutcomeWriter, ShutdownGate, Worker
 from dex_celery.engine.epoch import LedgerEpoch
-from dex_celery.engine.request.approvals import Approvals
-from dex_celery.engine.request.dispatch import Dispatcher
-from dex_celery.engine.upkeep.freeze import WriteFreezeControl
-from dex_celery.engine.upkeep.reconcile import OutcomeChecks, Reconciler
-from dex_celery.engine.upkeep.retention import Retention
-from dex_celery.engine.upkeep.sweep import Sweeper
+from dex_celery.engine.request import Approvals, Dispatcher, Opener
+from dex_celery.engine.steps import Steps
+from dex_celery.engine.upkeep import (
+    OutcomeChecks,
+    Reconciler,
+    Retention,
+    Sweeper,
+    WriteFreezeControl,
+)
 from dex_celery.ledger.connection import ledger_client
 from dex_celery.ledger.guard import ledger_location
 from dex_celery.ledger.keys import KeySpace
@@ -83,22 +89,26 @@ class Runtime:
         self.redis = self.ledger.client
         self.events = self.ledger.events
         self.epoch = LedgerEpoch(self.ledger, lambda: store.engine, location)
-        self.dispatcher = Dispatcher(celery, self.ledger, store, self.epoch, tools, settings)
-        self.sweeper = Sweeper(self.ledger, store, self.dispatcher, settings, self.epoch)
+        self.steps = Steps(celery, self.ledger, store, settings)
+        self.opener = Opener(celery, self.ledger, store, self.epoch, self.steps, settings)
+        self.dispatcher = Dispatcher(
+            celery, self.ledger, store, self.epoch, tools, settings, self.opener
+        )
+        self.sweeper = Sweeper(self.ledger, store, self.steps, self.opener, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
-        self.freeze = WriteFreezeControl(store, self.ledger, self.dispatcher, tools)
+        self.freeze = WriteFreezeControl(store, self.ledger, self.opener, tools)
         self.worker = Worker(
             celery,
             self.ledger,
             store,
-            self.dispatcher,
+            self.steps,
             settings,
             self.writer,
             forward,
             gate,
             on_frozen=self.freeze.on_frozen,
         )
-        self.approvals = Approvals(store, self.ledger, self.epoch, self.dispatcher, settings)
+        self.approvals = Approvals(store, self.ledger, self.epoch, self.opener, tools, settings)
         self.reconciler = Reconciler(store, self.events, checks, settings, self._settle_budgets)
         self.retention = Retention(store, self.ledger, settings)
 

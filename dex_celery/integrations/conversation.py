@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dex_celery.backend_errors import backend_errors
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.model.conversation import SeenMessage, to_copy, undelivered
 from dex_celery.model.records import Message

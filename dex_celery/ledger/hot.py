@@ -200,7 +200,9 @@ class HotScripts:
 def _round_trip(conn: Any, commands: list[bytes]) -> list[Any]:
     """Send `commands` at once and read one reply each; a script's error is its reply (every
     reply is read, so the connection stays in step for the next call)."""
-    conn.send_packed_command(commands)
+    # One buffer, one `sendall`: redis-py writes each item of a list with its own (the
+    # recorder's `recorded` pipeline of 100 outcomes made 100 system calls).
+    conn.send_packed_command([b"".join(commands)])
     replies: list[Any] = []
     for _ in commands:
         try:

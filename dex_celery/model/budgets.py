@@ -284,32 +284,3 @@ def charges_of_json(text: str | None) -> tuple[BudgetCharge, ...]:
         raw["over"] = OverBudget(raw["over"])
         out.append(BudgetCharge(**raw))
     return tuple(out)
-
-
-class BudgetState(StrEnum):
-    """A charge's state in its budget (docs/guardrails.md, "Budgets")."""
-
-    RESERVED = "reserved"  # admitted, not ended
-    SPENT = "spent"  # succeeded, or reconciled as having gone through
-    HELD = "held"  # outcome unknown, not reconciled yet
-    RELEASED = "released"  # did not run, or rejected: usable again
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetUsage:
-    """One budget scope's totals as the ledger holds them (`budgets show`, metrics)."""
-
-    name: str
-    scope_id: str
-    limit: float
-    reserved: float
-    spent: float
-    held: float
-
-    @property
-    def used(self) -> float:
-        return self.reserved + self.spent
-
-    @property
-    def left(self) -> float:
-        return max(0.0, self.limit - self.reserved - self.spent - self.held)

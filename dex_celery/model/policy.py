@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from dex_celery.errors import PolicyError
 from dex_celery.model.budgets import Budget
@@ -22,7 +22,30 @@ from dex_celery.model.effects import UNDECLARED_EFFECT, traits_of
 
 # `EffectClass` is re-exported: it is the type of `ToolPolicy.effect`.
 from dex_celery.model.effects import EffectClass as EffectClass
-from dex_celery.settings import Settings
+
+
+class PolicyDefaults(Protocol):
+    """The deployment-wide defaults a policy falls back to: `Settings` has them all.
+
+    Declared here rather than imported, so the model sits below the settings that use it
+    (docs/architecture.md, "The layers"): `settings.py` reads budgets and durations from
+    `model/`, and nothing in `model/` reads `settings.py`.
+    """
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def backoff_initial(self) -> float: ...
+    @property
+    def backoff_max(self) -> float: ...
+    @property
+    def schedule_to_start(self) -> float: ...
+    @property
+    def start_to_close(self) -> float: ...
+    @property
+    def heartbeat_timeout(self) -> float: ...
+    @property
+    def approval_timeout(self) -> float: ...
 
 
 class EffectSource(StrEnum):
@@ -207,7 +230,7 @@ def resolve_policy(
     policy: ToolPolicy | None,
     annotations: Mapping[str, Any] | None,
     session_default: EffectClass | None,
-    settings: Settings,
+    settings: PolicyDefaults,
 ) -> PolicySnapshot:
     """Apply S1.3 and S1.4: explicit policy, then tool metadata, then the session default."""
     policy = policy or ToolPolicy()

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.model.budgets import (
     Budget,
     BudgetCharge,

@@ -65,7 +65,13 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from dex_celery.access import Credentials, HostAllowlist, Scope, check_bind, guarded_wsgi
-from dex_celery.engine import counters
+from dex_celery.engine import (
+    CLAIMS_REFUSED,
+    SQL_WRITE_ERRORS,
+    last_sweep,
+    stats_fields,
+    with_prefix,
+)
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.ops.budgets import declared_budgets, scope_views
 from dex_celery.ops.webhooks import delivery_status
@@ -74,7 +80,7 @@ from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.views import OperatorViews
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 log = logging.getLogger("dex_celery.ops.metrics")
 
@@ -242,17 +248,15 @@ class DexCollector(Collector):
         refused = CounterMetricFamily(
             "dex_claims_refused", "Deliveries turned away by the claim", labels=["reason"]
         )
-        fields = counters.stats_fields(source.runtime.ledger)
-        for reason, count in sorted(counters.with_prefix(fields, counters.CLAIMS_REFUSED).items()):
+        fields = stats_fields(source.runtime.ledger)
+        for reason, count in sorted(with_prefix(fields, CLAIMS_REFUSED).items()):
             refused.add_metric([reason], count)
         write_errors = CounterMetricFamily(
             "dex_sql_write_errors",
             "Outcomes SQL would not take (each waits in the ledger for the sweeper)",
             labels=["writer"],
         )
-        for writer, count in sorted(
-            counters.with_prefix(fields, counters.SQL_WRITE_ERRORS).items()
-        ):
+        for writer, count in sorted(with_prefix(fields, SQL_WRITE_ERRORS).items()):
             write_errors.add_metric([writer], count)
         yield from (refused, write_errors)
 
@@ -283,7 +287,7 @@ class DexCollector(Collector):
                 life.add_metric([str(shard.index), str(epoch)], 1)
         yield from (in_flight, not_in_sql, life)
 
-        sweep = counters.last_sweep(source.runtime.ledger)
+        sweep = last_sweep(source.runtime.ledger)
         if sweep is not None:
             lag = GaugeMetricFamily("dex_sweep_lag_seconds", "Time since the last sweep ended")
             lag.add_metric([], max(0.0, source.runtime.ledger.now() - sweep.finished_at))

@@ -16,11 +16,13 @@ from typing import Any
 
 import redis
 
-from dex_celery.engine.attempt.owners import parse_owner
-from dex_celery.engine.held_back_evidence import repeat_evidence
-from dex_celery.engine.request.approvals import PendingApproval
-from dex_celery.engine.request.previews import shown_preview
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import (
+    PendingApproval,
+    RuntimeSource,
+    parse_owner,
+    repeat_evidence,
+    shown_preview,
+)
 from dex_celery.errors import DexError
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.effects import traits_of

@@ -11,7 +11,7 @@ cannot run, and a probe that only pings Celery passes for it (docs/operations.md
   `/readyz`, `dex-celery probe ready`);
 - `LoopTick`: the worker's main loop ticks it from its own timer; `/livez` answers 200 only while
   the last tick is recent (`dex-celery probe live`);
-- `require_sweeps`: beat is alive while its sweeper's last sweep (`engine.counters.last_sweep`,
+- `require_sweeps`: beat is alive while its sweeper's last sweep (`engine.last_sweep`,
   in the ledger) is younger than `ops.status.stale_after` (`dex-celery probe live --beat`).
 
 A verdict names the parts that failed and their error types only: the doors that show it answer
@@ -35,13 +35,15 @@ from dex_celery.backend_errors import (
     safe_url,
     translate,
 )
-from dex_celery.engine import counters
+from dex_celery.engine import (
+    last_sweep,
+)
 from dex_celery.errors import DexError, NotAlive, SchemaMissing, SchemaOutdated
 from dex_celery.ops.status import stale_after
 from dex_celery.store.schema import tool_calls
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 #: Seconds a readiness check of the broker waits for a connection.
 BROKER_TIMEOUT = 5.0
@@ -190,7 +192,7 @@ def require_sweeps(source: RuntimeSource) -> str:
     settings = source.settings
     with backend_errors(settings.redis_url, settings.database_url):
         ledger = source.runtime.ledger
-        sweep = counters.last_sweep(ledger)
+        sweep = last_sweep(ledger)
         now = ledger.now()
     limit = stale_after(settings.sweep_interval)
     if sweep is None:

@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import inspect
 
 from dex_celery.backend_errors import first_line, require_existing_database, translate
-from dex_celery.engine import counters
-from dex_celery.engine.worker_starts import SILENT_WINDOW, WorkerStart, read_starts
+from dex_celery.engine import (
+    SILENT_WINDOW,
+    WorkerStart,
+    read_starts,
+)
+from dex_celery.engine import (
+    last_sweep as recorded_sweep,
+)
 from dex_celery.model.times import format_utc
 from dex_celery.ops import webhooks
 from dex_celery.ops.present import celery_line, command_line
@@ -34,7 +40,7 @@ from dex_celery.store.schema import tool_calls
 from dex_celery.store.views import OperatorViews
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 log = logging.getLogger("dex_celery.ops.status")
 
@@ -110,7 +116,7 @@ def _guarded(name: str, check: SectionCheck, source: RuntimeSource) -> Section:
 def last_sweep(source: RuntimeSource) -> tuple[float | None, float]:
     """(seconds since the last sweep, or None if none is recorded; now on the ledger's clock)."""
     now = source.runtime.ledger.now()
-    sweep = counters.last_sweep(source.runtime.ledger)
+    sweep = recorded_sweep(source.runtime.ledger)
     if sweep is None:
         return None, now
     return max(0.0, now - sweep.finished_at), now

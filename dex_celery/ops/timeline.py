@@ -25,9 +25,8 @@ from typing import Any
 import redis
 from sqlalchemy import Engine, select
 
-from dex_celery.audit.entries import EntryKind as AuditKind
-from dex_celery.audit.entries import digest
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.audit.entries import AuditKind, digest
+from dex_celery.engine import RuntimeSource
 from dex_celery.ledger.ledger import LedgerCall
 from dex_celery.model.budgets import charges_of_json
 from dex_celery.model.ids import validate_id

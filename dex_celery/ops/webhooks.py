@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from dex_celery.engine.request.previews import preview_pending, shown_preview
+from dex_celery.engine import preview_pending, shown_preview
 from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.ledger.events import AgentEvent, EventType
 from dex_celery.model.outcomes import CallStatus
@@ -53,7 +53,7 @@ from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import record_arguments
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 log = logging.getLogger("dex_celery.ops.webhooks")
 

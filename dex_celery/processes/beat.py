@@ -28,8 +28,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.engine.upkeep.sweep import run_forever
+from dex_celery.engine import RuntimeSource, run_forever
 from dex_celery.ops.webhooks import WebhookSender, receivers
 from dex_celery.processes.checks import check_or_exit
 

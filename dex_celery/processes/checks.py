@@ -18,7 +18,7 @@ import time
 import redis
 
 from dex_celery.backend_errors import translate
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import (
     BackendUnavailable,
     DexError,

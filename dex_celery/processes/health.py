@@ -19,7 +19,7 @@ from dex_celery.errors import NotAlive
 from dex_celery.ops.probes import LoopTick, readiness
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

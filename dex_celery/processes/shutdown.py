@@ -30,7 +30,7 @@ from pathlib import Path
 
 from celery.worker import state
 
-from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
+from dex_celery.engine import ShutdownGate
 
 log = logging.getLogger("dex_celery.processes.shutdown")
 

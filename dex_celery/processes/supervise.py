@@ -47,7 +47,6 @@ class Restarts:
     in_a_row: int = 0
     #: When the pending restart is due (monotonic clock); None: none pending.
     due: float | None = None
-    last_exit_code: int | None = None
 
 
 @dataclass
@@ -90,7 +89,6 @@ class Supervisor:
         state.in_a_row = 1 if ran >= self.backoff.stable_after else state.in_a_row + 1
         delay = self.backoff.delay(state.in_a_row)
         state.due = now + delay
-        state.last_exit_code = service.process.returncode
         self.echo(
             f"{service.name} (pid {service.pid}) exited with code {service.process.returncode} "
             f"after {ran:.0f}s; restarting it in {delay:g}s (restart {state.count + 1})"

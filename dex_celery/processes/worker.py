@@ -18,7 +18,8 @@
   through which the pool processes hand it their outcomes (`forward_outcome`);
 - `worker_process_shutdown` / `worker_shutdown`: the outcomes this process still holds are
   written before it exits (the sweeper would, later); the main process first takes what the
-  channel still carries;
+  channel still carries; then every tool source lets go of what the process holds open (the
+  warm MCP sessions: each server sees its session closed, `integrations/mcp/sessions.py`);
 - `worker_shutting_down` (SIGTERM, a deploy): the claim gate shuts in every pool process and
   the shutdown grace starts (`processes.shutdown`); a message of a tool this worker does not
   have is handed back, not dropped (`processes.unknown_tools`, through `services_of`).
@@ -36,9 +37,7 @@ from typing import Any
 from billiard.exceptions import WorkerLostError
 from celery import Celery, signals
 
-from dex_celery.engine.attempt.outcome_writer import OutcomeChannel
-from dex_celery.engine.runtime import RuntimeSource
-from dex_celery.engine.worker_starts import record_start
+from dex_celery.engine import OutcomeChannel, RuntimeSource, record_start
 from dex_celery.ops.probes import TICK_INTERVAL, LoopTick
 from dex_celery.ops.status import DeploymentWatch
 from dex_celery.processes.broker_pools import (
@@ -64,10 +63,12 @@ class WorkerServices:
         celery: Celery,
         source: RuntimeSource,
         refresh_tools: Callable[[], None] = lambda: None,
+        close_tools: Callable[[], None] = lambda: None,
     ) -> None:
         self.celery = celery
         self.source = source
         self.refresh_tools = refresh_tools
+        self.close_tools = close_tools
         self.watch: DeploymentWatch | None = None
         #: Ticked by the main loop's timer from `worker_ready` on (`/livez`).
         self.tick = LoopTick()
@@ -166,6 +167,14 @@ class WorkerServices:
         if runtime is not None and not runtime.writer.flush():
             log.warning("outcomes still unwritten at shutdown; the sweeper will record them")
 
+    def close_tool_sources(self, **_: Any) -> None:
+        """Close what this process holds open for its tool sources (after its outcomes are
+        written): a warm MCP session is ended, not dropped with the process."""
+        try:
+            self.close_tools()
+        except Exception as e:  # a shutdown goes on whatever a source does
+            log.warning("closing the tool sources at shutdown failed: %s", e)
+
 
 def _is_prefork(pool: Any) -> bool:
     """Whether Celery's `pool_cls` (a name or a class, as `worker_init` sees it) forks pool
@@ -184,10 +193,13 @@ def services_of(celery: Celery) -> WorkerServices | None:
 
 
 def connect_worker(
-    celery: Celery, source: RuntimeSource, refresh_tools: Callable[[], None] = lambda: None
+    celery: Celery,
+    source: RuntimeSource,
+    refresh_tools: Callable[[], None] = lambda: None,
+    close_tools: Callable[[], None] = lambda: None,
 ) -> WorkerServices:
     """Connect the worker side of `celery`'s deployment to Celery's signals (from `Dex`)."""
-    services = WorkerServices(celery, source, refresh_tools)
+    services = WorkerServices(celery, source, refresh_tools, close_tools)
     _SERVICES[celery] = services
     signals.worker_init.connect(services.on_worker_init, weak=False)
     signals.worker_ready.connect(services.on_worker_ready, weak=False)
@@ -195,4 +207,6 @@ def connect_worker(
     signals.task_failure.connect(services.on_task_failure, weak=False)
     signals.worker_process_shutdown.connect(services.flush_outcomes, weak=False)
     signals.worker_shutdown.connect(services.flush_outcomes, weak=False)
+    signals.worker_process_shutdown.connect(services.close_tool_sources, weak=False)
+    signals.worker_shutdown.connect(services.close_tool_sources, weak=False)
     return services

@@ -25,6 +25,7 @@ from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ApprovalDecision
 from dex_celery.store.base import StoreBase
 from dex_celery.store.commit import transaction
+from dex_celery.store.rows import approval_values
 from dex_celery.store.schema import tool_calls
 
 
@@ -65,17 +66,11 @@ class ApprovalBinding(StoreBase):
 
         `expected_arguments`: the stored arguments the edit was made from; another writer's
         edit in between makes this update match nothing."""
-        values: dict[str, Any] = dict(
-            status=CallStatus.PENDING.value,
-            decision=decision.decision,
-            decided_by=decision.decided_by,
-            decided_at=decision.decided_at,
-            decision_note=decision.note,
-            approved_digest=binding,
-            approval_used_at=None,
-        )
-        if epoch is not None:
-            values["ledger_epoch"] = epoch
+        values = {
+            **approval_values(decision, epoch),
+            "approved_digest": binding,
+            "approval_used_at": None,
+        }
         if edit is not None:
             values.update(
                 arguments=edit.arguments,

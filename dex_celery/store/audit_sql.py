@@ -11,11 +11,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, Table, bindparam, insert
+from sqlalchemy import Engine, MetaData, Table, bindparam
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from dex_celery.store.hot import DriverStatement
+from dex_celery.store.many_rows import ManyRows, multi_insert
 from dex_celery.store.schema import audit_heads, audit_log
 
 ENTRY_COLUMNS = tuple(c.name for c in audit_log.columns if not c.primary_key)
@@ -24,7 +25,8 @@ HEAD_COLUMNS = tuple(c.name for c in audit_heads.columns)
 
 @dataclass(frozen=True, slots=True)
 class AuditStatements:
-    insert_entry: DriverStatement
+    #: A transaction's entries, in one statement (`store/many_rows.py`).
+    insert_entries: ManyRows
     upsert_head: DriverStatement
 
 
@@ -41,7 +43,6 @@ def _tables(engine: Engine) -> tuple[Table, Table]:
 
 def _build(engine: Engine) -> AuditStatements:
     log, heads = _tables(engine)
-    entry = insert(log).inline().values({c: bindparam(c) for c in ENTRY_COLUMNS})
     upsert: Any = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
     head = upsert(heads).values({c: bindparam(c) for c in HEAD_COLUMNS})
     head = head.on_conflict_do_update(
@@ -49,7 +50,7 @@ def _build(engine: Engine) -> AuditStatements:
         set_={c: head.excluded[c] for c in HEAD_COLUMNS if c != "writer"},
     )
     return AuditStatements(
-        insert_entry=DriverStatement.compile(entry, engine.dialect),
+        insert_entries=multi_insert(log, ENTRY_COLUMNS, engine.dialect),
         upsert_head=DriverStatement.compile(head, engine.dialect),
     )
 

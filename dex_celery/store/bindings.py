@@ -123,13 +123,13 @@ def rebind(
                 origin_host=origin_host,
             )
         )
-    # Released meanwhile (`release`): nothing to compare with, so bind as a first process does.
+    # Released meanwhile (`release_binding`): nothing to compare with, so bind as a first process does.
     return read_binding(engine) or bind(
         engine, ledger_id, location, now, origin=origin, origin_host=origin_host
     )
 
 
-def release(engine: Engine, *, expected: str) -> bool:
+def release_binding(engine: Engine, *, expected: str) -> bool:
     """Forget the ledger the database belongs to, if it is still `expected` (compare-and-set);
     the next process to look binds it to the ledger of its own Redis. Returns whether this call
     removed the binding."""

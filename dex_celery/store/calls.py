@@ -39,6 +39,7 @@ from dex_celery.store.hot import driver_cursor, hot_statements
 from dex_celery.store.hot_request import REQUEST_COLUMNS, request_statements
 from dex_celery.store.repeat_guards import RepeatCheck, held_back_by, pass_guard, take_guard
 from dex_celery.store.rows import (
+    approval_values,
     call_record,
     tool_message_row,
 )
@@ -286,9 +287,11 @@ class CallRecords(StoreBase):
     def record_outcomes(self, rows: Sequence[OutcomeRow]) -> None:
         """End many calls in one transaction: the batched write of the worker's hot path.
 
-        Each call's status moves only from `pending` (a conditional UPDATE), and its TOOL
-        message is inserted only where that update happened, so a row that lost a race to
-        another writer changes nothing. One commit for the whole batch.
+        Each call's status moves only from `pending` (a conditional UPDATE, one for the whole
+        batch), and its TOOL message is inserted only where that update happened, so a row that
+        lost a race to another writer changes nothing. What the UPDATE returns for each call it
+        ended drives its count, its audit entries and its budgets' settlement. One commit for
+        the whole batch.
         """
         for row in rows:
             if row.outcome.did_not_run:  # rare; conditional on the write fence, one by one
@@ -299,14 +302,17 @@ class CallRecords(StoreBase):
         now = self.clock()
         hot = hot_statements(self.engine)
         with driver_cursor(self.engine) as conn:  # the recorder's path: `store/hot.py`
-            mine: list[dict[str, Any]] = []
-            ended: list[Ended] = []
-            entries: list[Entry] = []
+            # Each row guarded as alone: it moves its call only from `pending` (one statement
+            # for the batch on PostgreSQL, `HotStatements.end_calls`). A key given twice is
+            # tried once, first come: a second UPDATE would find the call ended by the first.
+            first: dict[str, OutcomeRow] = {}
             for r in rows:
-                got = hot.end_pending.first(
-                    conn,
+                first.setdefault(r.key.key, r)
+            returned = hot.end_calls(
+                conn,
+                [
                     {
-                        "b_key": r.key.key,
+                        "b_key": key,
                         "b_from": CallStatus.PENDING.value,
                         "b_status": r.outcome.status.value,
                         "b_error": r.outcome.error or None,
@@ -314,22 +320,30 @@ class CallRecords(StoreBase):
                         "b_finished_at": r.outcome.decided_at or now,
                         "b_attempts": r.outcome.attempts,
                         "b_attempt_log": r.outcome.attempt_log,
-                    },
-                )
+                    }
+                    for key, r in first.items()
+                ],
+            )
+            ended_here = {str(got[0]): got for got in returned}
+            mine: list[dict[str, Any]] = []
+            ended: list[Ended] = []
+            entries: list[Entry] = []
+            for r in rows:  # in the batch's order, as the audit chain was always written
+                got = ended_here.pop(r.key.key, None)
                 if got is None:
                     continue
                 mine.append(
                     tool_message_row(r.key, r.tool_name, r.arguments, r.outcome, now, r.edit)
                 )
-                ended.append((r.tool_name, got[0], r.outcome.status.value, r.outcome.attempts))
-                claim = {"claimed_attempt": got[1], "claimed_at": got[2], "claimed_by": got[3]}
+                ended.append((r.tool_name, got[1], r.outcome.status.value, r.outcome.attempts))
+                claim = {"claimed_attempt": got[2], "claimed_at": got[3], "claimed_by": got[4]}
                 finished = r.outcome.decided_at or now
                 entries += call_entries.ended(r.key, r.outcome, finished, claim)
-                if got[4] is not None:  # its write budgets' charges (S13.1.3)
+                if got[5] is not None:  # its write budgets' charges (S13.1.3)
                     status = r.outcome.status.value
-                    entries += call_entries.budget_settled(r.key, got[4], status, finished)
+                    entries += call_entries.budget_settled(r.key, got[5], status, finished)
             if mine:
-                hot.insert_message.execute_many(conn, mine)
+                hot.insert_messages.execute(conn, mine)
             count_ended(conn, hot, ended)
             appended = self.audit.append(conn, *entries)  # the batch carries its entries
         appended.committed()
@@ -372,15 +386,7 @@ class CallRecords(StoreBase):
         the orphan check tell "approved, never opened" from "Redis lost it" even when the ledger
         changed while the call waited.
         """
-        values: dict[str, Any] = dict(
-            status=CallStatus.PENDING.value,
-            decision=decision.decision,
-            decided_by=decision.decided_by,
-            decided_at=decision.decided_at,
-            decision_note=decision.note,
-        )
-        if epoch is not None:
-            values["ledger_epoch"] = epoch
+        values = approval_values(decision, epoch)
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(tool_calls)

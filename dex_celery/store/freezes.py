@@ -16,7 +16,7 @@ from sqlalchemy import Engine, RowMapping, delete, insert, select, update
 
 from dex_celery.audit import call_entries
 from dex_celery.audit.chain import NOTHING, Appended, AuditLog
-from dex_celery.audit.entries import Entry, EntryKind
+from dex_celery.audit.entries import AuditKind, Entry
 from dex_celery.model.freeze import ALL_TOOLS, FreezeMode, WriteFreeze
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ToolCallRecord
@@ -93,7 +93,7 @@ class WriteFreezes:
                     .returning(write_freezes.c.id)
                 ).scalar_one()
                 made.append(WriteFreeze(int(new_id), tool, mode, reason, by, now))
-            kind = EntryKind.FREEZE
+            kind = AuditKind.FREEZE
             done = [call_entries.freeze(kind, t, by, reason, mode.value) for t in tools]
             appended = self._append(conn, *done)
         appended.committed()
@@ -109,7 +109,7 @@ class WriteFreezes:
                 query.values(thawed_by=by, thawed_at=now).returning(*write_freezes.c)
             ).mappings()
             thawed = sorted((_freeze(r) for r in rows), key=lambda f: f.id)
-            kind = EntryKind.THAW
+            kind = AuditKind.THAW
             done = [call_entries.freeze(kind, f.tool, by, None, None) for f in thawed]
             appended = self._append(conn, *done)
         appended.committed()

@@ -117,3 +117,18 @@ def tool_message_row(
         "call_key": key.key,
         "created_at": now,
     }
+
+
+def approval_values(decision: ApprovalDecision, epoch: str | None) -> dict[str, Any]:
+    """The columns an approval sets on its call: pending again, who decided, when and why, and
+    the ledger life it is about to be opened in (`epoch`, when known)."""
+    values: dict[str, Any] = dict(
+        status=CallStatus.PENDING.value,
+        decision=decision.decision,
+        decided_by=decision.decided_by,
+        decided_at=decision.decided_at,
+        decision_note=decision.note,
+    )
+    if epoch is not None:
+        values["ledger_epoch"] = epoch
+    return values

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from dex_celery.backend_errors import safe_url
 from dex_celery.errors import ConfigurationError
 from dex_celery.forks import after_fork, keep_inherited
+from dex_celery.store.statement_trace import trace_from_env
 
 
 def make_engine(url: str, schema: str | None = None) -> Engine:
@@ -31,6 +32,7 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
         ) from e
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as e:
         raise ConfigurationError(f"database URL {safe_url(url)!r} is not usable: {e}") from e
+    trace_from_env(engine)  # tests only: inert unless DEX_TESTING_SQL_TRACE is set
     if schema is not None:
         return engine.execution_options(schema_translate_map={None: schema})
     return engine

@@ -9,7 +9,7 @@ counter for your tool body (`effects`) and assertions on the record (docs/testin
 This module imports no pytest: a tool may `from dex_celery.testing import effects` in a worker.
 """
 
-from dex_celery.engine.attempt.pause_points import PausePoint
+from dex_celery.engine import PausePoint
 
 #: The fixtures and hooks, loaded by pytest when it loads this module as a plugin.
 pytest_plugins = ["dex_celery.testing.plugin"]

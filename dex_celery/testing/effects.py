@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dex_celery.engine.attempt.pause_points import PausePoint, pause_at
+from dex_celery.engine import PausePoint, pause_at
 from dex_celery.errors import ConfigurationError
 
 EFFECTS_DIR_ENV = "DEX_TESTING_EFFECTS_DIR"

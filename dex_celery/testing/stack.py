@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from dex_celery.app import Dex
-from dex_celery.engine.attempt.pause_points import (
+from dex_celery.engine import (
     PAUSE_AT_ENV,
     PAUSE_DIR_ENV,
     PausePoint,

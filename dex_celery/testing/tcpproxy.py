@@ -75,11 +75,6 @@ class TcpProxy:
 
     # --- faults --------------------------------------------------------------------------------
 
-    @property
-    def open_connections(self) -> int:
-        with self._lock:
-            return len(self._pairs)
-
     def cut(self, *, subscribers_first: bool = False) -> int:
         """Reset every connection and refuse new ones until `restore` (the listening socket is
         closed, so a connect is refused at once, as with a server that went away); how many
@@ -109,6 +104,15 @@ class TcpProxy:
                 self._listener = self._listen()
                 self._open.set()
         self._flowing.set()
+
+    def restored(self) -> bool:
+        """`restore`, or False while the port cannot be listened on again yet (a poll's
+        condition: `wait_for(proxy.restored, ...)`)."""
+        try:
+            self.restore()
+        except OSError:
+            return False
+        return True
 
     def blip(self, seconds: float, *, drop: bool = False) -> threading.Thread:
         """`cut` (or, with `drop`, `pause`) now and `restore` after `seconds` (on a thread of

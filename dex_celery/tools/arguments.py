@@ -22,8 +22,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from dex_celery.errors import InvalidToolArguments, InvalidToolSignature
-from dex_celery.tools.schema import check_arguments as check_against_schema
-from dex_celery.tools.schema import check_schema
+from dex_celery.tools.schema import check_against_schema, check_schema
 from dex_celery.tools.tool import Tool
 
 #: Parameter kinds a tool cannot have: arguments arrive by name, from a JSON object.

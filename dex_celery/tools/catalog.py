@@ -39,6 +39,11 @@ class ToolSource(Protocol):
         unreachable (its kept list, if any, is used)."""
         ...
 
+    def close(self) -> None:
+        """Let go of what this process holds open for the source (a worker process's shutdown:
+        an MCP server's warm sessions); never raises."""
+        ...
+
 
 class ToolCatalog(dict[str, Tool]):
     """Tools by name; a missing name is looked for in the sources before `KeyError`.
@@ -94,3 +99,8 @@ class ToolCatalog(dict[str, Tool]):
         """Every source reads its tools anew (a worker at start)."""
         for source in list(self.sources):
             source.refresh()
+
+    def close_sources(self) -> None:
+        """Every source lets go of what this process holds open (a worker process's shutdown)."""
+        for source in list(self.sources):
+            source.close()

@@ -33,7 +33,7 @@ def check_schema(tool_name: str, schema: Mapping[str, Any]) -> None:
         raise InvalidToolSignature(f"tool {tool_name!r}: input_schema must describe an object")
 
 
-def check_arguments(
+def check_against_schema(
     tool_name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]
 ) -> None:
     """Raise `InvalidToolArguments` (an `InvalidArguments`) if `arguments` do not satisfy

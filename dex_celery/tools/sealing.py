@@ -48,7 +48,7 @@ def fernet(secret_key: str | None) -> Fernet:
     return Fernet(base64.urlsafe_b64encode(digest))
 
 
-def split(
+def split_secrets(
     arguments: Mapping[str, Any], names: Iterable[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(arguments with the named values replaced by `***`, the named values)."""

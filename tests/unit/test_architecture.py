@@ -8,6 +8,11 @@
   (module level, type-only, or deferred inside a function); the operators' read side and the
   clients import nothing of the process wiring or the integrations, which import nothing of the
   façade or above. Not one import runs upward.
+- The engine has faces (docs/architecture.md, "The engine's rooms"): the rest of `dex_celery`
+  imports it through `dex_celery.engine` only; its rooms (`request/`, `attempt/`, `upkeep/`)
+  import each other only through a room's face (its `__init__`); the modules at the engine's top
+  that every room uses import no room, and no room imports the engine's wiring (its face,
+  `runtime`, and what acts from a `Runtime`).
 - At most twelve modules sit at the top of the package; the rest live in folders by role.
 - An import inside a function says why, in a comment on its line or the line above: it defers
   an optional or slow dependency, or breaks a real cycle.
@@ -150,8 +155,10 @@ def test_find_cycle_finds_one() -> None:
 
 def test_import_graph_sees_real_edges() -> None:
     graph = import_graph()
-    assert "dex_celery.engine.runtime" in graph["dex_celery.app"]
-    assert "dex_celery.engine.request.dispatch" in graph["dex_celery.engine.runtime"]
+    assert "dex_celery.engine" in graph["dex_celery.app"]
+    assert "dex_celery.engine.runtime" in graph["dex_celery.engine"]
+    assert "dex_celery.engine.request" in graph["dex_celery.engine.runtime"]
+    assert "dex_celery.engine.request.dispatch" in graph["dex_celery.engine.request"]
 
 
 def test_no_import_cycle_inside_dex_celery() -> None:
@@ -261,3 +268,151 @@ def test_layer_rule_sees_a_type_only_import() -> None:
 def test_at_most_twelve_modules_at_the_top_of_the_package() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 12, top
+
+
+#: The order inside the base layer, lowest first: a base module imports only from its own entry
+#: (its own package) and those before it. `model/` sits below `settings`: the settings parse
+#: budgets and durations with the model's parsers, and a policy names the defaults it reads
+#: as a protocol (`model/policy.py`, `PolicyDefaults`) instead of importing `Settings`.
+BASE_ORDER: tuple[str, ...] = (
+    "dex_celery.errors",
+    "dex_celery.forks",
+    "dex_celery.backend_errors",
+    "dex_celery.async_bridge",
+    "dex_celery.model",
+    "dex_celery.settings",
+    "dex_celery.access",
+)
+
+
+def _base_rank(module: str) -> int | None:
+    for rank, prefix in enumerate(BASE_ORDER):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return None
+
+
+def imports_up_the_base(graph: dict[str, set[str]]) -> list[str]:
+    """The edges of `graph` from a base module to a base module later in `BASE_ORDER`."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        rank = _base_rank(module)
+        if rank is None:
+            continue
+        for dep in sorted(deps):
+            dep_rank = _base_rank(dep)
+            if dep_rank is not None and dep_rank > rank:
+                found.append(f"{module} imports {dep}")
+    return found
+
+
+def test_base_order_covers_the_base_layer() -> None:
+    assert set(BASE_ORDER) == set(dict(LAYERS)["base"])
+
+
+def test_base_order_rule_sees_an_import_back_up() -> None:
+    graph = {
+        "dex_celery.model.policy": {"dex_celery.settings", "dex_celery.model.effects"},
+        "dex_celery.settings": {"dex_celery.model.times", "dex_celery.errors"},
+    }
+    assert imports_up_the_base(graph) == ["dex_celery.model.policy imports dex_celery.settings"]
+
+
+def test_the_base_layer_imports_in_one_order_whatever_the_kind_of_import() -> None:
+    upward = imports_up_the_base(import_graph(deferred=True))
+    assert not upward, "imports back up the base layer (BASE_ORDER):\n" + "\n".join(upward)
+
+
+ENGINE = "dex_celery.engine"
+#: The engine's rooms; each package's `__init__` is its face.
+ROOMS = (f"{ENGINE}.request", f"{ENGINE}.attempt", f"{ENGINE}.upkeep")
+#: Modules at the engine's top that every room may use; they import no room and no wiring.
+ENGINE_BASE = frozenset(
+    f"{ENGINE}.{name}"
+    for name in (
+        "steps",
+        "epoch",
+        "decided_outcomes",
+        "tracing",
+        "task_events",
+        "counters",
+        "held_back_evidence",
+    )
+)
+#: The engine's wiring: its face, the runtime that builds the rooms' components, and what acts
+#: from a `Runtime`. It may import every room's face; no room and no base module imports it.
+ENGINE_WIRING = frozenset(
+    {ENGINE, f"{ENGINE}.runtime", f"{ENGINE}.preview_worker", f"{ENGINE}.worker_starts"}
+)
+
+
+def room_of(module: str) -> str | None:
+    """The room `module` belongs to (its face included), or None outside the rooms."""
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), None)
+
+
+def face_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in `graph` that passes a face of the engine or runs back up inside it."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        inside = module == ENGINE or module.startswith(ENGINE + ".")
+        room = room_of(module)
+        for dep in sorted(deps):
+            if not dep.startswith(ENGINE + "."):
+                continue
+            dep_room = room_of(dep)
+            if not inside:
+                found.append(f"{module} imports {dep}: outside the engine, import {ENGINE}")
+            elif module in ENGINE_BASE and dep not in ENGINE_BASE:
+                found.append(f"{module} imports {dep}: the engine's base imports only its base")
+            elif dep in ENGINE_WIRING and module not in ENGINE_WIRING:
+                found.append(f"{module} imports {dep}: nothing below the wiring imports it")
+            elif dep_room is not None and dep_room != room and dep != dep_room:
+                found.append(f"{module} imports {dep}: another room only through {dep_room}")
+    return found
+
+
+def test_every_engine_module_has_a_place() -> None:
+    """A module of the engine is in a room, in its base or in its wiring: a new one at the top
+    says which, here."""
+    loose = [
+        name
+        for name in _modules()
+        if (name == ENGINE or name.startswith(ENGINE + "."))
+        and room_of(name) is None
+        and name not in ENGINE_BASE | ENGINE_WIRING
+    ]
+    assert not loose, f"engine modules in no room, not base, not wiring: {loose}"
+
+
+def test_the_engine_is_reached_through_its_faces_whatever_the_kind_of_import() -> None:
+    found = face_violations(import_graph(deferred=True))
+    assert not found, "imports past the engine's faces:\n" + "\n".join(found)
+
+
+def test_face_rule_sees_each_kind_of_violation() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from dex_celery.engine.request.dispatch import Dispatcher\n"
+    )
+    [_, hidden] = [n for n in _module_level_imports(tree) if isinstance(n, ast.ImportFrom)]
+    assert hidden.module == "dex_celery.engine.request.dispatch"
+    graph = {
+        "dex_celery.ops.status": {"dex_celery.engine.attempt.worker"},
+        "dex_celery.engine.upkeep.sweep": {str(hidden.module), "dex_celery.engine.request"},
+        "dex_celery.engine.attempt.worker": {"dex_celery.engine.runtime", "dex_celery.engine"},
+        "dex_celery.engine.steps": {"dex_celery.engine.attempt", "dex_celery.engine.tracing"},
+        "dex_celery.engine.runtime": {"dex_celery.engine.request", "dex_celery.engine.steps"},
+        "dex_celery.app": {"dex_celery.engine"},
+    }
+    assert face_violations(graph) == [
+        "dex_celery.engine.attempt.worker imports dex_celery.engine.runtime: nothing below the "
+        "wiring imports it",
+        "dex_celery.engine.steps imports dex_celery.engine.attempt: the engine's base imports "
+        "only its base",
+        "dex_celery.engine.upkeep.sweep imports dex_celery.engine.request.dispatch: another room "
+        "only through dex_celery.engine.request",
+        "dex_celery.ops.status imports dex_celery.engine.attempt.worker: outside the engine, "
+        "import dex_celery.engine",
+    ]

@@ -15,7 +15,7 @@ import pytest
 
 from dex_celery import async_bridge, forks
 from dex_celery.async_bridge import process_loop, run_sync
-from tests.support.forks import in_child
+from tests.support.faults.forks import in_child
 
 
 @pytest.fixture(autouse=True)

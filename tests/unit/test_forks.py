@@ -13,7 +13,7 @@ from celery import Celery
 
 from dex_celery import Dex, Settings, forks
 from dex_celery.store.sql_engine import EngineHandle
-from tests.support.forks import Holder, in_child
+from tests.support.faults.forks import Holder, in_child
 
 
 def test_a_registered_reset_runs_in_the_child_only() -> None:

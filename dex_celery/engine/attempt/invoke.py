@@ -10,7 +10,7 @@
   `ToolContext` is cancelled, which cancels the coroutine; a sync tool sees `ctx.cancelled`.
 - Start-to-close is enforced here for every pool, not only where Celery has a soft time limit
   (threads and gevent have none): a per-process watchdog fences the attempt in the ledger at its
-  deadline (S5.1), records the time-out through the dispatcher, then cancels the tool.
+  deadline (S5.1), records the time-out through `engine/steps.py`, then cancels the tool.
 - What the tool returns is bounded and must be JSON (`encode_result`).
 """
 
@@ -42,7 +42,7 @@ from dex_celery.tools.sealing import Scrubber, unseal
 from dex_celery.tools.tool import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine.steps import Steps
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.settings import Settings
 
@@ -136,7 +136,7 @@ def watchdog() -> Watchdog:
 
 
 def overtime_action(
-    ledger: Ledger, dispatcher: Dispatcher, key: str, attempt: int, ctx: ToolContext
+    ledger: Ledger, steps: Steps, key: str, attempt: int, ctx: ToolContext
 ) -> Callable[[], None]:
     """Fence then cancel: what happens when an attempt reaches its start-to-close deadline."""
 
@@ -146,7 +146,7 @@ def overtime_action(
         )
         if step.kind.value != "noop":
             log.warning("attempt %d of %s ran past start-to-close; cancelling it", attempt, key)
-            dispatcher.apply(key, step)
+            steps.apply(key, step)
             ctx.cancel()
 
     return act
@@ -259,7 +259,7 @@ def stored_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
 
 def invoke_attempt(
     ledger: Ledger,
-    dispatcher: Dispatcher,
+    steps: Steps,
     settings: Settings,
     tool: Tool,
     ctx: ToolContext,
@@ -284,7 +284,7 @@ def invoke_attempt(
         return Cause.TOOL_ERROR, scrubber.text(f"the tool was not called: {e}")
     guard = None
     if start_to_close > 0:
-        action = overtime_action(ledger, dispatcher, ctx.call.key, ctx.attempt, ctx)
+        action = overtime_action(ledger, steps, ctx.call.key, ctx.attempt, ctx)
         guard = watchdog().add(start_to_close + WATCHDOG_SLACK, action)
     try:
         with scrubbing(scrubber):  # the tool's own log lines and prints, too (log_scrub.py)

@@ -9,7 +9,6 @@ raises `Reject(requeue=True)` and its message goes back to the queue for another
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import socket
@@ -32,9 +31,7 @@ from dex_celery.engine.attempt.owners import owner_is_dead_here, owner_string
 from dex_celery.engine.attempt.phases import AttemptPhases, Phase, Phases
 from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
 from dex_celery.engine.counters import count_refused_claim
-from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.held_back_evidence import LATE_RESULT, announce_repeat_evidence
-from dex_celery.engine.request.dispatch import Dispatcher
+from dex_celery.engine.steps import Ran, Steps
 from dex_celery.engine.task_events import (
     AttemptFailed,
     announce_after_worker_lost,
@@ -49,7 +46,7 @@ from dex_celery.model.effects import traits_of
 from dex_celery.model.ids import CallKey, parse_task_id
 from dex_celery.settings import Settings
 from dex_celery.store.repository import Store
-from dex_celery.store.values import OutcomeRow, arguments_json
+from dex_celery.store.values import Outcome, OutcomeRow, arguments_json
 from dex_celery.tools.tool import Tool, ToolContext
 
 log = logging.getLogger("dex_celery.engine.attempt.worker")
@@ -308,7 +305,8 @@ class Worker:
     """The worker's side of every attempt in this process; built once per process (`runtime`).
 
     Handed its collaborators: the ledger it claims in, the store whose write fence it checks,
-    the dispatcher that acts on the steps it wins, the heartbeat pump and the outcome writer.
+    what acts on the steps it wins (`engine/steps.py`), the heartbeat pump and the outcome
+    writer.
     """
 
     def __init__(
@@ -316,7 +314,7 @@ class Worker:
         celery: Celery,
         ledger: Ledger,
         store: Store,
-        dispatcher: Dispatcher,
+        steps: Steps,
         settings: Settings,
         writer: OutcomeWriter,
         forward: Callable[[OutcomeRow], bool] | None = None,
@@ -326,7 +324,7 @@ class Worker:
         self.celery = celery
         self.ledger = ledger
         self.store = store
-        self.dispatcher = dispatcher
+        self.steps = steps
         self.settings = settings
         self.writer = writer
         #: Hands an outcome to the worker's outcome recorder (prefork: `OutcomeChannel.send`);
@@ -473,7 +471,7 @@ class Worker:
             with phases.phase(Phase.RUN):
                 cause, payload = invoke_attempt(
                     self.ledger,
-                    self.dispatcher,
+                    self.steps,
                     self.settings,
                     tool,
                     ctx,
@@ -500,35 +498,27 @@ class Worker:
         lease_until: float,
         edit: str | None = None,
     ) -> str | None:
-        """Finish in the ledger and act on the step: record, retry or keep a late result."""
+        """Finish in the ledger and act on the step (`engine/steps.py`: the outcome to the
+        writer, the next attempt published, a late result kept), then answer Celery."""
         key = call.key
         with phases.phase(Phase.FINISH):
             step = self._finish_in_ledger(key, attempt, fence, cause, payload, lease_until)
             phases.finished(step)
-        late = step.kind is StepKind.LATE or step.late_result
-        if late:
-            # Fenced, or past start-to-close: the outcome stands; this is evidence only (S5.2).
-            log.warning("attempt %d of %s finished too late; kept as a late result", attempt, key)
-            self.store.record_late_result(
-                key, json.dumps({"attempt": attempt, "cause": cause.value, "payload": payload})
-            )
-            announce_repeat_evidence(self.store, self.ledger.events, key, LATE_RESULT)
-        result = payload if cause is Cause.OK else None
-        if step.kind is StepKind.FINISHED:
-            # The ledger holds the outcome now; SQL gets it in the next batch of the worker's
-            # outcome recorder (prefork), else of this process's own writer.
-            outcome = outcome_of(step, result)
+
+        def write(outcome: Outcome) -> None:
+            # SQL gets it in the next batch of the worker's outcome recorder (prefork), else of
+            # this process's own writer.
             shown = arguments_json(stored_arguments(arguments))
             row = OutcomeRow(call, tool.name, shown, outcome, tracing.carrier(), edit)
             if self.forward is None or not self.forward(row):
                 self.writer.submit(row)
-            return task_result(outcome)
-        if step.kind is StepKind.RETRY:
-            # A retry (rare) reads the policy snapshot back from SQL; the common path costs
-            # nothing.
-            self.dispatcher.apply(key, step, result=result, announce=False)
+
+        acted = self.steps.apply(key, step, ran=Ran(attempt, cause, payload, write))
+        if acted.outcome is not None:
+            return task_result(acted.outcome)
+        if acted.retried:
             raise retry(attempt, payload if cause is not Cause.OK else "")
-        if late:
+        if acted.late:
             raise AttemptFailed(
                 f"attempt {attempt} finished after the call's outcome was decided; its result "
                 "is kept as a late result and changes nothing"
@@ -598,7 +588,7 @@ class Worker:
                 "the database shows this write was claimed before; the ledger had lost that claim"
             ),
         )
-        self.dispatcher.apply(key, step)
+        self.steps.apply(key, step)
 
     def give_up_unconfirmed(self, key: str, attempt: int, fence: str, error: Exception) -> None:
         """The write's claim could not be committed in SQL: give the attempt up, no tool code.
@@ -606,7 +596,7 @@ class Worker:
         The ledger ends it `outcome_unknown` with reason `claim_unconfirmed` and a detail that
         says which of the two it was: the claim was never made (no connection, or a failure
         before the COMMIT), or the connection broke during the COMMIT (`CommitUnconfirmed`:
-        the claim may exist). Recording it judges from SQL (`Dispatcher.record`): without a
+        the claim may exist). Recording it judges from SQL (`Steps.record`): without a
         claim there the call is `failed`, "the tool did not run"; with one, it stays unknown,
         never "lost after the tool started". If the database is still away, the record waits
         in the ledger's unrecorded index and the sweeper writes it once the database answers;
@@ -635,7 +625,7 @@ class Worker:
             step = self.ledger.lose(
                 key, attempt, mode=LoseMode.UNCONFIRMED, fence=fence, detail=detail
             )
-            self.dispatcher.apply(key, step)
+            self.steps.apply(key, step)
         except Exception as e:  # the database (or Redis) is still away: expected in an outage
             log.warning(
                 "could not record yet that attempt %d of %s ran no tool code (%s); the sweeper "
@@ -673,6 +663,6 @@ class Worker:
             detail=f"the pool process died: {detail}",
         )
         log.warning("pool process running %s died; ledger step: %s", task_id, step.kind.value)
-        outcome = self.dispatcher.apply(call.key, step, announce=False)
+        outcome = self.steps.apply(call.key, step, announce=False).outcome
         if step.kind is not StepKind.NOOP:
             announce_after_worker_lost(self.celery, self.settings, call.key, attempt, step, outcome)

@@ -21,8 +21,7 @@ from dex_celery.store.approval_binding import ArgumentsEdit
 from dex_celery.store.values import arguments_json
 from dex_celery.tools.call_identity import identify
 from dex_celery.tools.redact import REDACTED, record_arguments, shown_arguments
-from dex_celery.tools.sealing import seal, unseal
-from dex_celery.tools.sealing import split as split_secrets
+from dex_celery.tools.sealing import seal, split_secrets, unseal
 from dex_celery.tools.tool import Tool
 
 

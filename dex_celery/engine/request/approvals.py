@@ -47,11 +47,11 @@ from dex_celery.store.freezes import WriteFreezes
 from dex_celery.store.values import Outcome
 from dex_celery.tools.definition_digest import binding_digest
 from dex_celery.tools.redact import record_arguments
-from dex_celery.tools.tool import find_tool
+from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
     from dex_celery.engine.epoch import LedgerEpoch
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine.request.opening import Opener
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
@@ -205,13 +205,15 @@ class Approvals:
         store: Store,
         ledger: Ledger,
         epoch: LedgerEpoch,
-        dispatcher: Dispatcher,
+        opener: Opener,
+        tools: Mapping[str, Tool],
         settings: Settings,
     ) -> None:
         self.store = store
         self.ledger = ledger
         self.epoch = epoch
-        self.dispatcher = dispatcher
+        self.opener = opener
+        self.tools = tools
         self.settings = settings
         self.freezes = WriteFreezes(lambda: store.engine)
 
@@ -245,7 +247,7 @@ class Approvals:
         if edit is not None:
             if held is None or held.status is not CallStatus.AWAITING_APPROVAL:
                 raise self._refusal(key, now)
-            tool = find_tool(self.dispatcher.tools, held.tool_name)
+            tool = find_tool(self.tools, held.tool_name)
             changed = edited_arguments(
                 held, tool, edit, by=approver, now=now, settings=self.settings
             )
@@ -271,7 +273,7 @@ class Approvals:
             self.store.take_repeat_slot(record)
         try:
             # A call a write freeze held may have reached a worker before (S13.2).
-            self.dispatcher.start(record, may_have_run=self.freezes.may_have_run(key))
+            self.opener.start(record, may_have_run=self.freezes.may_have_run(key))
         except Exception:
             # The approval is recorded; the call is pending with no ledger entry, which the
             # sweeper's orphan check opens and publishes. Nothing ran, so nothing is lost.
@@ -319,7 +321,7 @@ class Approvals:
         check_list_limit(limit, InvalidDecision)
         now = self.store.clock()
         records = self.store.pending_approvals(now, session_id=session_id, limit=limit)
-        tools, settings = self.dispatcher.tools, self.settings
+        tools, settings = self.tools, self.settings
         holders = self.freezes.holders([r.key for r in records])
         return [
             PendingApproval.of(

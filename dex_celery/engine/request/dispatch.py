@@ -1,13 +1,13 @@
-"""Requests become records, records become attempts, ledger steps become actions.
+"""Requests become records, and new pending records first attempts: the requesters' side.
 
-`Dispatcher.request` is the client's side of flow (validate, record, open, publish; docs/ledger.md).
-`Dispatcher.apply` is shared by the worker, the fast path and the sweeper: whoever wins a ledger
-transition acts on its step (publish the next attempt, record the outcome, keep a late result).
+`Dispatcher.request` is the client's side of flow (validate, record, open, publish;
+docs/ledger.md); `Dispatcher.check` refuses a bad request before anything is written. Opening and
+publishing a first attempt is `opening.py`; acting on the step a ledger transition returns is
+`engine/steps.py`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -15,12 +15,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dex_celery.engine import tracing
-from dex_celery.engine.decided import decided, outcome_of
-from dex_celery.engine.request.budget_admission import charge_args, needs_rebuild, over_budget
+from dex_celery.engine.decided_outcomes import decided
 from dex_celery.engine.request.previews import request_previews
-from dex_celery.engine.request.publish_capture import can_capture, capture
 from dex_celery.engine.request.request_errors import recorded_not_started, recording_unconfirmed
-from dex_celery.engine.task_events import announce_decided
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
     ArgumentsTooLarge,
@@ -29,44 +26,33 @@ from dex_celery.errors import (
     ConfigurationError,
     DexError,
     InvalidArguments,
-    PublishError,
-    UnknownCall,
 )
-from dex_celery.ledger.ledger import BrokerCommand, OpenResult, Step, StepKind
 from dex_celery.model.argument_shape import MAX_ARGUMENT_DEPTH, lone_surrogate, too_deep
 from dex_celery.model.budgets import BudgetCharge, budgets_for, charge_of
-from dex_celery.model.effects import EffectClass, fenced_classes, traits_of
+from dex_celery.model.effects import EffectClass
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
-from dex_celery.model.outcomes import CallStatus, EndReason, error_text, unclaimed_write_text
+from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatHazard, judge_repeat
 from dex_celery.settings import Settings
 from dex_celery.store.repeat_guards import RepeatCheck
 from dex_celery.store.repository import Store
-from dex_celery.store.values import Admission, NewCall, Outcome, arguments_json
+from dex_celery.store.values import Admission, NewCall, arguments_json
 from dex_celery.tools.call_identity import identify, identity_text
 from dex_celery.tools.definition_digest import definition_digest
-from dex_celery.tools.redact import redacted_kwargs_repr
-from dex_celery.tools.sealing import seal
-from dex_celery.tools.sealing import split as split_secrets
-from dex_celery.tools.tool import TASK_PREFIX, Tool, find_tool
+from dex_celery.tools.sealing import seal, split_secrets
+from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
     from celery import Celery
 
     from dex_celery.engine.epoch import LedgerEpoch
+    from dex_celery.engine.request.opening import Opener
     from dex_celery.ledger.ledger import Ledger
 
 log = logging.getLogger("dex_celery.engine.request.dispatch")
-
-_PUBLISH_RETRY = {
-    "max_retries": 3,
-    "interval_start": 0.0,
-    "interval_step": 0.2,
-    "interval_max": 0.5,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,23 +66,6 @@ class CallRequest:
     arguments: Mapping[str, Any] | str
     #: Who the app acts for (a user or tenant): the scope of budgets kept per principal (S13.1).
     principal: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptMessage:
-    """What a Celery message of one attempt carries; enough to publish a retry."""
-
-    tool_name: str
-    key: str
-    arguments: Mapping[str, Any]  # as stored: secret values are `***`
-    policy: PolicySnapshot
-    sealed: str | None = None  # the secret values, sealed (dex_celery/tools/sealing.py)
-    #: The request's trace context, for a message published outside its spans (the sweeper's
-    #: retries and starts); a publisher inside a live span sends its own (`_send`).
-    trace: Mapping[str, str] | None = None
-    #: A person approved the call: its worker's claim consumes the approval, bound to the
-    #: tool and arguments it was given for (S13.3, `Worker._claim_approved`).
-    approved: bool = False
 
 
 def parse_arguments(
@@ -138,7 +107,7 @@ def parse_arguments(
 
 
 class Dispatcher:
-    """Starts calls and acts on ledger steps; one per process, built by `Dex` (`runtime`)."""
+    """Records requests and starts the new calls; one per process, built by `runtime`."""
 
     def __init__(
         self,
@@ -148,6 +117,7 @@ class Dispatcher:
         epoch: LedgerEpoch,
         tools: Mapping[str, Tool],
         settings: Settings,
+        opener: Opener,
     ) -> None:
         self.celery = celery
         self.ledger = ledger
@@ -155,11 +125,7 @@ class Dispatcher:
         self.epoch = epoch
         self.tools = tools
         self.settings = settings
-        #: Whether first attempts are published by the ledger's open (decided at the first
-        #: request: the broker's channel tells, `engine/request/publish_capture.py`).
-        self._capturing: bool | None = None
-
-    # --- requests ------------------------------------------------------------------------------
+        self.opener = opener
 
     def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         """`_request` inside a `dex.request` span (key, effect and status of a single call)."""
@@ -219,7 +185,7 @@ class Dispatcher:
                     self._announce_request(record)
                     if record.status is CallStatus.PENDING:
                         to_start.append(record)
-            moved = self._start_many(to_start, by_key, sealed)
+            moved = self.opener.start_new(to_start, by_key, sealed)
         except Exception as e:
             # The insert is committed: these calls exist and the sweeper will start them. An
             # error that let the caller believe otherwise would make it ask under new ids and
@@ -316,7 +282,7 @@ class Dispatcher:
         `window` is the new call's `repeat_window`. The ledger is asked only about a failed call
         without a late result (a fenced attempt whose tool may go on), or about one SQL still
         shows pending (its outcome may be decided in the ledger and not yet recorded, as its
-        caller may already have been told: `engine/decided.py`), so the common cases cost no Redis
+        caller may already have been told: `engine/decided_outcomes.py`), so the common cases cost no Redis
         round trip."""
         if earlier.status is CallStatus.PENDING:
             earlier = decided(earlier, self.ledger.read(earlier.key))
@@ -332,93 +298,6 @@ class Dispatcher:
             now=self.ledger.now(),
             window=window,
         )
-
-    def _start_many(
-        self,
-        records: Sequence[ToolCallRecord],
-        arguments: Mapping[str, Mapping[str, Any]],
-        sealed: Mapping[str, str | None],
-    ) -> dict[str, ToolCallRecord]:
-        """Open the new calls of one request in one round trip, then publish each.
-
-        A requester that stalled after its insert for a good part of the orphan grace may find
-        that the sweeper started (and even finished) these calls meanwhile: those go through
-        `start`, which opens only what the database still has in flight.
-        """
-        now = self.ledger.now()
-        late = {r.key for r in records if now - r.requested_at > self.settings.orphan_grace / 2}
-        for record in records:
-            if record.key in late:
-                self.start(record, arguments[record.key])
-        records = [r for r in records if r.key not in late]
-        if not records:
-            return {}
-        messages = [
-            AttemptMessage(
-                record.tool_name,
-                record.key,
-                arguments[record.key],
-                record.policy,
-                sealed[record.key],
-                tracing.loads(record.trace_context),
-            )
-            for record in records
-        ]
-        calls = [(r.key, r.policy) for r in records]
-        budgets = [charge_args(self.ledger, r) if r.budgets else () for r in records]
-        with self.celery.producer_or_acquire() as producer:  # one producer for the batch
-            sends = self._captured(messages, producer)
-            # With `sends`, each open publishes its own message when it opens the call: opening
-            # and publishing are one atomic step, one round trip for the batch; so are its
-            # budgets' reservations (S13.1).
-            replies = self.ledger.open_replies(
-                calls,
-                epoch=self.epoch.current(),
-                sends=sends,
-                budgets=budgets if any(budgets) else None,
-            )
-            if sends is None:
-                for message, reply in zip(messages, replies, strict=True):
-                    if reply.result is OpenResult.OPENED:
-                        self.publish(message, attempt=1, producer=producer)
-        moved: dict[str, ToolCallRecord] = {}
-        for record, reply in zip(records, replies, strict=True):
-            result = reply.result
-            if result in (OpenResult.EPOCH_CHANGED, OpenResult.REBUILD):
-                # Refreshes the epoch, or counts a budget from SQL, and reopens.
-                now_record = self.start(record)
-                if now_record is not None:
-                    moved[record.key] = now_record
-            elif result is OpenResult.OVER_BUDGET:
-                now_record = over_budget(self.ledger, self.store, record, reply)
-                if now_record is not None:
-                    moved[record.key] = now_record
-            elif result is OpenResult.EXISTS:
-                log.info("call %s already has a ledger entry; not publishing", record.key)
-        return moved
-
-    def _captured(
-        self, messages: Sequence[AttemptMessage], producer: Any
-    ) -> list[list[BrokerCommand]] | None:
-        """The broker commands of each first attempt, for the ledger's open to run, where the
-        broker is the ledger's own Redis (`engine/request/publish_capture.py`); None where it is not, or
-        where any message cannot be taken that way (each is then published after its open)."""
-        if self._capturing is None:
-            self._capturing = can_capture(
-                producer,
-                self.celery.conf.broker_url,
-                self.settings.redis_url,
-                self.ledger.may_publish,
-            )
-        if not self._capturing:
-            return None
-        sends: list[list[BrokerCommand]] = []
-        for message in messages:
-            commands = capture(producer, functools.partial(self._send, message, 1))
-            if commands is None:
-                return None
-            sends.append(commands)
-        return sends
 
     def _announce_request(self, record: ToolCallRecord) -> None:
         if record.status is CallStatus.AWAITING_APPROVAL:
@@ -438,233 +317,6 @@ class Dispatcher:
                 repeat_of=record.repeat_of or "",
                 reason=record.repeat_reason or "",
             )
-
-    def start(
-        self,
-        record: ToolCallRecord,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        may_have_run: bool = False,
-    ) -> ToolCallRecord | None:
-        """Open attempt 1 and publish it. Safe to call twice: only one open succeeds.
-
-        `may_have_run`: the call was open in a ledger that lost its data (see `Ledger.open`).
-        Returns the record as it became when a write budget had too little left (it waits for a
-        person, or was rejected: S13.1); None otherwise.
-        """
-        ledger = self.ledger
-        current = self._may_open(record)
-        if current is None:
-            return None
-        # The record as the database has it now: a person's approval admits it over budget.
-        record = current
-        # A call that waited for approval announced its request already.
-        announce = record.approval is None
-        # A person's approval lets the call pass a write freeze begun before it (S13.2).
-        approval = record.approval
-        passed = approval.decided_at if approval and approval.decision == "approved" else None
-        budgets = charge_args(ledger, record) if record.budgets else ()
-        refresh = False
-        for _ in range(4):
-            epoch = self.epoch.current(refresh=refresh)
-            (reply,) = ledger.open_replies(
-                [(record.key, record.policy)],
-                epoch=epoch,
-                announce=announce,
-                may_have_run=may_have_run,
-                budgets=[budgets] if budgets else None,
-                passed=passed,
-            )
-            if reply.result is OpenResult.EPOCH_CHANGED:
-                # The ledger started a new life since this process last looked (the one place an
-                # epoch change is handled when opening): open the call under the epoch in force.
-                # A write still runs only after its claim in SQL, so this cannot run it twice.
-                refresh = True
-            elif reply.result is OpenResult.REBUILD:
-                needs_rebuild(ledger, self.store, epoch, record, reply)
-            else:
-                break
-        if reply.result is OpenResult.OVER_BUDGET:
-            return over_budget(ledger, self.store, record, reply)
-        if reply.result is not OpenResult.OPENED:
-            log.info(
-                "call %s already has a ledger entry (%s); not publishing", record.key, reply.result
-            )
-            return None
-        if arguments is None:
-            arguments = json.loads(record.arguments)
-        message = AttemptMessage(
-            record.tool_name,
-            record.key,
-            arguments,
-            record.policy,
-            record.sealed_arguments,
-            tracing.loads(record.trace_context),
-            approved=record.approved_digest is not None,
-        )
-        self.publish(message, attempt=1)
-        return None
-
-    def _may_open(self, record: ToolCallRecord) -> ToolCallRecord | None:
-        """Open only what the system of record still has in flight (and, for a write, not yet
-        claimed): a requester or sweeper acting on an old read of the record must not start a
-        call that has ended or whose write was claimed meanwhile (docs/ledger.md). Returns the
-        record as it is now, or None."""
-        current = self.store.get_call(record.key)
-        if current is None or current.status is not CallStatus.PENDING:
-            log.info("call %s is no longer pending in the database; not opening it", record.key)
-            return None
-        if claimed_write(current):
-            log.warning("write %s was claimed already; not opening it again", record.key)
-            return None
-        return current
-
-    # --- attempts ------------------------------------------------------------------------------
-
-    def publish(self, message: AttemptMessage, *, attempt: int, producer: Any = None) -> None:
-        """Send attempt `attempt` now; if the broker refuses it, it ends as never reached.
-
-        A refused attempt is expired in the ledger, whose step may be a retry: the loop then
-        sends the next attempt (no recursion through `apply`), until one is sent or the call
-        has ended. A retry's backoff is not a Celery countdown: an ETA is computed on the
-        publisher's clock and waited out on the worker's, so skewed hosts would run it early or
-        let it expire. The ledger holds the retry's `not_before` on Redis's clock and its claim
-        waits it out.
-        """
-        while True:
-            refused = self._send(message, attempt, producer)
-            if refused is None:
-                return
-            step = self.ledger.expire(
-                message.key,
-                attempt,
-                unpublished=True,
-                detail=f"the broker refused the message: {refused}",
-            )
-            if step.kind is not StepKind.RETRY:
-                self.apply(message.key, step, message=message)
-                return
-            log.info("retrying %s: attempt %d after %.2fs", message.key, step.attempt, step.delay)
-            announce_decided(self.celery, self.settings, message.key, attempt, None)
-            attempt = step.attempt
-
-    def _send(self, message: AttemptMessage, attempt: int, producer: Any) -> Exception | None:
-        """Publish one attempt's task message; the broker's error if it refused it."""
-        key = CallKey.parse(message.key)
-        shown = {"key": message.key, "attempt": attempt, "arguments": dict(message.arguments)}
-        # Arguments travel as JSON text: see `invoke.stored_arguments` (Kombu's type markers).
-        kwargs = {
-            "key": message.key,
-            "attempt": attempt,
-            "arguments": arguments_json(message.arguments),
-            "sealed": message.sealed,
-        }
-        if message.approved:  # only then: a message of any other call is unchanged
-            kwargs["approved"] = True
-        # The trace context travels in the message's headers: the live span's (the request's,
-        # or the attempt's whose retry this is), else the one kept with the call (a sweeper's
-        # retry); none without tracing.
-        headers = tracing.carrier() or message.trace
-        try:
-            self.celery.send_task(
-                TASK_PREFIX + message.tool_name,
-                kwargs=kwargs,
-                task_id=key.task_id(attempt),
-                soft_time_limit=message.policy.start_to_close,
-                argsrepr="()",
-                kwargsrepr=redacted_kwargs_repr(shown, message.policy.secret_arguments),
-                add_to_parent=False,
-                producer=producer,
-                retry=True,
-                retry_policy=_PUBLISH_RETRY,
-                headers=dict(headers) if headers else None,
-            )
-        except Exception as e:  # kombu raises several unrelated types for a broker that is down
-            log.warning(
-                "%s", PublishError(f"could not publish attempt {attempt} of {message.key}: {e}")
-            )
-            return e
-        return None
-
-    def apply(
-        self,
-        key: str,
-        step: Step,
-        *,
-        message: AttemptMessage | None = None,
-        result: str | None = None,
-        announce: bool = True,
-    ) -> Outcome | None:
-        """Act on the step a ledger transition returned. Only the transition's winner calls this.
-
-        `announce`: send the ended attempt's task event for Flower (`task_events`); the worker
-        running the attempt passes False, its own task state says it. Returns the recorded
-        outcome of a FINISHED step.
-        """
-        if step.kind is StepKind.RETRY:
-            if message is None:
-                message = self._message_from_record(key)
-            log.info("retrying %s: attempt %d after %.2fs", key, step.attempt, step.delay)
-            if announce:
-                announce_decided(self.celery, self.settings, key, step.attempt - 1, None)
-            self.publish(message, attempt=step.attempt)
-        elif step.kind is StepKind.FINISHED:
-            outcome = self.record(key, step, result=result)
-            if announce:
-                announce_decided(self.celery, self.settings, key, step.attempt, outcome)
-            return outcome
-        return None
-
-    def record(self, key: str, step: Step, *, result: str | None = None) -> Outcome:
-        """Write a decided outcome to SQL, then release the ledger entry and announce it."""
-        if CallStatus(step.status) is CallStatus.SUCCEEDED and result is None:
-            entry = self.ledger.read(key)
-            result = entry.result if entry is not None else None
-        outcome = outcome_of(step, result)
-        status, error = outcome.status.value, outcome.error
-        # Outside any span (the sweeper, a lost pool child), the record joins the request's
-        # trace through the context kept with the call: one read, only when tracing.
-        parent = None
-        if tracing.enabled() and not tracing.active():
-            parent = tracing.loads(self.store.trace_context(key))
-        with span(tracing.RECORD, parent, key=key, outcome=outcome.status):
-            unclaimed = unclaimed_write_outcome(step)
-            if unclaimed is not None and self.store.record_outcome(
-                key, unclaimed, effects=fenced_classes()
-            ):
-                # A write the database never saw claimed: no tool code ran (the write fence).
-                outcome = unclaimed
-                status, error = outcome.status.value, outcome.error
-            elif not self.store.record_outcome(key, outcome):
-                record = self.store.get_call(key)
-                if (
-                    outcome.did_not_run
-                    and record is not None
-                    and record.status is CallStatus.PENDING
-                ):
-                    # Refused by the write fence: an attempt of this write was claimed in SQL.
-                    outcome = claimed_write_outcome(record, step.attempt, step.log)
-                    self.store.record_outcome(key, outcome)
-                    record = self.store.get_call(key)
-                if record is not None and record.finished:
-                    # The event tells what the database holds, whoever wrote it.
-                    status, error = record.status.value, record.error or ""
-            self.ledger.recorded(key, status=status, error=error)
-        return outcome
-
-    def _message_from_record(self, key: str) -> AttemptMessage:
-        record = self.store.get_call(key)
-        if record is None:
-            raise UnknownCall(f"no tool call {key!r} in the store")
-        return AttemptMessage(
-            record.tool_name,
-            key,
-            json.loads(record.arguments),
-            record.policy,
-            record.sealed_arguments,
-            tracing.loads(record.trace_context),
-            approved=record.approved_digest is not None,
-        )
 
 
 def same_call(new: NewCall, tool_name: str, arguments: str, identity: str | None = None) -> None:
@@ -699,58 +351,3 @@ def hold_back(admission: Admission, hazard: RepeatHazard, now: float) -> Admissi
         return admission
     policy = admission.policy
     return Admission(policy, CallStatus.AWAITING_APPROVAL, now + policy.approval_timeout)
-
-
-#: Ends after which a fenced write may be judged from SQL: the ledger cannot tell whether tool
-#: code ran (lost, timed out) or knows it did not (the claim was given up unconfirmed).
-_JUDGED_FROM_SQL = frozenset(
-    r.value for r in (EndReason.LOST, EndReason.TIMED_OUT, EndReason.CLAIM_UNCONFIRMED)
-)
-
-
-def unclaimed_write_outcome(step: Step) -> Outcome | None:
-    """What a FINISHED step becomes if its call is a write the database never saw claimed
-    (`did_not_run`, so the store writes it only while no claim exists); None when SQL cannot
-    improve on the ledger's word (a success, a tool's own error, a step that never reached a
-    worker, which says "did not run" already).
-
-    The write fence (docs/ledger.md) lets no tool code of a write run before its claim is
-    committed in SQL, and the conditional update that records this outcome requires that no
-    claim exists and the call is still pending, so a claim committed later changes no row and
-    its worker runs nothing. The ledger alone would call such a write "lost after the tool
-    started" (a worker killed, or cut off from the database, between its two claims).
-    """
-    if step.reason not in _JUDGED_FROM_SQL:
-        return None
-    return Outcome(
-        CallStatus.FAILED,
-        unclaimed_write_text(step.detail, max(step.attempt, 1)),
-        attempts=step.attempt,
-        attempt_log=step.log,
-        did_not_run=True,
-    )
-
-
-def claimed_write(record: ToolCallRecord) -> bool:
-    """The call's class is fenced (its row of `model/effects.py`) and the system of record holds
-    a claim of it: an attempt may have run its tool code, so it never runs again (S3.2)."""
-    return traits_of(record.effect).fenced and record.claimed_by is not None
-
-
-def claimed_write_outcome(
-    record: ToolCallRecord, attempts: int, log_json: str | None = None
-) -> Outcome:
-    """The one rule for a claimed write whose ledger entry was lost (S10.2): the system of
-    record holds a claim of this write but the ledger no longer knows what became of it (Redis
-    lost data or went back in time), so the tool may have run: `outcome_unknown`, never run
-    again. Used by the dispatcher (the ledger said "did not run") and the sweeper (an orphan)."""
-    detail = (
-        "the ledger lost track of it while it was in flight (Redis lost data or went back in "
-        f"time), and the database shows it was claimed by {record.claimed_by or 'a worker'}"
-    )
-    return Outcome(
-        CallStatus.OUTCOME_UNKNOWN,
-        error_text(CallStatus.OUTCOME_UNKNOWN, EndReason.LOST, detail, max(attempts, 1)),
-        attempts=attempts,
-        attempt_log=log_json,
-    )

@@ -12,7 +12,7 @@ broker here; the ledger's script sends what was collected only if it opens the c
 Used only where it is exact: a Redis broker at the ledger's own URL, no Kombu `global_keyprefix`
 (its keys would be prefixed by the client, not here), a ledger of one shard that is not a Redis
 Cluster (a script's keys must share one slot). Anywhere else the request opens the calls in one
-round trip and publishes each through Celery, as before (`Dispatcher._start_many`).
+round trip and publishes each through Celery, as before (`Opener.start_new`, `request/opening.py`).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from dex_celery.store.freezes import HeldCall, WriteFreezes
 from dex_celery.store.values import Outcome
 
 if TYPE_CHECKING:
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine.request import Opener
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.store.repository import Store
     from dex_celery.tools.tool import Tool
@@ -75,12 +75,12 @@ class WriteFreezeControl:
         self,
         store: Store,
         ledger: Ledger,
-        dispatcher: Dispatcher,
+        opener: Opener,
         tools: Mapping[str, Tool],
     ) -> None:
         self.store = store
         self.ledger = ledger
-        self.dispatcher = dispatcher
+        self.opener = opener
         self.tools = tools
         self.freezes = WriteFreezes(lambda: store.engine, store.audit)
 
@@ -133,7 +133,7 @@ class WriteFreezeControl:
 
     def _start(self, held: HeldCall) -> None:
         try:
-            self.dispatcher.start(held.record, may_have_run=held.may_have_run)
+            self.opener.start(held.record, may_have_run=held.may_have_run)
         except Exception:
             # Released in SQL (pending, no ledger entry): the sweeper's orphan check opens
             # and publishes it. Nothing ran.

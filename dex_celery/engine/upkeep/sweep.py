@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine.counters import count_sql_write_errors, record_sweep
-from dex_celery.engine.decided import finished_step
-from dex_celery.engine.request.approvals import expire_approval
-from dex_celery.engine.request.dispatch import claimed_write, claimed_write_outcome
+from dex_celery.engine.decided_outcomes import finished_step
+from dex_celery.engine.request import expire_approval
+from dex_celery.engine.steps import claimed_write, claimed_write_outcome
 from dex_celery.errors import LedgerMismatch
 from dex_celery.ledger.freeze import reassert
 from dex_celery.ledger.keys import ShardKeys
@@ -35,7 +35,8 @@ from dex_celery.store.values import Outcome
 
 if TYPE_CHECKING:
     from dex_celery.engine.epoch import LedgerEpoch
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine.request import Opener
+    from dex_celery.engine.steps import Steps
     from dex_celery.ledger.ledger import Ledger
     from dex_celery.settings import Settings
     from dex_celery.store.repository import Store
@@ -79,13 +80,15 @@ class Sweeper:
         self,
         ledger: Ledger,
         store: Store,
-        dispatcher: Dispatcher,
+        steps: Steps,
+        opener: Opener,
         settings: Settings,
         epoch: LedgerEpoch,
     ) -> None:
         self.ledger = ledger
         self.store = store
-        self.dispatcher = dispatcher
+        self.steps = steps
+        self.opener = opener
         self.settings = settings
         self.epoch = epoch
         self._epoch: str | None = None
@@ -177,7 +180,7 @@ class Sweeper:
                     step = move(key)
                     if step.kind is not StepKind.NOOP:
                         counts[name] += 1
-                        self.dispatcher.apply(key, step)
+                        self.steps.apply(key, step)
                 except Exception:
                     errors += 1
                     log.exception("sweep (%s) failed for %s; left for the next sweep", name, key)
@@ -241,7 +244,7 @@ class Sweeper:
         entry = self.ledger.read(key)
         if entry is None or entry.status not in {s.value for s in CallStatus if s.terminal}:
             return False
-        self.dispatcher.record(key, finished_step(entry), result=entry.result)
+        self.steps.record(key, finished_step(entry), result=entry.result)
         return True
 
     def _expire_approvals(self, now: float) -> tuple[int, int]:
@@ -284,7 +287,7 @@ class Sweeper:
                         ended += 1
                     continue
                 may_have_run = record.effect.retryable and record.ledger_epoch != epoch
-                self.dispatcher.start(record, may_have_run=may_have_run)
+                self.opener.start(record, may_have_run=may_have_run)
                 reopened += 1
             except Exception:
                 errors += 1

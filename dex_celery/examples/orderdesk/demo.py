@@ -30,8 +30,7 @@ import click
 from celery import Celery
 
 from dex_celery import CallRequest, CallStatus, Dex, MessageRole, ToolCallRecord
-from dex_celery.engine.attempt.owners import parse_owner
-from dex_celery.engine.upkeep.reconcile import reconcile_once
+from dex_celery.engine import parse_owner, reconcile_once
 from dex_celery.errors import LedgerMismatch
 from dex_celery.examples.orderdesk.desk import DEMO_ORDERS, OrderDesk
 from dex_celery.examples.orderdesk.factory import create_app

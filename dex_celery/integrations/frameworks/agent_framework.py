@@ -76,7 +76,7 @@ from agent_framework import (
 from agent_framework import Content as AfContent
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.integrations.conversation import call_secrets
 from dex_celery.integrations.frameworks.calls import (

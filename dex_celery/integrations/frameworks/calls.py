@@ -36,9 +36,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.request.approvals import PendingApproval
-from dex_celery.engine.request.previews import asettled_preview, settled_preview
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import PendingApproval, RuntimeSource, asettled_preview, settled_preview
 from dex_celery.errors import (
     ApprovalError,
     CallTimeout,

@@ -83,7 +83,7 @@ from mcp import types as mcp_types
 from mcp.server import Server
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,

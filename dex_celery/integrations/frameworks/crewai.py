@@ -61,7 +61,7 @@ from crewai.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,
     Decision,

@@ -55,7 +55,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.integrations.conversation import Conversation
 from dex_celery.integrations.frameworks.calls import (
     AdapterOptions,

@@ -63,7 +63,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import ConfigurationError
 from dex_celery.integrations.conversation import Conversation
 from dex_celery.integrations.frameworks.calls import (

@@ -55,7 +55,7 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from agents.tracing import get_current_trace
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import ConfigurationError, DexError
 from dex_celery.integrations.conversation import Conversation
 from dex_celery.integrations.frameworks.calls import (
@@ -67,8 +67,8 @@ from dex_celery.integrations.frameworks.calls import (
     record_text,
     runtime_source,
     select_tools,
+    turn_id,
 )
-from dex_celery.integrations.frameworks.calls import turn_id as turn_rule
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import MessageRole, ToolCallRecord
@@ -167,8 +167,8 @@ class _Bridge(FrameworkBridge[RunContextWrapper[Any]]):
         return run_id
 
     @staticmethod
-    def turn_id(ctx: RunContextWrapper[Any]) -> str:
-        return turn_rule(ctx.usage.requests)
+    def turn_of(ctx: RunContextWrapper[Any]) -> str:
+        return turn_id(ctx.usage.requests)
 
     # --- the call ------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class _Bridge(FrameworkBridge[RunContextWrapper[Any]]):
         """The call of this run: the `DexSession` copies the messages that led to it as the SDK
         saves them, before its secrets are known, so the request only scrubs those copies."""
         return FrameworkCall(
-            self.run_id(ctx), self.turn_id(ctx), call_id, tool, arguments, history=None
+            self.run_id(ctx), self.turn_of(ctx), call_id, tool, arguments, history=None
         )
 
     async def invoke(self, tool: Tool, ctx: AgentsToolContext[Any], arguments: str) -> str:
@@ -232,7 +232,7 @@ def dex_rejections(
         if args.kind != "approval_rejected" or args.tool_name not in source.runtime.tools:
             return None
         ctx = args.run_context
-        key = f"{bridge.run_id(ctx)}/{bridge.turn_id(ctx)}/{args.call_id}"
+        key = f"{bridge.run_id(ctx)}/{bridge.turn_of(ctx)}/{args.call_id}"
         try:
             record = await bridge.decisions.aclient.get_call(key)
             record = await bridge.arecord_decision(record, rejected)

@@ -69,7 +69,7 @@ from pydantic_ai.tools import Tool as PydanticTool
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
-from dex_celery.engine.runtime import RuntimeSource
+from dex_celery.engine import RuntimeSource
 from dex_celery.errors import DexError
 from dex_celery.integrations.frameworks.calls import (
     Decision,

@@ -86,6 +86,17 @@ from dex_celery.integrations.mcp.outcome import (
     outcome_in,
 )
 from dex_celery.integrations.mcp.sessions import pool
+from dex_celery.integrations.mcp.task_call import tasks_extension
+from dex_celery.integrations.mcp.wire import (
+    ATTEMPT_META_KEY,
+    IDEMPOTENCY_META_KEY,
+    RESEND_BACKOFF,
+    RESENDS,
+    TASKS_EXTENSION,
+    connection_broke,
+    describe,
+    result_texts,
+)
 from dex_celery.ledger.events import AgentEvents
 from dex_celery.model.event_types import EventType
 from dex_celery.model.outcomes import DID_NOT_RUN
@@ -97,16 +108,6 @@ from dex_celery.tools.schema import check_schema
 from dex_celery.tools.tool import Tool, ToolContext
 
 log = logging.getLogger("dex_celery.mcp")
-
-#: The `_meta` key of every `tools/call` a worker sends: the call's idempotency key
-#: (`session/turn/call`, the same for every attempt, S2.1). Vendor-prefixed, since MCP has no
-#: standard key for it; `dex-celery mcp` reads the same key to take a caller's ids.
-IDEMPOTENCY_META_KEY = "dex-celery/idempotency-key"
-#: The tasks extension's identifier (2026-07-28), in a client's per-request capabilities and a
-#: server's: served by `mcp/tasks`, followed as a client by `mcp/remote_task`.
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-#: The `_meta` key carrying the attempt number (1, 2, ...), for the server's logs.
-ATTEMPT_META_KEY = "dex-celery/attempt"
 
 #: MCP's defaults for hints a tool leaves out (the `ToolAnnotations` schema documents them).
 MCP_DEFAULT_HINTS: Mapping[str, bool] = MappingProxyType(
@@ -184,9 +185,6 @@ class McpServer:
         return self.url or " ".join(self.command)
 
     def client(self) -> Client:
-        # Imported here: `mcp/task_call` imports this module's names.
-        from dex_celery.integrations.mcp.task_call import tasks_extension
-
         # Declared to every server: one that advertises the outcome extension answers with it,
         # one that advertises the tasks extension may answer a call with a task
         # (`mcp/remote_task` follows it); any other server ignores both.
@@ -443,6 +441,12 @@ class McpServerTools:
         except Exception as e:
             log.warning("MCP server %s: its kept tool list is not usable: %s", self.name, e)
 
+    def close(self) -> None:
+        """Close this process's warm MCP sessions (a worker process's shutdown): each server
+        sees its session end (a stdio server's stdin closed, an HTTP session's `DELETE`). The
+        pool is the process's, so the first source closes every server's session."""
+        pool().close_all()
+
     # --- fetching ------------------------------------------------------------------------------
 
     def fetch(self) -> tuple[McpToolDefinition, ...]:
@@ -454,7 +458,7 @@ class McpServerTools:
             except Exception as e:
                 error = McpListFailed(
                     f"cannot list the tools of MCP server {self.name!r} ({self.server.where}): "
-                    f"{_describe(e)}"
+                    f"{describe(e)}"
                 )
                 try:
                     self.catalog.save_error(self.name, self.server.where, str(error))
@@ -642,7 +646,7 @@ class McpToolFunction:
             raise self._unreachable(e) from e
         extensions = client.server_capabilities.extensions
         if isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions:
-            # Deferred: mcp/remote_task imports this module (its resend rules and texts).
+            # Deferred: remote_task.py names this module's McpToolFunction as its function's type.
             from dex_celery.integrations.mcp.remote_task import RemoteTaskCall
 
             follow = RemoteTaskCall(self, ctx, client, arguments, meta, advertised(extensions))
@@ -652,10 +656,8 @@ class McpToolFunction:
         session = sessions.current(server)
         try:
             result = await client.call_tool(self.tool_name, arguments, meta=meta)
-        except asyncio.CancelledError:
-            raise
-        except MCPError as error:
-            if error.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+        except MCPError as error:  # (a cancellation is no MCPError nor Exception: it passes)
+            if connection_broke(error):
                 sessions.discard(server, session)
                 raise self._lost(error) from error
             # The server answered: it refused the request (unknown tool, bad params, ...).
@@ -683,7 +685,7 @@ class McpToolFunction:
             except asyncio.CancelledError:
                 raise
             except MCPError as error:
-                if error.code not in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                if not connection_broke(error):
                     raise self._error_outcome(error) from error
                 sessions.discard(server, session)
                 broken = error
@@ -706,7 +708,7 @@ class McpToolFunction:
                         "MCP server %s: the connection broke during %s (%s); sending its key again",
                         server.name,
                         meta.get(IDEMPOTENCY_META_KEY),
-                        _describe(broken),
+                        describe(broken),
                     )
                     await anyio.sleep(min(RESEND_BACKOFF * 2 ** (resends - 1), 2.0))
                 try:
@@ -722,12 +724,12 @@ class McpToolFunction:
         if outcome is Outcome.NOT_EXECUTED:
             raise RetryableToolError(
                 f"{DID_NOT_RUN}: MCP server {self.server.name!r} says {self.tool_name!r} was not "
-                f"executed ({_texts(result) or 'no reason given'})"
+                f"executed ({result_texts(result) or 'no reason given'})"
             )
         if outcome is Outcome.UNKNOWN:
             raise ToolLost(
                 f"MCP server {self.server.name!r} says the outcome of {self.tool_name!r} is "
-                f"unknown: it may or may not have taken effect ({_texts(result)})"
+                f"unknown: it may or may not have taken effect ({result_texts(result)})"
             )
         return self._value(result)
 
@@ -754,13 +756,13 @@ class McpToolFunction:
     def _unreachable(self, e: BaseException) -> RetryableToolError:
         return RetryableToolError(
             f"{DID_NOT_RUN}: MCP server {self.server.name!r} ({self.server.where}) could not be "
-            f"reached, so {self.tool_name!r} was not called ({_describe(e)})"
+            f"reached, so {self.tool_name!r} was not called ({describe(e)})"
         )
 
     def _lost(self, e: BaseException) -> ToolLost:
         return ToolLost(
             f"the connection to MCP server {self.server.name!r} broke after {self.tool_name!r} "
-            f"was called ({_describe(e)}); the tool may or may not have run"
+            f"was called ({describe(e)}); the tool may or may not have run"
         )
 
     def _value(self, result: mcp_types.CallToolResult | None) -> Any:
@@ -782,11 +784,6 @@ class McpToolFunction:
         ]
 
 
-#: Times a broken connection is opened again and the same key re-sent to a server of the outcome
-#: extension before the attempt counts as lost.
-RESENDS = 5
-#: Seconds before the first re-send after a broken connection; doubled each time, at most 2.
-RESEND_BACKOFF = 0.25
 #: Seconds between two sends of a key whose call the server says is `pending`, unless its answer
 #: asks for another interval (`_meta["pollIntervalMs"]`).
 PENDING_POLL = 1.0
@@ -799,23 +796,9 @@ def _poll_interval(meta: Mapping[str, Any] | None) -> float:
     return PENDING_POLL
 
 
-def _texts(result: mcp_types.CallToolResult) -> str:
-    return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
-
-
 def _json_or_text(text: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError:
         return text
     return value if isinstance(value, dict | list) else text
-
-
-def _describe(e: BaseException) -> str:
-    """One line for an error that may be an exception group from the SDK's task groups."""
-    if isinstance(e, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in e.exceptions)
-    if isinstance(e, MCPError):
-        return f"MCP error {e.code}: {e.message}"
-    text = str(e)
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__

@@ -45,7 +45,6 @@ import mcp_types
 from mcp import Client, MCPError
 
 from dex_celery.errors import RetryableToolError, ToolError, ToolLost
-from dex_celery.integrations.mcp.client import RESEND_BACKOFF, RESENDS, _describe, _texts
 from dex_celery.integrations.mcp.outcome import Outcome, outcome_in
 from dex_celery.integrations.mcp.sessions import pool
 from dex_celery.integrations.mcp.task_call import (
@@ -55,6 +54,13 @@ from dex_celery.integrations.mcp.task_call import (
     read_task,
     request_cancel,
     start_task,
+)
+from dex_celery.integrations.mcp.wire import (
+    RESEND_BACKOFF,
+    RESENDS,
+    connection_broke,
+    describe,
+    result_texts,
 )
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.tools.tool import ToolContext
@@ -73,7 +79,6 @@ CANCEL_MARGIN = 2.0
 #: Seconds the cancellation near the limit may take, at most (`tasks/cancel`, `tasks/get`).
 CANCEL_TIMEOUT = 1.5
 
-_BROKEN = (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT)
 #: Best-effort cancellations sent after the attempt itself was cancelled (kept referenced).
 _stragglers: set[asyncio.Task[None]] = set()
 
@@ -165,7 +170,7 @@ class RemoteTaskCall:
         except MCPError as error:  # it answered, but not with the task: it may have run
             raise ToolLost(
                 f"MCP server {self.server.name!r} no longer answers for task {task_id!r} of "
-                f"{self.name!r} ({_describe(error)}); the tool may or may not have run"
+                f"{self.name!r} ({describe(error)}); the tool may or may not have run"
             ) from error
 
     async def _reconnecting(self, request: Callable[[Client], Awaitable[_T]], again: str) -> _T:
@@ -182,7 +187,7 @@ class RemoteTaskCall:
             except asyncio.CancelledError:
                 raise
             except MCPError as error:
-                if error.code not in _BROKEN:
+                if not connection_broke(error):
                     raise
                 sessions.discard(self.server, session)
                 broken: BaseException = error
@@ -198,7 +203,7 @@ class RemoteTaskCall:
                     "MCP server %s: the connection broke during %s (%s); %s",
                     self.server.name,
                     self.name,
-                    _describe(broken),
+                    describe(broken),
                     again,
                 )
                 await anyio.sleep(min(RESEND_BACKOFF * 2 ** (failures - 1), 2.0))
@@ -261,7 +266,7 @@ class RemoteTaskCall:
                 f"{self.name!r} ({message or 'no reason given'}); it may or may not have run"
             )
         # `failed`
-        detail = _texts(state.result) if state.result is not None else message
+        detail = result_texts(state.result) if state.result is not None else message
         if stated is Outcome.NOT_EXECUTED:
             raise RetryableToolError(
                 f"{DID_NOT_RUN}: MCP server {self.server.name!r} says {self.name!r} was not "
@@ -301,7 +306,7 @@ class RemoteTaskCall:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # what was seen last stands: it may still run
-                answer = f"{answer}; then {_describe(e)}"
+                answer = f"{answer}; then {describe(e)}"
         log.warning(
             "MCP server %s: task %s of %s was %s near the attempt's time limit; tasks/cancel: %s",
             self.server.name,
@@ -332,4 +337,4 @@ class RemoteTaskCall:
                 await request_cancel(self.client, self.task_id)
             except Exception as e:
                 log.info("MCP server %s: tasks/cancel of %s: %s", self.server.name, self.task_id,
-                         _describe(e))  # fmt: skip
+                         describe(e))  # fmt: skip

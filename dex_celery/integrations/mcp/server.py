@@ -56,7 +56,6 @@ from dex_celery.access import Credentials, HostAllowlist, Identity, check_bind, 
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import CallTimeout, DexError, InvalidId, RequestInFlight
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.http import IDENTITY_SCOPE_KEY, SDK_TRANSPORT_SECURITY, guarded
 from dex_celery.integrations.mcp.messages import SessionMessages
 from dex_celery.integrations.mcp.namespace import NAMESPACE_END, namespace_of, scoped_session
@@ -69,7 +68,6 @@ from dex_celery.integrations.mcp.outcome import (
     outcome_of,
 )
 from dex_celery.integrations.mcp.tasks import (
-    TASKS_EXTENSION,
     ListenParams,
     TaskMethods,
     TaskParams,
@@ -79,6 +77,7 @@ from dex_celery.integrations.mcp.tasks import (
     speaks_tasks,
 )
 from dex_celery.integrations.mcp.unanswered import UnansweredCalls
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY, TASKS_EXTENSION
 from dex_celery.model.effects import UNDECLARED_EFFECT, EffectClass
 from dex_celery.model.ids import KEY_SEPARATOR, MAX_ID_LENGTH, CallKey, validate_id
 from dex_celery.model.outcomes import CallStatus, tool_output
@@ -93,7 +92,7 @@ from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
-    from dex_celery.engine.runtime import RuntimeSource
+    from dex_celery.engine import RuntimeSource
 
 log = logging.getLogger("dex_celery.mcp")
 

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import anyio
-import mcp_types
 from mcp import Client, MCPError
 
 from dex_celery.async_bridge import LoopThread
 from dex_celery.forks import after_fork, keep_inherited
+from dex_celery.integrations.mcp.wire import connection_broke
 
 log = logging.getLogger("dex_celery.mcp")
 
@@ -122,7 +122,9 @@ class SessionPool:
             return PoolStats(dict(self._opened))
 
     def close_all(self) -> None:
-        """Close every session (the worker's shutdown, tests)."""
+        """Close every session: each server sees its session end (a stdio server's stdin
+        closed, an HTTP session's `DELETE`). A worker process calls it at its shutdown
+        (`processes/worker.py`, through `McpServerTools.close`)."""
         with self._lock:
             loop = self._loop
         if loop is None:
@@ -146,7 +148,7 @@ class SessionPool:
                     await current.client.session.send_ping()
                 return current.client
             except MCPError as e:
-                if e.code not in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                if not connection_broke(e):
                     # It answered (a server may refuse `ping`): the session is alive.
                     return current.client
                 log.info("MCP server %s: the warm session failed its ping (%s)", server.name, e)

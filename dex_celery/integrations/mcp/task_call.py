@@ -30,9 +30,8 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dex_celery.errors import ToolError, UnknownCall
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_EXTENSION, Outcome, outcome_in
-from dex_celery.integrations.mcp.tasks import TASKS_EXTENSION
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY, TASKS_EXTENSION
 
 __all__ = ["TaskOutcome", "call_as_task", "cancel_task", "get_task", "task_client"]
 

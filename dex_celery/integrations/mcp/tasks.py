@@ -54,11 +54,10 @@ from pydantic import BaseModel, Field
 from dex_celery.access import Identity, Scope
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import ApprovalError, DexError, InvalidEdit, InvalidId, UnknownCall
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
-from dex_celery.integrations.mcp.client import TASKS_EXTENSION as TASKS_EXTENSION
 from dex_celery.integrations.mcp.namespace import scoped_session
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY, STATUS_META_KEY, outcome_of
 from dex_celery.integrations.mcp.unanswered import UnansweredCalls
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY, TASKS_EXTENSION
 from dex_celery.ledger.events import AgentEvent
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import CallStatus

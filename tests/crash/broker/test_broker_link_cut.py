@@ -24,9 +24,8 @@ from devtools.processes import CeleryBeat, RedisServer, Worker, wait_for
 from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.counters import last_sweep
-from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import lines, wait_finished, wait_started
+from tests.support.faults.crash import dex_with_sweeper, lines, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 
@@ -52,13 +51,7 @@ def link_env(env: dict[str, str], own_redis: RedisServer) -> dict[str, str]:
 @pytest.fixture
 def direct_dex(dex: Dex, link_env: dict[str, str]) -> Iterator[Dex]:
     """The test's Dex on the Redis itself (never through the proxy), with a sweeper running."""
-    _app, own = make_app(Settings.from_env(link_env))
-    stop = threading.Event()
-    thread = threading.Thread(target=run_forever, args=(own,), kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    yield own
-    stop.set()
-    thread.join(timeout=15)
+    yield from dex_with_sweeper(link_env)
 
 
 def _refuse_for(seconds: float, worker: Worker) -> None:

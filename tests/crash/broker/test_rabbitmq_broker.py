@@ -4,7 +4,7 @@ late-acknowledged attempt outlives RabbitMQ's delivery-acknowledgement timeout
 the ledger's claim while the first attempt runs (S3.2, S3.3), and each tool runs once by its own
 side-effect log.
 
-The restarts use a private RabbitMQ node of this module's own (`tests.support.rabbitmq`), on free
+The restarts use a private RabbitMQ node of this module's own (`tests.support.faults.rabbitmq`), on free
 ports, stopped with RabbitMQ's own shutdown and started again on the same data: the machine's
 shared server is never restarted. The connection loss goes through a TCP proxy in front of the
 shared server, in the test run's vhost.
@@ -12,7 +12,6 @@ shared server, in the test run's vhost.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,20 +19,19 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import Worker, wait_for
-from devtools.toolapp import make_app
-from dex_celery import CallStatus, Dex, Settings
-from dex_celery.engine.upkeep.sweep import run_forever
+from dex_celery import CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import (
+from tests.support.faults.crash import (
     BROKER_QUEUE,
+    dex_with_sweeper,
     lines,
     refused,
     release_tools,
     wait_finished,
     wait_started,
 )
-from tests.support.rabbitmq import (
+from tests.support.faults.rabbitmq import (
     RABBITMQ,
     SHARED_PORT,
     RabbitNode,
@@ -73,20 +71,10 @@ def node_env(env: dict[str, str], node: RabbitNode) -> dict[str, str]:
     return {**env, "DEX_BROKER_URL": node.url(), "DEX_SCHEDULE_TO_START": SCHEDULE_TO_START}
 
 
-def _dex_with_sweeper(environ: dict[str, str]) -> Iterator[Dex]:
-    _app, own = make_app(Settings.from_env(environ))
-    stop = threading.Event()
-    thread = threading.Thread(target=run_forever, args=(own,), kwargs={"stop": stop}, daemon=True)
-    thread.start()
-    yield own
-    stop.set()
-    thread.join(timeout=15)
-
-
 @pytest.fixture
 def node_dex(dex: Dex, node_env: dict[str, str]) -> Iterator[Dex]:
     """A Dex publishing to the private node (schema made by `dex`), with a sweeper running."""
-    yield from _dex_with_sweeper(node_env)
+    yield from dex_with_sweeper(node_env)
 
 
 def _task_id(key: str) -> str:
@@ -214,7 +202,7 @@ def proxy() -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def shared_dex(dex: Dex, env: dict[str, str]) -> Iterator[Dex]:
-    yield from _dex_with_sweeper({**env, "DEX_SCHEDULE_TO_START": SCHEDULE_TO_START})
+    yield from dex_with_sweeper({**env, "DEX_SCHEDULE_TO_START": SCHEDULE_TO_START})
 
 
 @pytest.mark.parametrize("broker_kind", [RABBITMQ], indirect=True)

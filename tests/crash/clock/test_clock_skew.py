@@ -1,7 +1,7 @@
 """S10.1, one clock: worker, sweeper and requester hosts whose wall clocks disagree by a minute
 change no outcome.
 
-Each role runs in its own process with a clock shim (`tests/support/clock_skew/`) that moves
+Each role runs in its own process with a clock shim (`tests/support/faults/clock_skew/`) that moves
 `time.time`, `time.time_ns` and `datetime.now` by `DEX_TEST_CLOCK_SKEW` seconds: a Celery prefork
 worker, `dex-celery sweep --loop`, and a requester that asks for the calls through the client.
 The same five calls run once with every clock right and then with each role 30 s ahead in one
@@ -32,7 +32,7 @@ from dex_celery import Dex
 from dex_celery.ledger.attempt_log import parse_attempt_log
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.model.records import ToolCallRecord
-from tests.support.skew import SweeperProcess, request_in_child, skewed
+from tests.support.faults.skew import SweeperProcess, request_in_child, skewed
 
 pytestmark = pytest.mark.crash
 

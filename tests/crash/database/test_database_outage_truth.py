@@ -7,7 +7,7 @@ Once the database answers again the record is judged from SQL: no claim there, `
 tool did not run"; a claim there, `outcome_unknown` saying the claim's commit could not be
 confirmed, never "lost after the tool started".
 
-A real PostgreSQL behind a TCP proxy the test cuts (`tests/support/db_proxy.py`), a real Celery
+A real PostgreSQL behind a TCP proxy the test cuts (`tests/support/faults/db_proxy.py`), a real Celery
 prefork worker holding each delivered task before its claim until the outage is in place, and the
 tool's own side-effect log as the witness that no tool code ran.
 """
@@ -39,10 +39,10 @@ from dex_celery import (
 )
 from dex_celery.model.ids import CallKey
 from dex_celery.store.repository import Store
-from tests.support.crash import tool_messages
-from tests.support.db_proxy import CuttableProxy
-from tests.support.pg_database import fresh_database
-from tests.support.request_truth import sweeping
+from tests.support.faults.crash import tool_messages
+from tests.support.faults.db_proxy import CuttableProxy
+from tests.support.faults.request_truth import sweeping
+from tests.support.stores.pg_database import fresh_database
 
 pytestmark = pytest.mark.crash
 

@@ -13,7 +13,7 @@ import redis
 
 from devtools.processes import RedisServer, Worker
 from dex_celery import CallStatus, Dex
-from tests.support.crash import lines, release_tools, wait_finished, wait_started
+from tests.support.faults.crash import lines, release_tools, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

@@ -18,7 +18,7 @@ from devtools.processes import RedisServer, Worker, wait_for
 from devtools.toolapp import LOG_ENV, executions
 from dex_celery import CallStatus, Dex
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import wait_finished
+from tests.support.faults.crash import wait_finished
 
 #: Seconds the link is cut: shorter than the tool's 3 s lease, longer than several beats.
 BLIP = 1.0

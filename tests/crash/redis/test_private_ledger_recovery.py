@@ -24,8 +24,8 @@ import redis
 from devtools.toolapp import LOG_ENV, make_app
 from dex_celery import CallStatus, Settings
 from dex_celery.store.bindings import LedgerOrigin, read_binding
-from tests.support.crash import lines, wait_finished, wait_started
-from tests.support.dev_stack import (
+from tests.support.faults.crash import lines, wait_finished, wait_started
+from tests.support.processes.dev_stack import (
     alive,
     kill_everything,
     stack_environment,

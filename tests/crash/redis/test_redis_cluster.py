@@ -20,7 +20,7 @@ from devtools.processes import Worker, wait_for
 from devtools.redis_cluster import RedisClusterNodes
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.ledger.keys import ShardKeys
-from tests.support.crash import events, lines, release_tools, wait_finished, wait_started
+from tests.support.faults.crash import events, lines, release_tools, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

@@ -19,7 +19,7 @@ from devtools.processes import RedisServer, Worker, wait_for
 from devtools.toolapp import make_app
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.crash import (
+from tests.support.faults.crash import (
     BROKER_QUEUE,
     finished_events,
     lines,

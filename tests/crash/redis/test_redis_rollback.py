@@ -20,7 +20,7 @@ from devtools.processes import RedisServer, Worker, wait_for
 from devtools.toolapp import STALL_WRITER_ENV, VISIBILITY_TIMEOUT_ENV
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.model.records import ToolCallRecord
-from tests.support.crash import (
+from tests.support.faults.crash import (
     events,
     finished_events,
     lines,

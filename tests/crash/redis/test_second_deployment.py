@@ -22,7 +22,7 @@ from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.errors import LedgerMismatch
-from tests.support.crash import lines, release_tools, wait_finished, wait_started
+from tests.support.faults.crash import lines, release_tools, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

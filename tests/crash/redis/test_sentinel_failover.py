@@ -43,8 +43,8 @@ from devtools.processes import RedisServer, Worker, wait_for
 from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, ToolCallRecord
 from dex_celery.model.ids import CallKey
-from tests.support.crash import lines, release_tools, wait_finished, wait_started
-from tests.support.sentinel import MASTER_NAME, ReplicatedRedis
+from tests.support.faults.crash import lines, release_tools, wait_finished, wait_started
+from tests.support.faults.sentinel import MASTER_NAME, ReplicatedRedis
 
 pytestmark = pytest.mark.crash
 

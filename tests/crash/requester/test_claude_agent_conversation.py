@@ -1,6 +1,6 @@
 """One conversation (S12.1) in the Claude Agent SDK, after a real SIGKILL: the Claude Agent SDK's
 part of test_framework_conversation.py, driving the real `claude` CLI against the scripted
-Messages API server (tests/support/claude_agent.py).
+Messages API server (tests/support/frameworks/claude_agent.py).
 
 A customer asks for a refund; the `non_idempotent_write` starts on a real prefork worker, which
 is SIGKILLed (main process and pool children) mid-call, so the call ends `outcome_unknown` and
@@ -23,10 +23,10 @@ import pytest
 
 from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, Dex
-from tests.support import framework_checks as checks
-from tests.support.claude_agent import Desk, claude_cli, final_text
-from tests.support.crash import lines
-from tests.support.framework_checks import killed_mid_call
+from tests.support.faults.crash import lines
+from tests.support.frameworks import checks
+from tests.support.frameworks.checks import killed_mid_call
+from tests.support.frameworks.claude_agent import Desk, claude_cli, final_text
 
 pytestmark = pytest.mark.crash
 

@@ -29,10 +29,10 @@ from dex_celery import (
     Dex,
     MessageRole,
 )
-from tests.support import framework_checks as checks
-from tests.support import seed_example
-from tests.support.crash import lines
-from tests.support.framework_checks import REPORT, killed_mid_call
+from tests.support.apps import seed_example
+from tests.support.faults.crash import lines
+from tests.support.frameworks import checks
+from tests.support.frameworks.checks import REPORT, killed_mid_call
 
 pytestmark = pytest.mark.crash
 
@@ -257,7 +257,7 @@ def test_google_adk_model_reads_the_reconciliation_report_once(
     from google.adk.sessions import DatabaseSessionService
 
     from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
-    from tests.support.google_adk import Desk, final_text, texts
+    from tests.support.frameworks.google_adk import Desk, final_text, texts
 
     dex.register_outcome_check(TOOL, checks.report_check)
     worker = start_worker()
@@ -310,7 +310,7 @@ def test_agent_framework_model_reads_the_reconciliation_report_once(
     """The report goes into the next run's input: the model reads it after the user's new
     message, and the session's history stores it there, before the reply."""
     from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
-    from tests.support.agent_framework import Desk, texts
+    from tests.support.frameworks.agent_framework import Desk, texts
 
     dex.register_outcome_check(TOOL, checks.report_check)
     worker = start_worker()

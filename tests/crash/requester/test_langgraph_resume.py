@@ -17,15 +17,15 @@ import pytest
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from tests.support.crash import lines, release_tools, tool_messages, wait_started
-from tests.support.langgraph_agent import WRITE
+from tests.support.faults.crash import lines, release_tools, tool_messages, wait_started
+from tests.support.frameworks.langgraph_agent import WRITE
 
 pytestmark = pytest.mark.crash
 
 
 def _agent(env: dict[str, str], checkpoint: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.langgraph_agent", str(checkpoint), "thread-1", *extra],
+        [sys.executable, "-m", "tests.support.frameworks.langgraph_agent", str(checkpoint), "thread-1", *extra],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )  # fmt: skip

@@ -32,7 +32,7 @@ from dex_celery import CallStatus, Dex
 from dex_celery.store.archive import read_archive
 from dex_celery.store.schema import messages, tool_calls
 from dex_celery.store.views import OperatorViews
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 

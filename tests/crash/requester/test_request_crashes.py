@@ -23,7 +23,7 @@ from devtools.processes import ROOT, Worker, free_port, wait_for
 from devtools.toolapp import LOG_ENV, make_app
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.crash import lines, tool_messages, wait_finished
+from tests.support.faults.crash import lines, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 
@@ -31,14 +31,14 @@ pytestmark = pytest.mark.crash
 REQUESTER = textwrap.dedent(
     """
     import pathlib, sys, threading
-    from dex_celery.engine.request.dispatch import Dispatcher
+    from dex_celery.engine.request.opening import Opener
     from devtools.toolapp import dex
 
     def stuck(self, records, *arguments):
         pathlib.Path(sys.argv[1]).write_text("recorded")
         threading.Event().wait()
 
-    Dispatcher._start_many = stuck
+    Opener.start_new = stuck
     dex.client().request_call("s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0})
     """
 )

@@ -29,10 +29,16 @@ from dex_celery import (
     RequestInFlight,
 )
 from dex_celery.backend_errors import driver_cause
-from dex_celery.engine.request.dispatch import Dispatcher
+from dex_celery.engine.request.opening import Opener
+from dex_celery.engine.steps import Steps
 from dex_celery.ledger.ledger import Ledger
-from tests.support.crash import count_calls, lines, wait_finished
-from tests.support.request_truth import dex_on, fill_until_out_of_memory, small_redis, sweeping
+from tests.support.faults.crash import count_calls, lines, wait_finished
+from tests.support.faults.request_truth import (
+    dex_on,
+    fill_until_out_of_memory,
+    small_redis,
+    sweeping,
+)
 
 pytestmark = pytest.mark.crash
 
@@ -175,28 +181,28 @@ def test_redis_killed_between_the_publishes_of_a_batch_names_every_call_and_each
                 server.kill()  # between the scripts of the batch's pipeline
                 return replies + real_run_many(self, name, calls[1:])
 
-            def no_publish(self: Dispatcher, message: Any, **kwargs: Any) -> None:
+            def no_publish(self: Steps, message: Any, **kwargs: Any) -> None:
                 raise AssertionError(f"{message.key} published after its open")
 
             hooks = {
                 (Ledger, "_run_many"): first_script_then_kill,
-                (Dispatcher, "publish"): no_publish,
+                (Steps, "publish"): no_publish,
             }
         else:
-            real_publish = Dispatcher.publish
+            real_publish = Steps.publish
 
-            def publish_then_kill(self: Dispatcher, message: Any, **kwargs: Any) -> None:
+            def publish_then_kill(self: Steps, message: Any, **kwargs: Any) -> None:
                 real_publish(self, message, **kwargs)
                 published.append(message.key)
                 if len(published) == 1:
                     server.kill()  # the first call is opened and published, the others opened
 
-            def elsewhere(self: Dispatcher, messages: Any, producer: Any) -> None:
+            def elsewhere(self: Opener, messages: Any, producer: Any) -> None:
                 return None
 
             hooks = {
-                (Dispatcher, "publish"): publish_then_kill,
-                (Dispatcher, "_captured"): elsewhere,
+                (Steps, "publish"): publish_then_kill,
+                (Opener, "_captured"): elsewhere,
             }
 
         batch = [CallRequest("s2", "t1", f"c{i}", WRITE, {"seconds": 0}) for i in range(3)]

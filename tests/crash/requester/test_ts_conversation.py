@@ -22,9 +22,9 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, reconcile_once
 from dex_celery.errors import UnknownSession
-from tests.support import framework_checks as checks
-from tests.support.crash import lines, wait_started
-from tests.support.ts_agents import (
+from tests.support.faults.crash import lines, wait_started
+from tests.support.frameworks import checks
+from tests.support.mcp.ts_agents import (
     FRAMEWORKS,
     MISSING,
     NODE,

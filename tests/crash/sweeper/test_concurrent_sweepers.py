@@ -24,7 +24,7 @@ from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.request.dispatch import CallRequest
 from dex_celery.engine.upkeep.sweep import Sweeper, SweepReport
 from dex_celery.model.ids import parse_task_id
-from tests.support.crash import broker_task_ids, events, tool_messages
+from tests.support.faults.crash import broker_task_ids, events, tool_messages
 
 pytestmark = pytest.mark.crash
 

@@ -19,7 +19,13 @@ import redis
 
 from devtools.processes import CeleryBeat, Worker
 from dex_celery import CallStatus, Dex
-from tests.support.crash import BROKER_QUEUE, lines, release_tools, wait_finished, wait_started
+from tests.support.faults.crash import (
+    BROKER_QUEUE,
+    lines,
+    release_tools,
+    wait_finished,
+    wait_started,
+)
 
 pytestmark = pytest.mark.crash
 

@@ -25,7 +25,7 @@ from dex_celery.audit.verify import verify_database
 from dex_celery.engine.request.dispatch import CallRequest
 from dex_celery.errors import RequestInFlight
 from dex_celery.store.schema import audit_log, tool_calls
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 

@@ -17,7 +17,7 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.model.ids import CallKey
-from tests.support.crash import (
+from tests.support.faults.crash import (
     finished_events,
     lines,
     refused,

@@ -27,7 +27,7 @@ from dex_celery.audit.keys import Signer
 from dex_celery.audit.verify import verify_database
 from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.store.schema import audit_log
-from tests.support.crash import lines, wait_finished, wait_started
+from tests.support.faults.crash import lines, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

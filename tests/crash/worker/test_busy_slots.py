@@ -24,7 +24,7 @@ from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, LOG_ENV, prerun_marker
 from dex_celery import CallStatus, Dex
 from dex_celery.model.ids import CallKey
 from dex_celery.model.records import ToolCallRecord
-from tests.support.crash import (
+from tests.support.faults.crash import (
     finished_events,
     lines,
     release_tools,
@@ -33,7 +33,7 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.rabbitmq import RABBITMQ, REDIS
+from tests.support.faults.rabbitmq import RABBITMQ, REDIS
 
 POOLS_AND_BROKERS = pytest.mark.parametrize(
     ("pool", "broker_kind"),

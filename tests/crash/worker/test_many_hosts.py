@@ -30,7 +30,7 @@ from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
 from dex_celery.store.values import arguments_json
 from dex_celery.tools.tool import TASK_PREFIX
-from tests.support.crash import lines, release_tools, wait_finished, wait_started
+from tests.support.faults.crash import lines, release_tools, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 

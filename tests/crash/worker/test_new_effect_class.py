@@ -1,5 +1,5 @@
 """An effect class added to the table alone (`dex_celery/model/effects.py`) is honoured
-everywhere, end to end with a real prefork worker (`tests/support/effect_class_app.py`).
+everywhere, end to end with a real prefork worker (`tests/support/apps/effect_class_app.py`).
 
 `once_then_failed` is fenced, runs once, and a lost attempt ends `failed` (no class of S1.2
 does that); `retried_unfenced` is retried and keeps a Redis-only claim. The requester resolves
@@ -21,14 +21,14 @@ from devtools.processes import CeleryWorker
 from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.effects import EffectClass
-from tests.support.crash import lines, wait_finished, wait_started
-from tests.support.effect_class_app import (
+from tests.support.apps.effect_class_app import (
     ONCE,
     RETRIED,
     make_app,
     register_classes,
     unregister_classes,
 )
+from tests.support.faults.crash import lines, wait_finished, wait_started
 
 pytestmark = pytest.mark.crash
 
@@ -50,7 +50,7 @@ def probe_dex(dex: Dex, env: dict[str, str], classes: dict[str, EffectClass]) ->
 @pytest.fixture
 def worker(env: dict[str, str]) -> Iterator[CeleryWorker]:
     started = CeleryWorker(
-        "tests.support.effect_class_worker:app", env, Path(env[LOG_ENV]), concurrency=1
+        "tests.support.apps.effect_class_worker:app", env, Path(env[LOG_ENV]), concurrency=1
     ).start()
     yield started
     started.stop()

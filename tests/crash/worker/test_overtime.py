@@ -16,7 +16,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.model.records import ToolCallRecord
-from tests.support.crash import (
+from tests.support.faults.crash import (
     events,
     finished_events,
     lines,

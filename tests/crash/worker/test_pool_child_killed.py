@@ -23,7 +23,7 @@ from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, make_app, prerun_marker
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
-from tests.support.crash import (
+from tests.support.faults.crash import (
     events,
     finished_events,
     lines,
@@ -31,7 +31,7 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.rabbitmq import ON_BOTH_BROKERS
+from tests.support.faults.rabbitmq import ON_BOTH_BROKERS
 
 pytestmark = pytest.mark.crash
 

@@ -20,7 +20,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import VISIBILITY_TIMEOUT_ENV
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallRequest, CallStatus, Dex
-from tests.support.crash import (
+from tests.support.faults.crash import (
     finished_events,
     lines,
     release_tools,

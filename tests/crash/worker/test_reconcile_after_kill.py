@@ -7,7 +7,7 @@ A prefork worker is killed (main process and pool children at once) while a
 `send_user_message`, messages read by `role`, `text`, `tool_output`, `turn_id`, `tool_call_id`
 and `tool_arguments`, `MessageRole.USER` and `OUTCOME_UNKNOWN_TOOL_RESULT`. Two implementations
 must pass the same checks: the library's `report_unknown_outcomes`, and the seed's function
-itself, copied into `tests/support/seed_example.py` with only its import line changed.
+itself, copied into `tests/support/apps/seed_example.py` with only its import line changed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dex_celery import (
     MessageRole,
     report_unknown_outcomes,
 )
-from tests.support import seed_example
+from tests.support.apps import seed_example
 
 pytestmark = pytest.mark.crash
 

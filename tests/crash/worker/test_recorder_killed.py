@@ -23,7 +23,7 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_RECORDER_ENV, executions
 from dex_celery import CallStatus, Dex
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.crash import finished_events, release_tools, tool_messages, wait_finished
+from tests.support.faults.crash import finished_events, release_tools, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 

@@ -22,8 +22,8 @@ from devtools.toolapp import charges, make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.ops.present import call_details, render_details
-from tests.support.crash import events, lines, wait_finished, wait_late_result, wait_started
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.faults.crash import events, lines, wait_finished, wait_late_result, wait_started
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 

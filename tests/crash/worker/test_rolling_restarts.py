@@ -1,7 +1,7 @@
 """Deploys under load (docs/reliability.md, "Deploys"): warm rolling restarts surface nothing; a
 SIGTERM followed by a SIGKILL after the grace costs only the writes whose tools were running.
 
-Real processes: several requester processes (`tests/support/load_requester.py`) keep a steady
+Real processes: several requester processes (`tests/support/processes/load_requester.py`) keep a steady
 load of calls of all four effect classes (tools of 0.1-3 s) while two workers are restarted the
 way systemd, `docker stop` and Kubernetes do it (SIGTERM to the main process, a new worker once
 it has exited). Checked from SQL, the events stream and the tools' own log.
@@ -23,7 +23,7 @@ import pytest
 from devtools.processes import ROOT, Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, EffectClass
 from dex_celery.model.records import ToolCallRecord
-from tests.support.crash import (
+from tests.support.faults.crash import (
     finished_events,
     lines,
     release_tools,
@@ -71,7 +71,7 @@ def test_three_rolling_warm_restarts_under_load_surface_nothing(
     requesters = [
         subprocess.Popen(
             [
-                *(sys.executable, "-m", "tests.support.load_requester"),
+                *(sys.executable, "-m", "tests.support.processes.load_requester"),
                 *(f"load{i}", str(CALLS_EACH), str(1000 + i), str(keys_file)),
             ],
             cwd=ROOT,

@@ -16,7 +16,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_WRITER_ENV, executions
 from dex_celery import CallStatus, Dex
-from tests.support.crash import finished_events, release_tools, tool_messages, wait_finished
+from tests.support.faults.crash import finished_events, release_tools, tool_messages, wait_finished
 
 pytestmark = pytest.mark.crash
 

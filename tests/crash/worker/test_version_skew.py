@@ -2,7 +2,7 @@
 release ask for a tool (`audit`) that the running workers, of the previous release, do not have.
 
 Real processes: a worker started from an app module that lacks the tool, then one from a module
-that has it (`tests/support/skew_apps.py`). The old worker hands each message back instead of
+that has it (`tests/support/apps/skew_apps.py`). The old worker hands each message back instead of
 dropping it, the call says why it waits, a call whose schedule-to-start deadline passes before
 any capable worker comes ends "did not run" with that reason, and once a capable worker runs it
 runs the call under the call's recorded policy snapshot (S1.5), once.
@@ -20,15 +20,15 @@ from devtools.processes import CeleryWorker, wait_for
 from devtools.toolapp import LOG_ENV, NEW_TOOL, make_app
 from dex_celery import DID_NOT_RUN, CallStatus, Dex, Settings
 from dex_celery.ops.present import call_details
-from tests.support.crash import finished_events, lines, tool_messages, wait_finished
-from tests.support.rabbitmq import ON_BOTH_BROKERS
+from tests.support.faults.crash import finished_events, lines, tool_messages, wait_finished
+from tests.support.faults.rabbitmq import ON_BOTH_BROKERS
 
 WAITING = "no running worker has this tool yet"
 
 
 @pytest.fixture
 def skew_workers(env: dict[str, str]) -> Iterator[dict[str, CeleryWorker]]:
-    """Workers of `tests.support.skew_apps` (`old`, `new`), started by the test, always stopped."""
+    """Workers of `tests.support.apps.skew_apps` (`old`, `new`), started by the test, always stopped."""
     started: dict[str, CeleryWorker] = {}
     yield started
     for worker in started.values():
@@ -37,7 +37,7 @@ def skew_workers(env: dict[str, str]) -> Iterator[dict[str, CeleryWorker]]:
 
 def start(env: dict[str, str], workers: dict[str, CeleryWorker], release: str) -> CeleryWorker:
     worker = CeleryWorker(
-        f"tests.support.skew_apps:{release}", env, Path(env[LOG_ENV]), concurrency=1
+        f"tests.support.apps.skew_apps:{release}", env, Path(env[LOG_ENV]), concurrency=1
     )
     workers[release] = worker.start()
     return worker

@@ -29,7 +29,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_RECORDER_ENV, charges, executions
 from dex_celery import CallStatus, CallTimeout, Dex
-from tests.support.crash import events, finished_events, tool_messages
+from tests.support.faults.crash import events, finished_events, tool_messages
 
 pytestmark = pytest.mark.crash
 

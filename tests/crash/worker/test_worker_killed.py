@@ -18,7 +18,7 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import BLOCK_BEFORE_CLAIM_ENV, VISIBILITY_TIMEOUT_ENV, prerun_marker
 from dex_celery import DID_NOT_RUN, OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.model.ids import CallKey
-from tests.support.crash import (
+from tests.support.faults.crash import (
     KOMBU_UNACKED,
     broker_holds,
     finished_events,
@@ -30,7 +30,7 @@ from tests.support.crash import (
     wait_finished,
     wait_started,
 )
-from tests.support.rabbitmq import ON_BOTH_BROKERS
+from tests.support.faults.rabbitmq import ON_BOTH_BROKERS
 
 pytestmark = pytest.mark.crash
 

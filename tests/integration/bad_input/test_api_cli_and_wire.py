@@ -49,8 +49,8 @@ from dex_celery.errors import (
     UnknownEffectClass,
     UnknownTool,
 )
-from tests.support import cliapp
-from tests.support.bad_input import state
+from tests.support.apps import cliapp
+from tests.support.inputs.bad_input import state
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -193,14 +193,14 @@ class CliCase:
     args: tuple[str, ...]
     #: Words the message must contain (lower case).
     says: str
-    app: str = "tests.support.cliapp:dex"
+    app: str = "tests.support.apps.cliapp:dex"
 
 
 CLI_CASES = [
     CliCase("app-module-missing", ("calls", "list"), "cannot import", app="no_such_mod_x:dex"),
     CliCase("app-not-a-dex", ("calls", "list"), "does not name", app="os:path"),
     CliCase(
-        "app-attribute-missing", ("calls", "list"), "--app", app="tests.support.cliapp:nothing"
+        "app-attribute-missing", ("calls", "list"), "--app", app="tests.support.apps.cliapp:nothing"
     ),
     CliCase("calls-show-malformed-key", ("calls", "show", "not-a-key"), "key"),
     CliCase("calls-show-unknown-call", ("calls", "show", "s9/t9/c9"), "no tool call"),

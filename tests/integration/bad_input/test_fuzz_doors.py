@@ -1,7 +1,7 @@
 """Hypothesis fuzz of every door's bad input (S9.3), against real redis-server, SQLite and
 PostgreSQL, a real prefork worker and real `dex-celery` processes: deep nesting, lone
 surrogates, NUL, integers beyond 64 bits, NaN and infinities, odd Python types, unicode and
-separators in session/turn/call ids, very long strings (`tests/support/fuzz.py`).
+separators in session/turn/call ids, very long strings (`tests/support/inputs/fuzz.py`).
 
 Whatever comes in, each door answers in its own typed way: the Python API (`DexClient`,
 `AsyncDexClient`) raises a `DexError`; the CLI prints one `error:` line and exits 1; the MCP
@@ -41,13 +41,12 @@ from dex_celery.cli.main import main
 from dex_celery.client.dex_client import AsyncDexClient
 from dex_celery.errors import DexError, InvalidDecision
 from dex_celery.integrations.frameworks.calls import Decision, Decisions
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.server import SESSION_META_KEY, TOOL_CALL_META_KEY, TURN_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.web.app import WebApp
-from tests.support import cliapp
-from tests.support.bad_input import state
-from tests.support.databases import ON_BOTH_DATABASES
-from tests.support.fuzz import (
+from tests.support.apps import cliapp
+from tests.support.inputs.bad_input import state
+from tests.support.inputs.fuzz import (
     fuzz_settings,
     hostile_text,
     ids,
@@ -57,8 +56,9 @@ from tests.support.fuzz import (
     valid_ids,
     wire_values,
 )
-from tests.support.mcp_server import DEX_CELERY, _server
-from tests.support.web_session import CREDENTIALS, signed_in
+from tests.support.mcp.server import DEX_CELERY, _server
+from tests.support.stores.databases import ON_BOTH_DATABASES
+from tests.support.web.web_session import CREDENTIALS, signed_in
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -325,7 +325,7 @@ def test_fuzzed_cli_arguments_get_one_error_line(
             "pending": ["approvals", "list", "--limit", by],
         }[command]
         before = state(dex, r, log_dir)
-        result = CliRunner().invoke(main, ["--app", "tests.support.cliapp:dex", *args])
+        result = CliRunner().invoke(main, ["--app", "tests.support.apps.cliapp:dex", *args])
         assert result.exception is None or isinstance(result.exception, SystemExit), (
             args, result.exception,
         )  # fmt: skip

@@ -35,7 +35,7 @@ from dex_celery import (
     UnknownTool,
 )
 from dex_celery.model.ids import MAX_ID_LENGTH
-from tests.support.bad_input import BROKER_QUEUE, assert_nothing_written, sql_rows
+from tests.support.inputs.bad_input import BROKER_QUEUE, assert_nothing_written, sql_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

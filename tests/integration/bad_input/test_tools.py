@@ -32,7 +32,7 @@ from dex_celery import (
 from dex_celery.errors import UnknownDefinitionFormat
 from dex_celery.tools.arguments import check_arguments
 from dex_celery.tools.tool import Tool
-from tests.support.bad_input import BROKER_QUEUE, assert_nothing_written, sql_rows
+from tests.support.inputs.bad_input import BROKER_QUEUE, assert_nothing_written, sql_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -8,7 +8,7 @@ is, since the script exits non-zero otherwise.
 
 from __future__ import annotations
 
-from tests.support.bench import run
+from tests.support.processes.bench import run
 
 
 def test_agent_shaped_mix_smoke() -> None:

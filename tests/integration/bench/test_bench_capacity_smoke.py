@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.support.bench import run
+from tests.support.processes.bench import run
 
 
 def test_capacity_smoke() -> None:

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.support.bench import run
+from tests.support.processes.bench import run
 
 
 def test_ledger_cost_reports_commands_cpu_and_time_inside_each_script() -> None:

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from devtools.processes import ROOT
-from tests.support.bench import run
+from tests.support.processes.bench import run
 
 
 def test_throughput_smoke() -> None:

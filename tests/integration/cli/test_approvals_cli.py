@@ -1,7 +1,7 @@
 """`dex-celery approvals list | approve | reject` (S6, S6.3): output and exit codes, against a
 real redis-server and both SQLite and the running PostgreSQL (a private schema per test).
 
-The command loads `--app tests.support.cliapp:dex`, which each test points at its own `Dex`.
+The command loads `--app tests.support.apps.cliapp:dex`, which each test points at its own `Dex`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from click.testing import CliRunner, Result
 from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex, EffectClass, ToolContext, ToolPolicy
 from dex_celery.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, main
-from tests.support import cliapp
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.apps import cliapp
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -27,12 +27,12 @@ pytestmark = [
 
 @pytest.fixture
 def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Run `dex-celery --app tests.support.cliapp:dex approvals ARGS...` in-process."""
+    """Run `dex-celery --app tests.support.apps.cliapp:dex approvals ARGS...` in-process."""
     monkeypatch.setattr(cliapp, "dex", dex)
     runner = CliRunner()
 
     def run(*args: str) -> Result:
-        return runner.invoke(main, ["--app", "tests.support.cliapp:dex", "approvals", *args])
+        return runner.invoke(main, ["--app", "tests.support.apps.cliapp:dex", "approvals", *args])
 
     return run
 

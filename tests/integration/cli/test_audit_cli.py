@@ -24,10 +24,10 @@ from dex_celery.model.ids import CallKey
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import audit_log, tool_calls
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support import cliapp
-from tests.support.cli_run import run as run_script
-from tests.support.databases import ON_BOTH_DATABASES
-from tests.support.store_rig import Clock, new_call
+from tests.support.apps import cliapp
+from tests.support.processes.cli_run import run as run_script
+from tests.support.stores.databases import ON_BOTH_DATABASES
+from tests.support.stores.store_rig import Clock, new_call
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -44,12 +44,12 @@ def env(env: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`dex-celery --app tests.support.cliapp:dex ARGS...` in-process."""
+    """`dex-celery --app tests.support.apps.cliapp:dex ARGS...` in-process."""
     monkeypatch.setattr(cliapp, "dex", dex)
     runner = CliRunner()
 
     def run(*args: str) -> Result:
-        return runner.invoke(main, ["--app", "tests.support.cliapp:dex", *args])
+        return runner.invoke(main, ["--app", "tests.support.apps.cliapp:dex", *args])
 
     return run
 

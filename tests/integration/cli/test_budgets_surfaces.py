@@ -20,7 +20,7 @@ from dex_celery.ops.metrics import registry_for
 from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),

@@ -28,20 +28,6 @@ SECRET = "tok-5f1e-very-secret"
 
 
 @pytest.fixture
-def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    import devtools.toolapp as toolapp
-
-    monkeypatch.setattr(toolapp, "dex", dex)
-
-    def run(*args: str, code: int = 0) -> Result:
-        result = CliRunner().invoke(main, ["--app", APP, *args], catch_exceptions=False)
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
-
-
-@pytest.fixture
 def finished_calls(dex: Dex, start_worker: Callable[..., Worker]) -> dict[str, str]:
     """Three ended calls in two sessions: a success, a tool failure, a success with a secret."""
     start_worker()
@@ -176,16 +162,18 @@ def test_a_database_without_the_schema_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """S9.3: a clear error (exit 1) naming the database and the fix, not a traceback."""
-    import config.celery_app as reference
+    import dex_celery.examples.orderdesk.app as reference
     from dex_celery import Settings
 
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     _app, dex, _desk = reference.create_app(Settings(database_url=url))
     monkeypatch.setattr(reference, "dex", dex)
-    result = CliRunner().invoke(main, ["-A", "config.celery_app:dex", "calls", "list"])
+    result = CliRunner().invoke(
+        main, ["-A", "dex_celery.examples.orderdesk.app:dex", "calls", "list"]
+    )
     assert result.exit_code == 1, result.output
     assert url in result.output
-    assert "dex-celery -A config.celery_app:dex db upgrade" in result.output
+    assert "dex-celery -A dex_celery.examples.orderdesk.app:dex db upgrade" in result.output
     assert "Traceback" not in result.output
 
 

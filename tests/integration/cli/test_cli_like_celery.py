@@ -22,9 +22,9 @@ from dex_celery import CallStatus, Dex, RedisUnavailable, Settings
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.engine.attempt.owners import parse_owner
 from dex_celery.errors import AppNotFound, BackendUnavailable, DatabaseUnavailable, SchemaMissing
-from tests.support import cliapp
-from tests.support.cli_run import APP, dead_redis, one_error_line, run
-from tests.support.crash import count_calls
+from tests.support.apps import cliapp
+from tests.support.faults.crash import count_calls
+from tests.support.processes.cli_run import APP, dead_redis, one_error_line, run
 
 
 @pytest.fixture
@@ -153,9 +153,9 @@ def test_find_dex_finds_the_dex_bound_to_a_celery_app(
     app = Celery("host_project")
     monkeypatch.setattr(cliapp, "host_app", app, raising=False)
     with pytest.raises(AppNotFound, match=r"Dex\(app\)"):
-        find_dex("tests.support.cliapp:host_app")
+        find_dex("tests.support.apps.cliapp:host_app")
     dex = Dex(app, Settings.from_env(env))
-    assert find_dex("tests.support.cliapp:host_app") is dex
+    assert find_dex("tests.support.apps.cliapp:host_app") is dex
     with pytest.raises(AppNotFound, match="does not name"):
         find_dex("os:sep")
 

@@ -1,6 +1,6 @@
 """`dex-celery sessions show`: one session as one story, text and JSON (S13.6).
 
-The session (`tests/support/session_story.py`) is made by a real prefork worker: a succeeded
+The session (`tests/support/apps/session_story.py`) is made by a real prefork worker: a succeeded
 read, a read with a secret, an approved write, a write approved with edited arguments, an
 expired approval, a write held by a write freeze until the thaw, and a budgeted write whose
 worker was SIGKILLed (`outcome_unknown`, its charge held) then reconciled as gone through (spent).
@@ -16,13 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from devtools.processes import Worker
 from dex_celery import Dex
-from dex_celery.cli.main import main
 from dex_celery.tools.redact import REDACTED
-from tests.support.session_story import (
+from tests.support.apps.session_story import (
     ASSISTANT_TEXT,
     FREEZE_REASON,
     NOTE,
@@ -35,7 +34,6 @@ from tests.support.session_story import (
     make_story,
 )
 
-APP = "devtools.toolapp:dex"
 #: An entry's line of `sessions show`: its time in UTC, then its kind.
 ENTRY_LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC)  ([a-z]+(?: [a-z]+)*)  ")
 
@@ -44,20 +42,6 @@ ENTRY_LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC)  ([a-z]
 def env(env: dict[str, str]) -> dict[str, str]:
     """The story's write budget, for the test process and its workers alike."""
     return {**env, **STORY_ENV}
-
-
-@pytest.fixture
-def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    import devtools.toolapp as toolapp
-
-    monkeypatch.setattr(toolapp, "dex", dex)
-
-    def run(*args: str, code: int = 0) -> Result:
-        result = CliRunner().invoke(main, ["--app", APP, *args], catch_exceptions=False)
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
 
 
 def kinds_of(entries: list[dict[str, Any]], key: str) -> list[str]:

@@ -21,14 +21,14 @@ import redis
 from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
-from tests.support.dev_stack import (
+from tests.support.processes.dev_stack import (
     SCRIPT,
     alive,
     group_alive,
     stack_environment,
     started_processes,
 )
-from tests.support.dev_stack import dev as dev
+from tests.support.processes.dev_stack import dev as dev
 
 
 def test_dev_serves_a_call_and_ctrl_c_leaves_nothing_running(
@@ -53,7 +53,7 @@ def test_dev_serves_a_call_and_ctrl_c_leaves_nothing_running(
     assert redis_dir.is_dir()
 
     # A call through the stack, from this process, as an agent loop would make it.
-    from config.celery_app import create_app
+    from dex_celery.examples.orderdesk.app import create_app
 
     _app, dex, desk = create_app(Settings.from_env({**env, "DEX_REDIS_URL": redis_url}))
     order = desk.add_order(customer="Ada Lovelace", total_cents=4200)
@@ -83,7 +83,7 @@ def test_dev_without_any_redis_exits_2_with_a_clear_message(tmp_path: Path) -> N
     env = stack_environment(tmp_path)
     env["PATH"] = str(Path(sys.executable).parent)  # the venv's scripts, no redis-server
     result = subprocess.run(
-        [str(SCRIPT), "-A", "config.celery_app", "dev"],
+        [str(SCRIPT), "-A", "dex_celery.examples.orderdesk.app", "dev"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -26,7 +26,7 @@ from dex_celery.audit.keys import Signer
 from dex_celery.store.archive import read_archive
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import tool_calls
-from tests.support.cli_run import APP, dead_redis, one_error_line, run
+from tests.support.processes.cli_run import APP, dead_redis, one_error_line, run
 
 OLD = time.time() - 40 * 86400
 

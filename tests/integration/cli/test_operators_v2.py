@@ -18,36 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from starlette.testclient import TestClient
 
 from devtools.processes import RedisServer, Worker, wait_for
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
-from dex_celery.cli.main import main
-from dex_celery.engine.decided import outcome_of
+from dex_celery.engine.decided_outcomes import outcome_of
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.records import MessageRole
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
 
-APP = "devtools.toolapp:dex"
 BIG = 900_000
 #: `ops.present.VALUE_LIMIT`: how much of one value is shown before it is cut.
 VALUE_LIMIT = 2000
-
-
-@pytest.fixture
-def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    import devtools.toolapp as toolapp
-
-    monkeypatch.setattr(toolapp, "dex", dex)
-
-    def run(*args: str, code: int = 0) -> Result:
-        result = CliRunner().invoke(main, ["--app", APP, *args], catch_exceptions=False)
-        assert result.exit_code == code, result.output
-        return result
-
-    return run
 
 
 # --- read-only commands ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ from dex_celery.engine.counters import last_sweep
 from dex_celery.store.bindings import Binding, LedgerOrigin, bind, read_binding
 from dex_celery.store.migrate import upgrade
 from dex_celery.store.sql_engine import make_engine
-from tests.support.dev_stack import (
+from tests.support.processes.dev_stack import (
     SCRIPT,
     alive,
     stack_environment,
@@ -126,9 +126,11 @@ def test_dev_recovers_as_told_then_runs_twice_on_one_database(tmp_path: Path) ->
     `error:` line, nothing left running. After the command it names, `dev` runs; the second
     `dev` on the first one's file serves a call end to end, and neither its worker nor its beat
     logs a refusal or a failed sweep."""
-    from config.celery_app import create_app  # deferred: the reference deployment's tools
+    from dex_celery.examples.orderdesk.app import (
+        create_app,  # deferred: the reference deployment's tools
+    )
 
-    app = "config.celery_app"
+    app = "dex_celery.examples.orderdesk.app"
     env = stack_environment(tmp_path)
     _bound_to_a_configured_ledger(env)
     refused_out = tmp_path / "dev-0.out"

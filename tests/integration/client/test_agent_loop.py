@@ -18,7 +18,7 @@ from dex_celery import (
     run_tool_calls,
     run_tool_calls_async,
 )
-from tests.support.crash import count_calls
+from tests.support.faults.crash import count_calls
 
 
 def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

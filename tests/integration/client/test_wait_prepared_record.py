@@ -2,7 +2,7 @@
 "Recording outcomes").
 
 At the ledger's decision (`tool_call_ended`) a waiting caller reads the ledger entry and SQL's
-pending record and builds the record the recorder is writing (`engine/decided.py`); when
+pending record and builds the record the recorder is writing (`engine/decided_outcomes.py`); when
 `tool_call_finished` announces the same status and error, that record is returned without
 reading SQL again. Here the worker's recorder is held before its write (the `before_record`
 pause point), so the order is certain: the caller's one SQL read sees the call pending, the
@@ -25,7 +25,7 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex, ToolCallRecord
 from dex_celery.client.dex_client import DexClient
 from dex_celery.engine.attempt.pause_points import PAUSE_AT_ENV, PAUSE_DIR_ENV, PausePoint
-from tests.support.crash import finished_events
+from tests.support.faults.crash import finished_events
 
 CASES = [
     ("echo", {"n": 1}, CallStatus.SUCCEEDED),

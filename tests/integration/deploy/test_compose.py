@@ -23,7 +23,7 @@ from dex_celery.cli.appfinder import find_dex
 from dex_celery.cli.main import main
 from dex_celery.processes.celery_config import configure_celery, is_amqp_url
 from dex_celery.settings import Settings, env_name
-from tests.support.crash import env_names
+from tests.support.faults.crash import env_names
 
 COMPOSE = ROOT / "docker-compose.yml"
 LONG_RUNNING = ("redis", "postgres", "worker", "beat", "flower")
@@ -91,7 +91,7 @@ def test_every_celery_command_names_an_app_that_imports(services: dict[str, Any]
 
 
 def test_dex_celery_commands_exist(services: dict[str, Any]) -> None:
-    """`dex-celery db upgrade` (the migrate service) is a real command, and `-A config.celery_app`
+    """`dex-celery db upgrade` (the migrate service) is a real command, and `-A dex_celery.examples.orderdesk.app`
     (the compose file's app, as for celery) finds its Dex."""
     found = False
     for service in services.values():
@@ -101,11 +101,11 @@ def test_dex_celery_commands_exist(services: dict[str, Any]) -> None:
         found = True
         words = args[1:]
         if words[:1] == ["-A"]:
-            assert words[1] == "config.celery_app", args
+            assert words[1] == "dex_celery.examples.orderdesk.app", args
             words = words[2:]
         elif words[:1] != ["db"]:
             # No default app: `dex-celery web` alone fails with "no app given" (issue 24).
-            raise AssertionError(f"{args}: names no app (-A config.celery_app)")
+            raise AssertionError(f"{args}: names no app (-A dex_celery.examples.orderdesk.app)")
         command: click.Command = main
         for word in words:
             if not isinstance(command, click.Group) or word.startswith("-"):
@@ -114,7 +114,7 @@ def test_dex_celery_commands_exist(services: dict[str, Any]) -> None:
             command = command.commands[word]
         assert not isinstance(command, click.Group), f"{args} names a group, not a command"
     assert found
-    assert isinstance(find_dex("config.celery_app"), Dex)
+    assert isinstance(find_dex("dex_celery.examples.orderdesk.app"), Dex)
 
 
 def test_every_dex_variable_is_a_setting(services: dict[str, Any]) -> None:
@@ -145,7 +145,7 @@ def test_services_run_the_one_image_and_the_schema_is_migrated_first(
         depends = services[name]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully"
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("dex_celery", "config"):
+    for package in ("dex_celery",):
         assert f"COPY {package} " in dockerfile
 
 
@@ -256,7 +256,7 @@ def test_the_rabbitmq_consumer_timeout_outlasts_every_tool_of_the_app() -> None:
     the compose app's tools, so no attempt within its deadline loses its channel; new queues
     default to quorum."""
     conf = _rabbit_conf()
-    dex = find_dex("config.celery_app")
+    dex = find_dex("dex_celery.examples.orderdesk.app")
     longest = max(
         tool.policy.start_to_close or dex.settings.start_to_close for tool in dex.tools.values()
     )

@@ -14,6 +14,7 @@ the `install` mark: `pytest -m install`, `pytest -m "not install"`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -180,11 +181,25 @@ def test_every_extra_and_every_documented_import_is_listed() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("extras-wheel")
-    built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base), str(ROOT)], base
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
+    """The checkout's wheel, built once per run: under pytest-xdist the venvs' cases are spread
+    over the processes (tests/support/runs/xdist_units.py), which share the run's temporary
+    folder, so the first builds it under a lock and the others take it."""
+    run_folder = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_folder = run_folder.parent  # each process's own folder is inside the run's
+    base = run_folder / "extras-wheel"
+    base.mkdir(exist_ok=True)
+    with (base / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(base.glob("dex_celery-*.whl")):
+            built = _run(
+                [
+                    sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base),
+                    str(ROOT),
+                ],
+                base,
+            )  # fmt: skip
+            assert built.returncode == 0, built.stderr[-3000:]
     (found,) = base.glob("dex_celery-*.whl")
     return found
 

@@ -34,12 +34,12 @@ import yaml
 from devtools.processes import ROOT
 from dex_celery.cli.appfinder import find_dex
 from dex_celery.cli.main import main
-from tests.support.crash import env_names
+from tests.support.faults.crash import env_names
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="the dev extra")
 
 MANIFESTS = ROOT / "deploy" / "kubernetes"
-APP = "config.celery_app"
+APP = "dex_celery.examples.orderdesk.app"
 #: Above the longest start_to_close, at least this much for the preStop and the hand-back.
 GRACE_MARGIN = 30
 BIN = Path(sys.executable).parent

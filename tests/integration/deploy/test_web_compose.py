@@ -5,13 +5,13 @@ from __future__ import annotations
 import yaml
 
 from devtools.processes import ROOT
-from tests.support.crash import env_names
+from tests.support.faults.crash import env_names
 
 
 def test_the_web_service_requires_users_and_a_secret_key_from_the_environment() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     web = services["web"]
-    assert web["command"][:4] == ["dex-celery", "-A", "config.celery_app", "web"]
+    assert web["command"][:4] == ["dex-celery", "-A", "dex_celery.examples.orderdesk.app", "web"]
     assert web["command"][web["command"].index("--host") + 1] == "0.0.0.0"
     environment = web["environment"]
     # `${VAR:?message}`: compose refuses to start the stack without them.

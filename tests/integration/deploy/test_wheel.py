@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.built_wheel import _run
-from tests.support.built_wheel import installed as installed
+from tests.support.processes.built_wheel import _run
+from tests.support.processes.built_wheel import installed as installed
 
 
 def test_the_demo_runs_from_the_installed_wheel_in_any_folder(

@@ -3,7 +3,7 @@
 Every shell line of the page is either run here or is one this machine cannot run (`sudo`,
 `kubectl`: no systemd service, no cluster; their manifests and units have their own tests,
 tests/integration/deploy/test_kubernetes_manifests.py and test_process_definitions.py). The rest run,
-in the page's order, against a real stack of the reference app (`config.celery_app`): a private
+in the page's order, against a real stack of the reference app (`dex_celery.examples.orderdesk.app`): a private
 redis-server, a fresh PostgreSQL database, and a prefork worker started with the compose file's
 command line, so `celery@$(hostname)` is its node name. Each must end with exit code 0 and do
 what the page says: the migration reaches the newest revision while the worker runs, the ping is
@@ -29,7 +29,7 @@ import redis
 
 from devtools.processes import ROOT, RedisServer, free_port, wait_for
 from dex_celery.store import migrate
-from tests.support.pg_database import fresh_database
+from tests.support.stores.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
 
@@ -74,7 +74,7 @@ def stack(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, str]]
         env["DEX_DATABASE_URL"] = database
         migrate.upgrade(database)  # a worker does not start without its schema (the Job's step)
         log = tmp_path / "worker.log"
-        command = "celery -A config.celery_app worker -P prefork -c 4 -Q celery,labels -l info"
+        command = "celery -A dex_celery.examples.orderdesk.app worker -P prefork -c 4 -Q celery,labels -l info"
         with log.open("wb") as out:
             worker = subprocess.Popen(
                 [*shlex.split(command.replace("-c 4", "-c 1")), "--without-mingle"],

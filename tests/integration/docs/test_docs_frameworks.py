@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dex_celery import Dex
-from tests.support.docs_files import run_in, write_files
+from tests.support.docs.docs_files import run_in, write_files
 
 REPORT = "Note from the payment system: the refund on order 1002 went through."
 
@@ -61,7 +61,7 @@ def test_the_claude_agent_sdk_example_asks_the_person_and_records_the_rejection(
 ) -> None:
     """The example drives the npm CLI of tests/js/claude (skipped, saying why, without Node.js)
     against its scripted Messages API server."""
-    from tests.support.claude_agent import claude_cli
+    from tests.support.frameworks.claude_agent import claude_cli
 
     cli = claude_cli()
     printed = run_in(folder, {**env, "CLAUDE_CLI": str(cli)}, sys.executable, "claude_approval.py")

@@ -13,7 +13,7 @@ import pytest
 
 from devtools.processes import ROOT, CeleryWorker, wait_for
 from dex_celery import Dex
-from tests.support.docs_files import reader_path, run_in, write_files
+from tests.support.docs.docs_files import reader_path, run_in, write_files
 
 #: The reader's `celery -A refunds worker`, plus the ready file the test waits for.
 READY_APP = """import os, time

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import ROOT, RedisServer, wait_for
-from tests.support.pg_database import fresh_database
-from tests.support.readme import recipe
+from tests.support.docs.readme import recipe
+from tests.support.stores.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
 

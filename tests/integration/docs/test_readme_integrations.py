@@ -160,7 +160,7 @@ def test_readme_pydantic_ai_and_langgraph_examples_run(
     from pydantic_ai.models.function import FunctionModel
 
     from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
-    from tests.support.pydantic_scripted import Scripted, call
+    from tests.support.frameworks.pydantic_scripted import Scripted, call
 
     folder, _env = example
     monkeypatch.chdir(folder)

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy
 
 from devtools.processes import ROOT
-from tests.support.built_wheel import installed  # noqa: F401 (the fixture)
+from tests.support.processes.built_wheel import installed  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(1500)]
 

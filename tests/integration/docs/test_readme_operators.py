@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from devtools.processes import ROOT, RedisServer, free_port, wait_for
-from tests.support.pg_database import fresh_database
-from tests.support.readme import recipe
+from tests.support.docs.readme import recipe
+from tests.support.stores.pg_database import fresh_database
 
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 INLINE = re.compile(r"`([^`\n]+)`")

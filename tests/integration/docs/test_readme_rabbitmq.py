@@ -23,7 +23,7 @@ import amqp
 import pytest
 
 from devtools.processes import ROOT, RedisServer, wait_for
-from tests.support.rabbitmq import amqp_url, rabbitmqctl, shared_server_missing
+from tests.support.faults.rabbitmq import amqp_url, rabbitmqctl, shared_server_missing
 
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 

@@ -1,5 +1,5 @@
 """Approvals bound to what was approved (docs/guardrails.md, S13.3.1-S13.3.5): real prefork
-workers of `tests.support.refund_worker` (two releases of one `refund` tool), a real
+workers of `tests.support.apps.refund_worker` (two releases of one `refund` tool), a real
 redis-server, and both SQLite and the running PostgreSQL. Each test judges from the tool's own
 side-effect log (`refund_app.refunds`), the record, and what the model reads."""
 
@@ -17,17 +17,16 @@ from devtools.processes import CeleryWorker, wait_for
 from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, InvalidEdit, MessageRole, Settings
 from dex_celery.cli.main import EXIT_REFUSED, main
-from dex_celery.engine.request.dispatch import AttemptMessage
+from dex_celery.engine.steps import AttemptMessage
 from dex_celery.integrations.frameworks.calls import pending_text, record_text
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ApprovalDecision
-from dex_celery.ops.timeline import EntryKind as TimelineKind
-from dex_celery.ops.timeline import session_timeline
+from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.store.approval_binding import ArgumentsEdit
-from tests.support import cliapp
-from tests.support.databases import ON_BOTH_DATABASES
-from tests.support.refund_app import RELEASE_ENV, make_app, refunds
-from tests.support.workers import each_stopped
+from tests.support.apps import cliapp
+from tests.support.apps.refund_app import RELEASE_ENV, make_app, refunds
+from tests.support.processes.workers import each_stopped
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -57,7 +56,7 @@ def refund_worker(env: dict[str, str]) -> Iterator[Callable[[str], CeleryWorker]
 
     def start(which: str) -> CeleryWorker:
         return CeleryWorker(
-            "tests.support.refund_worker:app",
+            "tests.support.apps.refund_worker:app",
             {**env, RELEASE_ENV: which},
             Path(env[LOG_ENV]),
             concurrency=2,
@@ -78,7 +77,7 @@ def tool_messages(dex: Dex, key: str) -> list[str]:
 
 def cli(dex: Dex, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
     monkeypatch.setattr(cliapp, "dex", dex)
-    return CliRunner().invoke(main, ["--app", "tests.support.cliapp:dex", "approvals", *args])
+    return CliRunner().invoke(main, ["--app", "tests.support.apps.cliapp:dex", "approvals", *args])
 
 
 def test_redeployed_tool_waits_again_and_says_why(
@@ -130,8 +129,8 @@ def test_redeployed_tool_waits_again_and_says_why(
     # The session's timeline (S13.6): approved by alice, then sent back to wait, saying why.
     story = session_timeline(first, "s1")
     kinds = [e.kind for e in story.entries if e.call_key == record.key]
-    assert kinds.count(TimelineKind.APPROVAL_ASKED_AGAIN) == 1, kinds
-    (again_entry,) = [e for e in story.entries if e.kind is TimelineKind.APPROVAL_ASKED_AGAIN]
+    assert kinds.count(EntryKind.APPROVAL_ASKED_AGAIN) == 1, kinds
+    (again_entry,) = [e for e in story.entries if e.kind is EntryKind.APPROVAL_ASKED_AGAIN]
     assert reason in again_entry.summary and again_entry.state == "awaiting_approval"
 
     # Approved again (from the new release): bound to the new definition, it runs once.
@@ -173,7 +172,7 @@ def test_edited_approval_runs_the_edited_arguments_once_and_the_model_reads_it(
     assert record_text(done) == message
 
     # The same attempt delivered again (a resumed run, a retried gate): nothing runs twice.
-    dex.dispatcher.publish(
+    dex.runtime.steps.publish(
         AttemptMessage(
             "refund", record.key, json.loads(done.arguments), done.policy, done.sealed_arguments,
             approved=True,

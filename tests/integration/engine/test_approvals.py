@@ -34,9 +34,9 @@ from dex_celery import (
     UnknownCall,
 )
 from dex_celery.engine.request.approvals import APPROVAL_EXPIRED_BY
-from dex_celery.engine.request.dispatch import Dispatcher
-from tests.support.crash import count_calls
-from tests.support.databases import ON_BOTH_DATABASES
+from dex_celery.engine.request.opening import Opener
+from tests.support.faults.crash import count_calls
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -509,10 +509,10 @@ def test_crash_between_approval_and_publish_is_started_by_the_sweeper(
     second call's ledger lost its data while the call waited (new epoch); the approval records
     the epoch it was approved in, so it is still started, not ended `outcome_unknown`."""
     crashed: list[str] = []
-    real_start = Dispatcher.start
+    real_start = Opener.start
 
     def crash_once(
-        self: Dispatcher, record: ToolCallRecord, arguments: Any = None, **options: Any
+        self: Opener, record: ToolCallRecord, arguments: Any = None, **options: Any
     ) -> None:
         if record.key not in crashed:
             crashed.append(record.key)
@@ -523,7 +523,7 @@ def test_crash_between_approval_and_publish_is_started_by_the_sweeper(
     client = dex.client()
     a = client.request_call("s1", "t1", "c1", "guarded_write", {"value": 1})
     b = client.request_call("s1", "t2", "c1", "guarded_write", {"value": 2})
-    monkeypatch.setattr(Dispatcher, "start", crash_once)
+    monkeypatch.setattr(Opener, "start", crash_once)
 
     approved = client.approve(a.key, "alice")
     assert approved.status is CallStatus.PENDING and crashed == [a.key]

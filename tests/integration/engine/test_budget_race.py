@@ -17,8 +17,8 @@ import pytest
 from devtools.processes import ROOT, Worker, wait_for
 from devtools.toolapp import charges, log_dir, make_app
 from dex_celery import CallStatus, Dex, Settings
-from tests.support.budget_requester import order
-from tests.support.crash import lines, wait_finished
+from tests.support.faults.crash import lines, wait_finished
+from tests.support.processes.budget_requester import order
 
 ROUNDS = 5
 N = 3
@@ -51,7 +51,7 @@ def _race(env: dict[str, str], tmp: Path, session: str, tool: str) -> dict[str, 
             [
                 sys.executable,
                 "-m",
-                "tests.support.budget_requester",
+                "tests.support.processes.budget_requester",
                 str(gate),
                 session,
                 f"r{n}",

@@ -25,8 +25,8 @@ from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.engine.attempt.owners import parse_owner
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.tools.redact import REDACTED
-from tests.support.flower_process import Flower, _wait_until_flower_receives_events
-from tests.support.flower_process import flower as flower
+from tests.support.processes.flower_process import Flower, _wait_until_flower_receives_events
+from tests.support.processes.flower_process import flower as flower
 
 pytest.importorskip("flower", reason="flower is not installed (pip install 'dex-celery[flower]')")
 

@@ -23,9 +23,9 @@ from dex_celery.cli.main import main
 from dex_celery.engine.request.previews import PENDING, PREVIEW_TASK
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
-from tests.support.databases import ON_BOTH_DATABASES
-from tests.support.web_session import CREDENTIALS, signed_in
-from tests.support.webhook_receiver import Receiver
+from tests.support.stores.databases import ON_BOTH_DATABASES
+from tests.support.web.web_session import CREDENTIALS, signed_in
+from tests.support.web.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -29,7 +29,7 @@ from dex_celery.store.schema import repeat_guards, tool_calls
 from dex_celery.store.values import Outcome
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),

@@ -13,7 +13,7 @@ import pytest
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from tests.support.crash import lines, wait_finished
+from tests.support.faults.crash import lines, wait_finished
 
 #: The deployment's heartbeat timeout: the idle heartbeat thread used to sleep a third of this.
 GLOBAL_HEARTBEAT = "30"

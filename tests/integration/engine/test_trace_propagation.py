@@ -5,7 +5,7 @@ each attempt's span in a real prefork worker and the record spans share one trac
 correct parent links (docs/operations.md, "Tracing").
 
 The test process traces with the SDK's in-memory exporter; the worker, a separate process,
-writes its finished spans as JSON lines to a file (`tests.support.span_file`).
+writes its finished spans as JSON lines to a file (`tests.support.apps.span_file`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from devtools.processes import CeleryWorker, wait_for
 from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex
 from dex_celery.engine import tracing
-from tests.support.span_file import SPANS_ENV, read_spans
+from tests.support.apps.span_file import SPANS_ENV, read_spans
 
 WEB_BASE_URL = "https://dex.example.com/ops/"
 
@@ -93,7 +93,7 @@ def test_request_attempts_and_records_form_one_trace(
     )
 
     worker = CeleryWorker(
-        "tests.support.traced_toolapp",
+        "tests.support.apps.traced_toolapp",
         {**env, SPANS_ENV: str(spans_file)},
         Path(env[LOG_ENV]),
         concurrency=2,

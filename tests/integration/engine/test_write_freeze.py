@@ -22,7 +22,7 @@ from dex_celery.client.dex_client import DexClient
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
 from dex_celery.ops.timeline import EntryKind, session_timeline
-from tests.support.cli_run import APP, one_error_line, run
+from tests.support.processes.cli_run import APP, one_error_line, run
 
 WRITE = "slow_non_idempotent_write"
 READ = "slow_read"

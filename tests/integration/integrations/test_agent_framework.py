@@ -15,27 +15,23 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
-from tests.support.agent_framework import Desk, answer, approvals
-from tests.support.crash import lines, tool_messages
-from tests.support.framework_checks import (
-    READ_AND_WRITE,
-    assert_killed_write_read_unknown,
-    assert_one_approved_one_rejected,
-    assert_read_and_write_succeeded,
-    killed_mid_call,
-)
+from tests.support.faults.crash import lines, tool_messages
+from tests.support.frameworks import checks
+from tests.support.frameworks.agent_framework import Desk, answer, approvals
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
     dex: Dex, start_worker: Callable[..., Worker]
 ) -> None:
     start_worker()
-    client = ScriptedChatClient([[tool_call(*call) for call in READ_AND_WRITE], "Both done."])
+    client = ScriptedChatClient(
+        [[tool_call(*call) for call in checks.READ_AND_WRITE], "Both done."]
+    )
     desk = Desk(dex, client, ["echo", "slow_idempotent_write"], "maf-read")
     assert desk.ask("Look up order A and keep it.").text == "Both done."
 
     read_key, write_key = "maf-read/turn-1/call_read", "maf-read/turn-1/call_write"
-    assert_read_and_write_succeeded(dex, client.tool_results(), read_key, write_key)
+    checks.assert_read_and_write_succeeded(dex, client.tool_results(), read_key, write_key)
 
 
 def test_a_second_model_response_is_the_next_turn(
@@ -68,31 +64,21 @@ def test_approved_and_rejected_writes_are_recorded_with_who_decided(
     dex: Dex, start_worker: Callable[..., Worker]
 ) -> None:
     start_worker()
-    client = ScriptedChatClient(
-        [
-            [
-                tool_call("guarded_write", {"value": "yes"}, "call_ok"),
-                tool_call("guarded_write", {"value": "no"}, "call_no"),
-            ],
-            "One sent, one refused.",
-        ]
-    )
+    writes = [tool_call(*call) for call in checks.TWO_WRITES]
+    client = ScriptedChatClient([writes, checks.TWO_WRITES_ANSWER])
     desk = Desk(dex, client, ["guarded_write"], "maf-hitl", approver="desk-bot")
     asked = approvals(desk.ask("Send both."))
     ok_key, no_key = "maf-hitl/turn-1/call_ok", "maf-hitl/turn-1/call_no"
-    # Both are recorded in dex before anyone decides, waiting; the run ended with the requests.
-    assert sorted(asked) == ["call_no", "call_ok"]
-    assert asked["call_ok"][1]["dex_key"] == ok_key
-    assert dex.client().get_call(ok_key).status is CallStatus.AWAITING_APPROVAL
-    assert dex.client().get_call(no_key).status is CallStatus.AWAITING_APPROVAL
+    # The run ended with the requests.
+    checks.assert_both_wait(dex, asked, ok_key, no_key)
     assert len(client.seen) == 1  # the model was not asked again while a person decides
 
     final = desk.answer(
         answer(asked["call_ok"][0], True, decided_by="alice"),
         answer(asked["call_no"][0], False, reason="not this one"),
     )
-    assert final.text == "One sent, one refused."
-    assert_one_approved_one_rejected(
+    assert final.text == checks.TWO_WRITES_ANSWER
+    checks.assert_one_approved_one_rejected(
         dex, client.tool_results(), ok_key, no_key, approved_by="alice", rejected_by="desk-bot"
     )
 
@@ -106,10 +92,10 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
     )
     desk = Desk(dex, client, ["slow_non_idempotent_write"], "maf-kill")
     key = "maf-kill/turn-1/call_kill"
-    answer_text = killed_mid_call(worker, key, lambda: desk.ask("Send it.").text)
+    answer_text = checks.killed_mid_call(worker, key, lambda: desk.ask("Send it.").text)
 
     assert answer_text == "I will check."
-    assert_killed_write_read_unknown(dex, client.tool_results()["call_kill"], key)
+    checks.assert_killed_write_read_unknown(dex, client.tool_results()["call_kill"], key)
     assert len(client.seen) == 2  # the model read the text and did not call again
 
 

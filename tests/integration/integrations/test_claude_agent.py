@@ -18,15 +18,15 @@ import pytest
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
-from tests.support.claude_agent import Desk, claude_cli, final_text
-from tests.support.crash import lines, tool_messages
-from tests.support.framework_checks import (
+from tests.support.faults.crash import lines, tool_messages
+from tests.support.frameworks.checks import (
     READ_AND_WRITE,
     assert_killed_write_read_unknown,
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,
     killed_mid_call,
 )
+from tests.support.frameworks.claude_agent import Desk, claude_cli, final_text
 
 pytest.importorskip("claude_agent_sdk")
 claude_cli()  # skips the module, saying why, without Node.js

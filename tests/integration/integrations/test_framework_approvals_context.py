@@ -25,7 +25,7 @@ from dex_celery.model.records import MessageRole
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.webhook_receiver import Receiver
+from tests.support.web.webhook_receiver import Receiver
 
 CARD = "4111-1111-1111-1111"
 ASK = f"Please refund order 1002 to my card {CARD}, it arrived broken."
@@ -102,7 +102,7 @@ def _openai_agents(dex: Dex) -> str:
 
 def _google_adk(dex: Dex) -> str:
     from dex_celery.testing.models.google_adk import ScriptedLlm, text, tool_call
-    from tests.support.google_adk import Desk, confirmations
+    from tests.support.frameworks.google_adk import Desk, confirmations
 
     model = ScriptedLlm(turns=[[text(SAID), tool_call("refund", ARGUMENTS, "call_1")], "Done."])
     asked = confirmations(Desk(dex, model, ["refund"], "adk-ctx").ask(ASK))
@@ -112,7 +112,7 @@ def _google_adk(dex: Dex) -> str:
 
 def _agent_framework(dex: Dex) -> str:
     from dex_celery.testing.models.agent_framework import ScriptedChatClient, text, tool_call
-    from tests.support.agent_framework import Desk, approvals
+    from tests.support.frameworks.agent_framework import Desk, approvals
 
     client = ScriptedChatClient([[text(SAID), tool_call("refund", ARGUMENTS, "call_1")], "Done."])
     asked = approvals(Desk(dex, client, ["refund"], "maf-ctx").ask(ASK))

@@ -77,7 +77,7 @@ def test_google_adk_reports_progress_to_its_callback(
     dex: Dex, start_worker: Callable[..., Worker]
 ) -> None:
     from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
-    from tests.support.google_adk import Desk, final_text
+    from tests.support.frameworks.google_adk import Desk, final_text
 
     start_worker()
     seen: list[CallProgress] = []
@@ -93,7 +93,7 @@ def test_agent_framework_reports_progress_to_its_callback(
     dex: Dex, start_worker: Callable[..., Worker]
 ) -> None:
     from dex_celery.testing.models.agent_framework import ScriptedChatClient, tool_call
-    from tests.support.agent_framework import Desk
+    from tests.support.frameworks.agent_framework import Desk
 
     start_worker()
     seen: list[CallProgress] = []

@@ -14,15 +14,9 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.testing.models.google_adk import ScriptedLlm, tool_call
-from tests.support.crash import lines, tool_messages
-from tests.support.framework_checks import (
-    READ_AND_WRITE,
-    assert_killed_write_read_unknown,
-    assert_one_approved_one_rejected,
-    assert_read_and_write_succeeded,
-    killed_mid_call,
-)
-from tests.support.google_adk import Desk, confirmations, final_text
+from tests.support.faults.crash import lines, tool_messages
+from tests.support.frameworks import checks
+from tests.support.frameworks.google_adk import Desk, confirmations, final_text
 
 
 def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_records(
@@ -31,7 +25,7 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
     start_worker()
     model = ScriptedLlm(
         turns=[
-            [tool_call(*call) for call in READ_AND_WRITE],
+            [tool_call(*call) for call in checks.READ_AND_WRITE],
             "Both done.",
         ]
     )
@@ -40,38 +34,28 @@ def test_read_and_idempotent_write_run_on_a_worker_and_the_model_reads_the_recor
 
     read_key, write_key = "adk-read/turn-1/call_read", "adk-read/turn-1/call_write"
     outputs = model.tool_results()
-    assert_read_and_write_succeeded(dex, outputs, read_key, write_key)
+    checks.assert_read_and_write_succeeded(dex, outputs, read_key, write_key)
 
 
 def test_confirmed_and_declined_writes_are_recorded_with_who_decided(
     dex: Dex, start_worker: Callable[..., Worker]
 ) -> None:
     start_worker()
-    model = ScriptedLlm(
-        turns=[
-            [
-                tool_call("guarded_write", {"value": "yes"}, "call_ok"),
-                tool_call("guarded_write", {"value": "no"}, "call_no"),
-            ],
-            "One sent, one refused.",
-        ]
-    )
+    writes = [tool_call(*call) for call in checks.TWO_WRITES]
+    model = ScriptedLlm(turns=[writes, checks.TWO_WRITES_ANSWER])
     desk = Desk(dex, model, ["guarded_write"], "adk-hitl", approver="desk-bot")
     asked = confirmations(desk.ask("Send both."))
     ok_key, no_key = "adk-hitl/turn-1/call_ok", "adk-hitl/turn-1/call_no"
-    # Both are recorded in dex before anyone decides, waiting; the resumable app paused.
-    assert sorted(asked) == ["call_no", "call_ok"]
-    assert asked["call_ok"][1]["dex_key"] == ok_key
-    assert dex.client().get_call(ok_key).status is CallStatus.AWAITING_APPROVAL
-    assert dex.client().get_call(no_key).status is CallStatus.AWAITING_APPROVAL
+    # The resumable app paused.
+    checks.assert_both_wait(dex, asked, ok_key, no_key)
     assert len(model.seen) == 1  # the model was not asked again while a person decides
 
     desk.answer(asked["call_ok"][0], True, decided_by="alice")
     final = desk.answer(asked["call_no"][0], False, reason="not this one")
 
-    assert final_text(final) == "One sent, one refused."
+    assert final_text(final) == checks.TWO_WRITES_ANSWER
     outputs = model.tool_results()
-    assert_one_approved_one_rejected(
+    checks.assert_one_approved_one_rejected(
         dex, outputs, ok_key, no_key, approved_by="alice", rejected_by="desk-bot"
     )
 
@@ -88,10 +72,10 @@ def test_killed_worker_gives_the_model_the_outcome_unknown_text(
     )
     desk = Desk(dex, model, ["slow_non_idempotent_write"], "adk-kill")
     key = "adk-kill/turn-1/call_kill"
-    answer = killed_mid_call(worker, key, lambda: final_text(desk.ask("Send it.")))
+    answer = checks.killed_mid_call(worker, key, lambda: final_text(desk.ask("Send it.")))
 
     assert answer == "I will check it."
-    assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
+    checks.assert_killed_write_read_unknown(dex, model.tool_results()["call_kill"], key)
     assert len(model.seen) == 2  # the model read the text and did not call again
 
 

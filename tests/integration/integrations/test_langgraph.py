@@ -26,8 +26,8 @@ from dex_celery.errors import InvalidDecision
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.frameworks.langgraph import Decision, dex_tools
 from dex_celery.testing.models.langchain import ScriptedChatModel, tool_call
-from tests.support.crash import lines, tool_messages, wait_started
-from tests.support.framework_checks import (
+from tests.support.faults.crash import lines, tool_messages, wait_started
+from tests.support.frameworks.checks import (
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,
 )

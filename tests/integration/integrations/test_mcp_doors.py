@@ -30,10 +30,10 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from devtools.processes import ROOT, Worker, free_port, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.access import Identity
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.namespace import namespace_of
-from tests.support.crash import lines
-from tests.support.netns import namespace
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
+from tests.support.faults.crash import lines
+from tests.support.faults.netns import namespace
 
 DEX_CELERY = str(ROOT / ".venv" / "bin" / "dex-celery")
 APP = ["--app", "devtools.toolapp:dex", "mcp", "--transport", "http"]
@@ -123,7 +123,7 @@ def test_mcp_http_from_another_address_is_a_locked_door(
                  "arguments": {"seconds": 0.1, "value": "rival"}},
                 {"url": url, "headers": {"Authorization": "Basic YWxpY2U6cHctYQ=="}},
             ]  # fmt: skip
-            out = ns.run([sys.executable, "-m", "tests.support.mcp_door_client", json.dumps(steps)],
+            out = ns.run([sys.executable, "-m", "tests.support.mcp.door_client", json.dumps(steps)],
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     seen = [json.loads(line) for line in out.splitlines()]
     assert len(seen) == len(steps), out

@@ -19,10 +19,10 @@ from mcp_types import SERVER_INFO_META_KEY
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
-from tests.support.crash import lines
-from tests.support.mcp_server import DEX_CELERY, _server
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
+from tests.support.faults.crash import lines
+from tests.support.mcp.server import DEX_CELERY, _server
 
 pytestmark = pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is missing")
 

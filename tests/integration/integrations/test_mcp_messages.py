@@ -18,7 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from devtools.processes import Worker
 from dex_celery import Dex
 from dex_celery.integrations.mcp.messages import MESSAGE_IDS_META_KEY, PROMPT_NAME
-from tests.support.ts_agents import TOKEN, mcp_http, session_of
+from tests.support.mcp.ts_agents import TOKEN, mcp_http, session_of
 
 
 async def ask(url: str, token: str, **arguments: str) -> Any:

@@ -25,10 +25,10 @@ from devtools.processes import ROOT, CeleryWorker, free_port, wait_for
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import wait_finished
-from tests.support.mcp_server import _listening
-from tests.support.outcome_app import URL_ENV, make_app
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.faults.crash import wait_finished
+from tests.support.mcp.outcome_app import URL_ENV, make_app
+from tests.support.mcp.server import _listening
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 
@@ -86,17 +86,9 @@ def bank_worker(
     bank: tuple[dict[str, str], TcpProxy],
 ) -> Iterator[Callable[[], CeleryWorker]]:
     def start() -> CeleryWorker:
-        return mcp_worker(bank[0], module="tests.support.outcome_app")
+        return mcp_worker(bank[0], module="tests.support.mcp.outcome_app")
 
     yield from each_stopped(start)
-
-
-def _restored(proxy: TcpProxy) -> bool:
-    try:
-        proxy.restore()
-    except OSError:
-        return False
-    return True
 
 
 def test_a_dropped_connection_resends_the_key_and_records_the_same_calls_outcome(
@@ -113,7 +105,7 @@ def test_a_dropped_connection_resends_the_key_and_records_the_same_calls_outcome
     key = calls.request_call("bank-s", "t1", "c1", "charge", {"amount": 7}).key
     wait_for(lambda: ("start", key) in runs(), timeout=60, what="the charge to start")
     assert proxy.cut() >= 1  # the response stream breaks while the server runs the write
-    wait_for(lambda: _restored(proxy), timeout=10, what="the link back")
+    wait_for(proxy.restored, timeout=10, what="the link back")
     (log / "release").write_text("")
     record = wait_finished(bank_dex, key, timeout=90)
 

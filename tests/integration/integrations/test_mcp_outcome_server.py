@@ -31,15 +31,15 @@ from mcp.client.extension import advertise
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     OUTCOME_EXTENSION_VERSION,
     OUTCOME_META_KEY,
     STATUS_META_KEY,
 )
-from tests.support.crash import lines, wait_started
-from tests.support.mcp_server import _server, _text
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
+from tests.support.faults.crash import lines, wait_started
+from tests.support.mcp.server import _server, _text
 
 pytestmark = pytest.mark.crash
 

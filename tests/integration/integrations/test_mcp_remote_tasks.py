@@ -1,9 +1,9 @@
 """dex-celery's MCP client follows a remote tool call as a task (docs/mcp.md, "dex-celery as a
 client of servers of the newest revision"): two deployments with real workers. The remote one
 is `devtools.toolapp` served by `dex-celery mcp --transport http` (which offers the tasks
-extension) behind a TCP proxy the test cuts; the local one (`tests.support.remote_tasks_app`,
+extension) behind a TCP proxy the test cuts; the local one (`tests.support.mcp.remote_tasks_app`,
 its own database, Redis database and queues) has the remote tools as dex tools. Witnesses: both
-deployments' records and the remote tools' own side-effect log (`tests.support.crash.lines`).
+deployments' records and the remote tools' own side-effect log (`tests.support.faults.crash.lines`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from devtools.toolapp import LOG_ENV
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import lines, wait_finished, wait_started
-from tests.support.mcp_server import _server
-from tests.support.remote_tasks_app import SHORT_LIMIT, URL_ENV, make_app
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.faults.crash import lines, wait_finished, wait_started
+from tests.support.mcp.remote_tasks_app import SHORT_LIMIT, URL_ENV, make_app
+from tests.support.mcp.server import _server
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 
@@ -72,15 +72,7 @@ def local(
                 yield Local(local_dex, worker(), proxy)
 
 
-_MODULE = "tests.support.remote_tasks_app"
-
-
-def _restored(proxy: TcpProxy) -> bool:
-    try:
-        proxy.restore()
-    except OSError:
-        return False
-    return True
+_MODULE = "tests.support.mcp.remote_tasks_app"
 
 
 def test_a_long_remote_write_runs_once_as_a_task_and_succeeds(local: Local) -> None:
@@ -120,7 +112,7 @@ def test_a_connection_cut_mid_task_follows_the_same_task_to_its_result(
     local.proxy.cut()  # polls fail while the link is down: the client opens it again
     again = f"asking for task {key} again"  # never the tool again: the same task id
     wait_for(lambda: again in local.log(), timeout=30, what="a broken poll")
-    wait_for(lambda: _restored(local.proxy), timeout=10, what="the link back")
+    wait_for(local.proxy.restored, timeout=10, what="the link back")
     (Path(env[LOG_ENV]) / "release").write_text("")
     record = wait_finished(local.dex, key, timeout=60)
 

@@ -20,11 +20,16 @@ from mcp import Client
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.server import STATUS_META_KEY
-from tests.support.crash import count_calls, lines, wait_finished
-from tests.support.mcp_server import _server, _text
-from tests.support.request_truth import dex_on, fill_until_out_of_memory, small_redis, sweeping
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
+from tests.support.faults.crash import count_calls, lines, wait_finished
+from tests.support.faults.request_truth import (
+    dex_on,
+    fill_until_out_of_memory,
+    small_redis,
+    sweeping,
+)
+from tests.support.mcp.server import _server, _text
 
 WRITE = "slow_non_idempotent_write"
 

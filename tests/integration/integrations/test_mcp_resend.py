@@ -21,12 +21,12 @@ from sqlalchemy import select
 
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.store.schema import tool_calls
 from dex_celery.testing.tcpproxy import TcpProxy
-from tests.support.crash import lines, wait_started
-from tests.support.mcp_server import _server, _text
+from tests.support.faults.crash import lines, wait_started
+from tests.support.mcp.server import _server, _text
 
 WRITE = "slow_non_idempotent_write"  # a non-idempotent write that needs no approval
 
@@ -35,14 +35,6 @@ def _keys(dex: Dex) -> list[str]:
     with dex.store.engine.connect() as conn:
         rows = conn.execute(select(tool_calls.c.key).where(tool_calls.c.tool_name == WRITE))
         return [str(r.key) for r in rows]
-
-
-def _restored(proxy: TcpProxy) -> bool:
-    try:
-        proxy.restore()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("ids", ["key_in_meta", "no_ids"])
@@ -78,7 +70,7 @@ def test_a_request_resent_after_a_broken_stream_is_one_call_and_one_run(
             assert proxy.cut() >= 1  # the response stream breaks while the tool runs
             # The link comes back once the kernel has let go of the listening port.
             await anyio.to_thread.run_sync(
-                lambda: wait_for(lambda: _restored(proxy), timeout=10, what="the link back")
+                lambda: wait_for(proxy.restored, timeout=10, what="the link back")
             )
         # A new client (a new JSON-RPC id) sends the same request again.
         async with Client(url) as mcp:

@@ -15,12 +15,12 @@ from mcp import Client, StdioServerParameters
 
 from devtools.processes import ROOT, Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.server import EFFECT_META_KEY, STATUS_META_KEY
-from tests.support.crash import lines, tool_messages
-from tests.support.mcp_server import APP, DEX_CELERY, _server, _text
-from tests.support.span_file import SPANS_ENV, read_spans
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
+from tests.support.apps.span_file import SPANS_ENV, read_spans
+from tests.support.faults.crash import lines, tool_messages
+from tests.support.mcp.server import APP, DEX_CELERY, _server, _text
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -204,7 +204,7 @@ def test_a_client_s_trace_context_in_meta_is_the_parent_of_the_call_s_request_sp
         async with Client(target) as mcp:
             return await mcp.call_tool("echo", {"x": 1}, meta=meta)
 
-    traced_app = ["--app", "tests.support.traced_toolapp:dex"]
+    traced_app = ["--app", "tests.support.apps.traced_toolapp:dex"]
     with _server("http", {**env, SPANS_ENV: str(spans_file)}, app=traced_app) as target:
         answer = anyio.run(scenario, target)
     assert answer.meta[OUTCOME_META_KEY] == "executed"

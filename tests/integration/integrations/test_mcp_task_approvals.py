@@ -22,17 +22,17 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from devtools.processes import Worker
 from dex_celery import CallStatus, Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.tasks import (
     APPROVAL_INPUT,
     APPROVAL_META_KEY,
     DECISION_META_KEY,
 )
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.web.app import WebApp
-from tests.support.crash import lines, wait_finished
-from tests.support.mcp_server import _server
-from tests.support.mcp_tasks_client import (
+from tests.support.faults.crash import lines, wait_finished
+from tests.support.mcp.server import _server
+from tests.support.mcp.tasks_client import (
     CreatedTask,
     approve,
     call,
@@ -41,7 +41,7 @@ from tests.support.mcp_tasks_client import (
     update_task,
     wait_task,
 )
-from tests.support.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_session import CREDENTIALS, signed_in
 
 #: `bot` may call tools only; `boss` may also decide approvals; `rival` calls tools only.
 TOKENS = (

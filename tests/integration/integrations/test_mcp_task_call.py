@@ -19,8 +19,8 @@ from dex_celery.integrations.mcp.task_call import (
     get_task,
     task_client,
 )
-from tests.support.crash import lines
-from tests.support.mcp_server import _server
+from tests.support.faults.crash import lines
+from tests.support.mcp.server import _server
 
 
 def test_create_poll_cancel_and_read_the_outcome(

@@ -16,12 +16,12 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from devtools.processes import Worker, wait_for
 from dex_celery import Dex
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import OUTCOME_META_KEY
 from dex_celery.integrations.mcp.tasks import SEQUENCE_META_KEY
-from tests.support.crash import lines
-from tests.support.mcp_server import _server
-from tests.support.mcp_tasks_client import (
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
+from tests.support.faults.crash import lines
+from tests.support.mcp.server import _server
+from tests.support.mcp.tasks_client import (
     CreatedTask,
     PushedStatus,
     call,

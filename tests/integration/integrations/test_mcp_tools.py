@@ -24,7 +24,9 @@ from devtools.mcp_tools_server import (
     HEADER,
     LOG_ENV,
     calls,
+    closed_sessions,
     headers_seen,
+    lookup_sessions,
     traceparents,
 )
 from devtools.processes import ROOT, CeleryWorker, free_port, wait_for
@@ -47,11 +49,11 @@ from dex_celery.engine import tracing
 from dex_celery.integrations.mcp.client import MCP_DEFAULT_HINTS, McpServer, McpToolFunction
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectSource, resolve_policy
-from tests.support.crash import tool_messages, wait_finished
-from tests.support.mcp_server import _listening
-from tests.support.mcpapp import URL_ENV, make_app
-from tests.support.span_file import SPANS_ENV, read_spans
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.apps.span_file import SPANS_ENV, read_spans
+from tests.support.faults.crash import tool_messages, wait_finished
+from tests.support.mcp.server import _listening
+from tests.support.mcp.tools_app import URL_ENV, make_app
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 
@@ -87,9 +89,21 @@ def start_mcp_worker(mcp_env: dict[str, str]) -> Iterator[Callable[..., CeleryWo
 @pytest.fixture
 def http_server(mcp_env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The same MCP server over streamable HTTP, on a free port."""
+    yield from _served_over_http(mcp_env)
+
+
+@pytest.fixture
+def stateful_http_server(mcp_env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The same server over streamable HTTP with sessions, noting each session a client ends."""
+    yield from _served_over_http(mcp_env, "--stateful")
+
+
+def _served_over_http(
+    mcp_env: dict[str, str], *extra: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "devtools.mcp_tools_server", "--http", str(port)],
+        [sys.executable, "-m", "devtools.mcp_tools_server", "--http", str(port), *extra],
         cwd=ROOT,
         env={**os.environ, **mcp_env},
         stdout=subprocess.DEVNULL,
@@ -422,6 +436,32 @@ def test_worker_killed_mid_call_write_is_unknown_and_read_is_retried(
     assert [k for t, _, k in calls() if t == "slow_lookup"] == [read.key, read.key]
 
 
+def test_a_warm_shutdown_closes_the_warm_sessions(
+    mcp_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    stateful_http_server: tuple[str, subprocess.Popen[bytes]],
+    start_mcp_worker: Callable[..., CeleryWorker],
+) -> None:
+    """SIGTERM (a deploy): the pool process ends the warm session it kept for the server
+    (`processes/worker.py`), so the server sees the session closed (its `DELETE`) instead of a
+    client that vanished. The session is still open between calls: only the shutdown ends it."""
+    url, _process = stateful_http_server
+    dex = _build({**mcp_env, URL_ENV: url}, monkeypatch)
+    worker = start_mcp_worker({URL_ENV: url}, concurrency=1)
+    client = dex.client()
+    for n in range(2):
+        record = client.request_call("s1", "t1", f"c{n}", "lookup", {"order_id": str(n)})
+        assert client.wait([record.key], timeout=60)[0].status is CallStatus.SUCCEEDED
+    first, second = lookup_sessions()
+    assert first == second  # one warm session served both calls
+    assert first not in closed_sessions()
+
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.process is not None
+    assert worker.process.wait(timeout=60) == 0
+    assert first in closed_sessions(), worker.log()
+
+
 def test_a_third_party_server_from_pypi_runs_on_one_warm_session(mcp_dex: Dex) -> None:
     """`mcp-server-time` (PyPI, not written here): listed, classified from its own annotations
     when trusted, and called three times over one server process."""
@@ -457,7 +497,9 @@ def test_the_call_s_trace_reaches_the_mcp_server_in_the_request_s_meta(
     tracing.configure(provider)
     spans_file = tmp_path / "worker-spans.jsonl"
     worker = mcp_worker(
-        {**mcp_env, SPANS_ENV: str(spans_file)}, module="tests.support.traced_mcpapp", concurrency=1
+        {**mcp_env, SPANS_ENV: str(spans_file)},
+        module="tests.support.mcp.traced_tools_app",
+        concurrency=1,
     )
     try:
         record = mcp_dex.client().request_call("s1", "t1", "traced", "lookup", {"order_id": "A"})

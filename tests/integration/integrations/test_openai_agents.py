@@ -29,7 +29,7 @@ from dex_celery.integrations.frameworks.openai_agents import (
     dex_function_tools,
     dex_rejections,
 )
-from tests.support.crash import lines, tool_messages, wait_started
+from tests.support.faults.crash import lines, tool_messages, wait_started
 
 
 @pytest.fixture(autouse=True)

@@ -21,12 +21,12 @@ from devtools.processes import Worker
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex
 from dex_celery.integrations.frameworks.calls import CHANGED_ARGUMENTS_REASON
 from dex_celery.integrations.frameworks.pydantic_ai import DexTools
-from tests.support.crash import lines, tool_messages, wait_started
-from tests.support.framework_checks import (
+from tests.support.faults.crash import lines, tool_messages, wait_started
+from tests.support.frameworks.checks import (
     assert_one_approved_one_rejected,
     assert_read_and_write_succeeded,
 )
-from tests.support.pydantic_scripted import Scripted, call
+from tests.support.frameworks.pydantic_scripted import Scripted, call
 
 
 def agent_for(dex: Dex, script: Scripted, names: list[str], **options: Any) -> Agent[None, Any]:

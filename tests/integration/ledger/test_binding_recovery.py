@@ -30,9 +30,15 @@ from dex_celery import CallStatus, Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.errors import LedgerMismatch
 from dex_celery.ledger import private_redis
-from dex_celery.store.bindings import LedgerOrigin, bind, read_binding, rebind, release
+from dex_celery.store.bindings import (
+    LedgerOrigin,
+    bind,
+    read_binding,
+    rebind,
+    release_binding,
+)
 from dex_celery.store.schema import ledger_bindings
-from tests.support.crash import wait_finished
+from tests.support.faults.crash import wait_finished
 
 CLI = str(Path(sys.executable).parent / "dex-celery")
 APP = "devtools.toolapp:dex"
@@ -328,8 +334,8 @@ def test_a_dev_stack_on_a_configured_ledgers_database_is_told_to_release_it(
 def test_a_rebind_of_a_binding_released_meanwhile_binds_afresh(dex: Dex) -> None:
     engine = dex.store.engine
     bind(engine, "old", "127.0.0.1:1/0 p", time.time(), origin=LedgerOrigin.PRIVATE)
-    assert release(engine, expected="old")
-    assert not release(engine, expected="old")  # compare-and-set: once
+    assert release_binding(engine, expected="old")
+    assert not release_binding(engine, expected="old")  # compare-and-set: once
     now = rebind(
         engine, expected="old", ledger_id="a", location="L-a", now=1.0, origin=LedgerOrigin.PRIVATE
     )

@@ -19,7 +19,7 @@ import redis
 from devtools.processes import RedisServer, Worker, wait_for
 from dex_celery import DID_NOT_RUN, CallStatus, Dex
 from dex_celery.ledger.durability import wait_for_replicas
-from tests.support.crash import lines, wait_finished
+from tests.support.faults.crash import lines, wait_finished
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ write fence"): a write the database never saw claimed did not run, whatever the 
 says (lost after a lapsed lease or a dead worker, timed out, claim unconfirmed); a write whose
 claim SQL holds keeps the ledger's word; reads and idempotent writes, whose claims live in Redis
 only, are never judged from SQL. Real SQLite and redis-server; the ledger's steps are built by
-hand, as the sweeper and the worker hand them to `Dispatcher.record`."""
+hand, as the sweeper and the worker hand them to `Steps.record`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_an_unclaimed_write_did_not_run(
     dex: Dex, tool: str, status: str, reason: str, detail: str
 ) -> None:
     key = dex.client().request_call("s1", "t1", "c1", tool, {"seconds": 0}).key
-    dex.dispatcher.record(key, _step(status, reason, detail))
+    dex.runtime.steps.record(key, _step(status, reason, detail))
     record = dex.client().get_call(key)
     assert record.status is CallStatus.FAILED
     error = record.error or ""
@@ -43,7 +43,7 @@ def test_a_claimed_write_keeps_the_ledgers_word(
 ) -> None:
     key = dex.client().request_call("s1", "t1", "c1", "slow_non_idempotent_write", {}).key
     assert dex.store.claim_write(key, 1, fence="f1", owner="w@h:1", now=dex.ledger.now())
-    dex.dispatcher.record(key, _step(status, reason, detail))
+    dex.runtime.steps.record(key, _step(status, reason, detail))
     record = dex.client().get_call(key)
     assert record.status is CallStatus(status)
     error = record.error or ""
@@ -57,7 +57,7 @@ def test_a_claimed_write_keeps_the_ledgers_word(
 def test_calls_with_a_redis_only_claim_are_not_judged_from_sql(dex: Dex, tool: str) -> None:
     key = dex.client().request_call("s1", "t1", "c1", tool, {"seconds": 0}).key
     status = "failed" if tool == "slow_read" else "outcome_unknown"
-    dex.dispatcher.record(key, _step(status, "lost", "its heartbeat lease lapsed"))
+    dex.runtime.steps.record(key, _step(status, "lost", "its heartbeat lease lapsed"))
     record = dex.client().get_call(key)
     assert record.status is CallStatus(status)
     assert not (record.error or "").startswith(DID_NOT_RUN)

@@ -79,7 +79,7 @@ def test_a_start_on_an_old_read_opens_only_what_is_still_in_flight(guarded: Dex)
     broker = redis.Redis.from_url(guarded.settings.effective_broker_url)
     queued_before = sum(broker.llen(q) for q in broker.keys("*") if broker.type(q) == b"list")
     for record in (ended, claimed):  # the records as read before they ended / were claimed
-        guarded.dispatcher.start(record)
+        guarded.runtime.opener.start(record)
         assert guarded.ledger.read(record.key) is None
     queued_after = sum(broker.llen(q) for q in broker.keys("*") if broker.type(q) == b"list")
     assert queued_after == queued_before

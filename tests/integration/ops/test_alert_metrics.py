@@ -31,7 +31,7 @@ from dex_celery.ops.metrics import registry_for
 from dex_celery.store.mcp_catalog import McpCatalog
 from dex_celery.store.unknowns import UnknownOutcomes
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support.web import WebServer
+from tests.support.web.web_process import WebServer
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dex-celery.json"

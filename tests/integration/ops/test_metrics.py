@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from dex_celery.engine.request.dispatch import AttemptMessage
-from tests.support.web import WebServer
+from dex_celery.engine.steps import AttemptMessage
+from tests.support.web.web_process import WebServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 TOKEN = "scrape-token-1"
@@ -87,7 +87,7 @@ def test_every_counter_moves_with_calls_of_each_outcome(
     client.wait(keys, timeout=30)
     # A redelivered message of a finished attempt: the claim turns it away without running it.
     message = AttemptMessage("echo", ok.key, {"x": 1}, ok.policy)
-    dex.dispatcher.publish(message, attempt=1)
+    dex.runtime.steps.publish(message, attempt=1)
 
     def refused() -> bool:
         return value(scrape(web.url), "dex_claims_refused_total", reason="finished") == 1

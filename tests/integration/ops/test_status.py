@@ -25,7 +25,7 @@ from dex_celery.engine.worker_starts import (
 )
 from dex_celery.ops.status import workers_section
 from dex_celery.store import migrate
-from tests.support.cli_run import APP, dead_redis, one_error_line, run
+from tests.support.processes.cli_run import APP, dead_redis, one_error_line, run
 
 
 def test_a_worker_warns_without_sweeper(

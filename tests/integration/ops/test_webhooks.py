@@ -33,7 +33,7 @@ from dex_celery.ops.webhooks import (
     delivery_status,
     render_status,
 )
-from tests.support.webhook_receiver import Receiver
+from tests.support.web.webhook_receiver import Receiver
 
 SECRET = "hook-secret"
 

@@ -20,8 +20,8 @@ from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Settings
 from dex_celery.processes.localstack import ping_app
 from dex_celery.processes.supervise import Backoff
-from tests.support.dev_stack import SCRIPT, alive, group_alive, started_processes
-from tests.support.dev_stack import dev as dev  # the fixture
+from tests.support.processes.dev_stack import SCRIPT, alive, group_alive, started_processes
+from tests.support.processes.dev_stack import dev as dev  # the fixture
 
 READY = "Press Ctrl-C to stop."
 RESTARTED = re.compile(r"^restarted (\S+): pid (\d+) \(restart (\d+)\)$", re.MULTILINE)
@@ -89,7 +89,7 @@ def test_dev_restarts_a_killed_worker_and_beat(
     assert [pid for pid in old_group if alive(pid)] == []
     # `status` shows the new pid and the restart of the same node name.
     shown = subprocess.run(
-        [str(SCRIPT), "-A", "config.celery_app", "status", "--json"],
+        [str(SCRIPT), "-A", "dex_celery.examples.orderdesk.app", "status", "--json"],
         cwd=ROOT,
         env={**env, "DEX_REDIS_URL": match.group(1)},
         capture_output=True,
@@ -103,7 +103,7 @@ def test_dev_restarts_a_killed_worker_and_beat(
     assert "restarted 1 time" in workers["detail"]
 
     # A call runs through the new worker.
-    from config.celery_app import create_app
+    from dex_celery.examples.orderdesk.app import create_app
 
     _app, dex, desk = create_app(settings)
     order = desk.add_order(customer="Grace Hopper", total_cents=1234)

@@ -1,6 +1,6 @@
 """The shipped process definitions restart a worker (and beat) whose main process exits (issue
 19, "Workers come back"; docs/operations.md): docker-compose.yml's restart policies and the
-systemd units in config/systemd/. `dex-celery dev` has its own test
+systemd units in deploy/systemd/. `dex-celery dev` has its own test
 (tests/integration/processes/test_dev_supervisor.py).
 """
 
@@ -23,7 +23,7 @@ from devtools.processes import ROOT
 from dex_celery import Dex
 
 COMPOSE = ROOT / "docker-compose.yml"
-UNITS = ROOT / "config" / "systemd"
+UNITS = ROOT / "deploy" / "systemd"
 #: Restart policies of docker compose that start an exited container again.
 RESTARTING = ("always", "unless-stopped", "on-failure")
 
@@ -61,7 +61,7 @@ def test_the_systemd_units_restart_always_and_run_the_app(unit: str, subcommand:
     assert parser["Unit"]["StartLimitIntervalSec"] == "0"  # systemd never gives up
     args = shlex.split(service["ExecStart"])
     assert Path(args[0]).name == "celery"
-    assert args[args.index("-A") + 1] == "config.celery_app"
+    assert args[args.index("-A") + 1] == "dex_celery.examples.orderdesk.app"
     assert subcommand in args
     module = importlib.import_module(args[args.index("-A") + 1])
     assert isinstance(module.app, Celery) and isinstance(module.dex, Dex)
@@ -99,7 +99,7 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
 def test_the_operations_page_shows_the_units_and_the_restart_policies() -> None:
     page = (ROOT / "docs" / "operations.md").read_text()
     for unit in UNITS.glob("*.service"):
-        assert f"config/systemd/{unit.name}" in page
+        assert f"deploy/systemd/{unit.name}" in page
     assert "Restart=always" in page
     assert "restart: unless-stopped" in page
     assert "dex-celery -A APP dev" in page

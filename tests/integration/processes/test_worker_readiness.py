@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from devtools.processes import CeleryBeat, Worker, free_port, wait_for
 from devtools.toolapp import LOG_ENV
 from dex_celery.store.migrate import upgrade
-from tests.support.cli_run import APP, dead_redis, one_error_line, run
+from tests.support.processes.cli_run import APP, dead_redis, one_error_line, run
 
 #: An older revision of the schema than the code's (docs/deploy.md, "Online schema upgrades").
 OLD_REVISION = "0008"

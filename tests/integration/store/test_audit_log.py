@@ -29,8 +29,8 @@ from dex_celery.model.records import ApprovalDecision
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import audit_heads, audit_log, tool_calls
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support.store_rig import Clock, new_call
-from tests.support.store_rig import url as url
+from tests.support.stores.store_rig import Clock, new_call
+from tests.support.stores.store_rig import url as url
 
 SIGNER = Signer.generate()
 VERIFIER = SIGNER.verifier()

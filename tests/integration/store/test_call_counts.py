@@ -27,9 +27,9 @@ from dex_celery.store.sql_engine import make_engine
 from dex_celery.store.unknowns import REPORTED
 from dex_celery.store.values import Outcome, OutcomeRow
 from dex_celery.store.views import OperatorViews, OutcomeCount
-from tests.support.pg_database import fresh_database
-from tests.support.store_rig import Clock, new_call
-from tests.support.store_rig import url as url
+from tests.support.stores.pg_database import fresh_database
+from tests.support.stores.store_rig import Clock, new_call
+from tests.support.stores.store_rig import url as url
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from dex_celery.errors import DatabaseUnavailable, SchemaMissing
 from dex_celery.store.hot import driver_cursor, hot_statements
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import tool_calls
-from tests.support.databases import ON_BOTH_DATABASES, database_url
+from tests.support.stores.databases import ON_BOTH_DATABASES, database_url
 
 pytestmark = ON_BOTH_DATABASES
 

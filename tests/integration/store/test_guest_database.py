@@ -25,8 +25,8 @@ from dex_celery.store import migrate
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support.pg_database import fresh_database
-from tests.support.store_rig import new_call
+from tests.support.stores.pg_database import fresh_database
+from tests.support.stores.store_rig import new_call
 
 pytestmark = pytest.mark.postgres
 

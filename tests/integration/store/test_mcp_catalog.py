@@ -33,16 +33,16 @@ from dex_celery import (
 )
 from dex_celery.cli.main import main
 from dex_celery.store.mcp_catalog import McpCatalog, McpToolDefinition
-from tests.support import mcpapp
-from tests.support.crash import wait_finished
-from tests.support.gitapp import REPO_ENV as GIT_REPO_ENV
-from tests.support.gitapp import make_app as make_git_app
-from tests.support.mcpapp import DEAD_ENV, DEAD_URL_ENV, READY_ENV, make_app
-from tests.support.workers import each_stopped, mcp_worker
+from tests.support.faults.crash import wait_finished
+from tests.support.mcp import tools_app
+from tests.support.mcp.gitapp import REPO_ENV as GIT_REPO_ENV
+from tests.support.mcp.gitapp import make_app as make_git_app
+from tests.support.mcp.tools_app import DEAD_ENV, DEAD_URL_ENV, READY_ENV, make_app
+from tests.support.processes.workers import each_stopped, mcp_worker
 
 pytestmark = pytest.mark.crash
 
-APP = "tests.support.mcpapp:dex"
+APP = "tests.support.mcp.tools_app:dex"
 
 READ_ONLY = (
     ("status",),
@@ -74,8 +74,8 @@ def mcp_dex(mcp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
         monkeypatch.setenv(name, value)
     app, dex = make_app(Settings.from_env(mcp_env))
     dex.store.create_schema()
-    monkeypatch.setitem(mcpapp._built, "app", app)
-    monkeypatch.setitem(mcpapp._built, "dex", dex)
+    monkeypatch.setitem(tools_app._built, "app", app)
+    monkeypatch.setitem(tools_app._built, "dex", dex)
     return dex
 
 
@@ -316,7 +316,7 @@ def test_mcp_server_git_tools_run_on_a_prefork_worker_over_one_warm_session(
     _app, dex = make_git_app(Settings.from_env(git_env))
     dex.store.create_schema()
     worker = CeleryWorker(
-        "tests.support.gitapp", git_env, folder / "worker", concurrency=1, ready_env=READY_ENV
+        "tests.support.mcp.gitapp", git_env, folder / "worker", concurrency=1, ready_env=READY_ENV
     ).start()
     try:
         client = dex.client()

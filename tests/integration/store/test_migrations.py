@@ -22,7 +22,7 @@ from dex_celery.store import migrate
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import metadata
 from dex_celery.store.sql_engine import make_engine
-from tests.support.pg_database import fresh_database
+from tests.support.stores.pg_database import fresh_database
 
 DEX_TABLES = set(metadata.tables)
 

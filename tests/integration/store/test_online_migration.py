@@ -1,7 +1,7 @@
 """An online schema upgrade: the previous release keeps working against the newest schema
 (docs/deploy.md, "Online schema upgrades"; the rule: `dex_celery/store/migrations/__init__.py`).
 
-The previous release (`tests.support.releases.PREVIOUS_RELEASE`) is taken from this
+The previous release (`tests.support.stores.releases.PREVIOUS_RELEASE`) is taken from this
 repository's git history into a folder of its own. On a fresh PostgreSQL database the old code
 migrates to its own head and a real prefork worker of the old code starts; then the new code's
 `dex-celery db upgrade` runs to the newest revision while that worker runs, as a deploy's first
@@ -28,8 +28,8 @@ from devtools.processes import ROOT, CeleryWorker, RedisServer
 from devtools.toolapp import LOG_ENV, executions
 from dex_celery.store import migrate
 from tests.conftest import TEST_TIMINGS
-from tests.support.pg_database import fresh_database
-from tests.support.releases import materialise
+from tests.support.stores.pg_database import fresh_database
+from tests.support.stores.releases import materialise
 
 pytestmark = pytest.mark.postgres
 

@@ -36,8 +36,8 @@ from dex_celery.store.schema import (
     unknown_outcomes,
 )
 from dex_celery.store.views import OperatorViews
-from tests.support.store_rig import Clock
-from tests.support.store_rig import url as url
+from tests.support.stores.store_rig import Clock
+from tests.support.stores.store_rig import url as url
 
 NOW = 1_000_000.0
 CUTOFF = NOW - 10_000.0
@@ -300,7 +300,7 @@ def test_cli_bad_before_is_one_error_line(tmp_path: Path) -> None:
 
     result = CliRunner().invoke(
         main,
-        ["-A", "tests.support.cliapp:dex", "history", "prune", "--before", "banana"],
+        ["-A", "tests.support.apps.cliapp:dex", "history", "prune", "--before", "banana"],
     )
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines() == [
@@ -321,7 +321,7 @@ def test_the_documented_commands_run(
 ) -> None:
     """docs/operations.md's prune commands, as written (the app and archive path swapped for
     the test's): the dry run counts and changes nothing; the prune removes and archives."""
-    import tests.support.cliapp as cliapp
+    import tests.support.apps.cliapp as cliapp
     from dex_celery.cli.main import main  # the CLI, only these tests drive it
 
     monkeypatch.setattr(cliapp, "dex", dex)
@@ -332,7 +332,7 @@ def test_the_documented_commands_run(
     archive = tmp_path / "history.jsonl.gz"
     outputs = []
     for line in (dry, real.replace("/var/backups/dex/history-2026-12.jsonl.gz", str(archive))):
-        args = shlex.split(line.replace("APP", "tests.support.cliapp:dex"))[1:]
+        args = shlex.split(line.replace("APP", "tests.support.apps.cliapp:dex"))[1:]
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
         outputs.append(result.stdout)
@@ -359,7 +359,16 @@ def test_cli_bad_batch_is_one_error_line() -> None:
 
     result = CliRunner().invoke(
         main,
-        ["-A", "tests.support.cliapp:dex", "history", "prune", "--before", "30d", "--batch", "0"],
+        [
+            "-A",
+            "tests.support.apps.cliapp:dex",
+            "history",
+            "prune",
+            "--before",
+            "30d",
+            "--batch",
+            "0",
+        ],
     )
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines() == ["error: --batch must be positive, got 0"]

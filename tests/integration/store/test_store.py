@@ -23,8 +23,8 @@ from dex_celery.model.records import ApprovalDecision
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import messages, sessions, tool_calls
 from dex_celery.store.values import Outcome, OutcomeRow
-from tests.support.store_rig import Clock, new_call
-from tests.support.store_rig import url as url
+from tests.support.stores.store_rig import Clock, new_call
+from tests.support.stores.store_rig import url as url
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """A test run cut short leaves no process running and still names its failures
 (docs/testing.md, "Processes a test starts" and "Reading a run").
 
-A pytest of its own runs tests/support/cut_run.py: one test fails, the next starts a private
+A pytest of its own runs tests/support/runs/cut_run.py: one test fails, the next starts a private
 redis-server and a prefork worker (its pool processes and outcome recorder) and blocks. The
 outer test then stops that pytest as a cut CI job or a closed terminal would:
 
@@ -28,11 +28,11 @@ import pytest
 
 from devtools.processes import ROOT, wait_for
 from dex_celery.testing.leftovers import start_time
-from tests.support.cut_run import MARK_ENV
+from tests.support.runs.cut_run import MARK_ENV
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 
-INNER = "tests/support/cut_run.py"
+INNER = "tests/support/runs/cut_run.py"
 
 
 def _same_process_alive(pid: int, started: str) -> bool:

@@ -26,12 +26,12 @@ import devtools.toolapp as toolapp
 from devtools.processes import ROOT, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
-from tests.support.web_session import CREDENTIALS as WEB_USERS
-from tests.support.web_session import signed_in
-from tests.support.webhook_receiver import Receiver
+from tests.support.web.web_session import CREDENTIALS as WEB_USERS
+from tests.support.web.web_session import signed_in
+from tests.support.web.webhook_receiver import Receiver
 
 CARD_NUMBER = "4111-2222-3333-4444"
 CVC = "8642"

@@ -26,8 +26,8 @@ from devtools.processes import Worker
 from devtools.toolapp import LOG_ENV, charges
 from dex_celery import CallStatus, Dex
 from dex_celery.tools.arguments import check_arguments
-from tests.support.crash import wait_finished, wait_started
-from tests.support.databases import ON_BOTH_DATABASES
+from tests.support.faults.crash import wait_finished, wait_started
+from tests.support.stores.databases import ON_BOTH_DATABASES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),

@@ -27,8 +27,12 @@ from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex, ToolCallRecord
 from dex_celery.cli.main import main
 from dex_celery.store.schema import metadata
-from tests.support.crash import finished_events, wait_finished
-from tests.support.flower_process import Flower, _wait_until_flower_receives_events, flower
+from tests.support.faults.crash import finished_events, wait_finished
+from tests.support.processes.flower_process import (
+    Flower,
+    _wait_until_flower_receives_events,
+    flower,
+)
 
 __all__ = ["flower"]  # the fixture, imported for this module's tests
 
@@ -222,8 +226,8 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     """Issue 19, finding 5: `credentials={"user": ..., "password": ...}` under
     `secret_arguments=["credentials"]`, the tool putting its leaves into its error and result."""
     from dex_celery.web.app import WebApp
-    from tests.support.web_session import CREDENTIALS as WEB_USERS
-    from tests.support.web_session import signed_in
+    from tests.support.web.web_session import CREDENTIALS as WEB_USERS
+    from tests.support.web.web_session import signed_in
 
     def absent(where: str, text: str) -> None:
         assert_absent(where, text, NESTED)

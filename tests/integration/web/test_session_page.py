@@ -3,7 +3,7 @@ a real `dex-celery web` process, for a session made by a real prefork worker: a 
 an approved write, a write approved with edited arguments (S13.3.3), an expired approval, a
 write held by a write freeze until the thaw let it run (S13.2), and a write drawing on a write
 budget (S13.1) whose worker was SIGKILLed, ended `outcome_unknown` (its charge held) and was
-reconciled as gone through (spent) (`tests/support/session_story.py`).
+reconciled as gone through (spent) (`tests/support/apps/session_story.py`).
 
 A person goes from a call's page to its session and reads the story in time order; while a call
 of the session is open the page refreshes itself until it ends. The route keeps every rule of
@@ -25,7 +25,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.model.links import session_path
-from tests.support.session_story import (
+from tests.support.apps.session_story import (
     FREEZE_REASON,
     NOTE,
     REPORT,
@@ -35,7 +35,7 @@ from tests.support.session_story import (
     USER_TEXT,
     make_story,
 )
-from tests.support.web import WebServer, chromium, shot, texts
+from tests.support.web.web_process import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password"
 TOKENS = "reader:reader-token,agent:agent-token:tools:call"

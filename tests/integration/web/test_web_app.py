@@ -17,7 +17,7 @@ from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, Tool
 from dex_celery.tools.sealing import unseal
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.web_session import CREDENTIALS, signed_in
+from tests.support.web.web_session import CREDENTIALS, signed_in
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 from devtools.processes import Worker, free_port, wait_for
 from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
-from tests.support.web import WebServer, chromium, shot, texts
+from tests.support.web.web_process import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password,bob:bob-password"
 

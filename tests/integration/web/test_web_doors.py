@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from dex_celery import CallStatus, Dex
-from tests.support.web import WebServer
+from tests.support.web.web_process import WebServer
 
 ATTACKER = "rebind.attacker.example"
 

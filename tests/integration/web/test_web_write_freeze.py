@@ -13,7 +13,7 @@ import httpx
 from dex_celery import Dex
 from tests.integration.web import test_web_doors as doors
 from tests.integration.web.test_web_doors import ATTACKER, csrf_of
-from tests.support.web import WebServer
+from tests.support.web.web_process import WebServer
 
 #: The web server fixture of the doors' tests, shared.
 start_web = doors.start_web

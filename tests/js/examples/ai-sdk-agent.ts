@@ -1,24 +1,11 @@
 // file: ai-sdk-agent.ts
 // One turn of a Vercel AI SDK agent whose tools are dex tools over MCP.
 import { createMCPClient } from "@ai-sdk/mcp";
-import { generateText, stepCountIs, type LanguageModel, type ModelMessage } from "ai";
+import { generateText, stepCountIs, type ModelMessage } from "ai";
 
-/** The user texts a history holds: how dex knows what it already handed this agent. */
-function userTexts(messages: ModelMessage[]): string[] {
-  return messages.flatMap((m) => {
-    if (m.role !== "user") return [];
-    if (typeof m.content === "string") return [m.content];
-    return [m.content.map((p) => (p.type === "text" ? p.text : "")).join("")];
-  });
-}
+import { type AgentTurn, userTexts } from "./history.ts";
 
-export async function turn(
-  url: string,
-  token: string,
-  model: LanguageModel,
-  history: ModelMessage[],
-  question: string,
-): Promise<ModelMessage[]> {
+export const turn: AgentTurn = async (url, token, model, history, question) => {
   const mcp = await createMCPClient({
     transport: { type: "http", url, headers: { Authorization: `Bearer ${token}` } },
   });
@@ -38,4 +25,4 @@ export async function turn(
   } finally {
     await mcp.close();
   }
-}
+};

@@ -2,24 +2,11 @@
 // One turn of a Mastra agent whose tools are dex tools over MCP.
 import { Agent } from "@mastra/core/agent";
 import { MCPClient } from "@mastra/mcp";
-import type { LanguageModel, ModelMessage } from "ai";
+import type { ModelMessage } from "ai";
 
-/** The user texts a history holds: how dex knows what it already handed this agent. */
-function userTexts(messages: ModelMessage[]): string[] {
-  return messages.flatMap((m) => {
-    if (m.role !== "user") return [];
-    if (typeof m.content === "string") return [m.content];
-    return [m.content.map((p) => (p.type === "text" ? p.text : "")).join("")];
-  });
-}
+import { type AgentTurn, userTexts } from "./history.ts";
 
-export async function turn(
-  url: string,
-  token: string,
-  model: LanguageModel,
-  history: ModelMessage[],
-  question: string,
-): Promise<ModelMessage[]> {
+export const turn: AgentTurn = async (url, token, model, history, question) => {
   const mcp = new MCPClient({
     servers: {
       dex: { url: new URL(url), requestInit: { headers: { Authorization: `Bearer ${token}` } } },
@@ -48,4 +35,4 @@ export async function turn(
   } finally {
     await mcp.disconnect();
   }
-}
+};

@@ -14,7 +14,7 @@ from hypothesis import given
 from dex_celery.engine.request.dispatch import parse_arguments
 from dex_celery.errors import ArgumentsTooLarge, InvalidArguments
 from dex_celery.model.argument_shape import MAX_ARGUMENT_DEPTH, too_deep
-from tests.support.fuzz import DEEP, arguments, fuzz_settings, nested
+from tests.support.inputs.fuzz import DEEP, arguments, fuzz_settings, nested
 
 LIMIT = 64 * 1024
 

@@ -1,4 +1,4 @@
-"""Which outcomes a caller may take from the ledger before SQL holds them (`engine/decided.py`,
+"""Which outcomes a caller may take from the ledger before SQL holds them (`engine/decided_outcomes.py`,
 docs/ledger.md "Recording outcomes"): a success and a tool's own error, exactly as they will be
 recorded; never an end SQL may still judge through the write fence (S10.2)."""
 
@@ -8,32 +8,17 @@ import dataclasses
 
 import pytest
 
-from dex_celery import CallStatus, EffectClass, Settings, ToolPolicy
-from dex_celery.engine.decided import decided, decided_step, outcome_of
+from dex_celery import CallStatus, EffectClass
+from dex_celery.engine.decided_outcomes import decided, decided_step, outcome_of
 from dex_celery.ledger.ledger import LedgerCall
-from dex_celery.model.policy import resolve_policy
 from dex_celery.model.records import ToolCallRecord
+from tests.support.stores.call_records import call_record
 
 LOG = '[{"attempt": 1, "state": "succeeded", "owner": "w:1", "claimed_at": 10.0, "ended_at": 11.5}]'
 
 
 def _record(status: CallStatus = CallStatus.PENDING) -> ToolCallRecord:
-    policy = resolve_policy(ToolPolicy(effect=EffectClass.READ), None, None, Settings())
-    return ToolCallRecord(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
-        tool_name="lookup",
-        arguments="{}",
-        policy=policy,
-        status=status,
-        error=None,
-        result=None,
-        attempts=0,
-        requested_at=1.0,
-        finished_at=None,
-    )
+    return call_record(status, effect=EffectClass.READ, tool_name="lookup")
 
 
 def _entry(status: str, reason: str, *, error: str = "", result: str | None = None) -> LedgerCall:

@@ -9,14 +9,15 @@ from typing import Any
 import pytest
 
 from dex_celery import CallConflict, CallStatus, EffectClass, Settings, ToolPolicy
-from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.request.dispatch import admit, claimed_write_outcome, same_call
+from dex_celery.engine.decided_outcomes import outcome_of
+from dex_celery.engine.request.dispatch import admit, same_call
+from dex_celery.engine.steps import claimed_write_outcome
 from dex_celery.ledger.ledger import Step, StepKind
 from dex_celery.model.ids import CallKey
 from dex_celery.model.outcomes import DID_NOT_RUN
 from dex_celery.model.policy import PolicySnapshot, resolve_policy
-from dex_celery.model.records import ToolCallRecord
 from dex_celery.store.values import NewCall
+from tests.support.stores.call_records import call_record
 
 
 def _snapshot(effect: EffectClass, **policy: Any) -> PolicySnapshot:
@@ -62,22 +63,7 @@ def test_a_step_that_did_not_run_says_so_and_one_that_may_have_run_says_that() -
 
 def test_a_claimed_write_whose_ledger_entry_was_lost_is_outcome_unknown() -> None:
     snapshot = _snapshot(EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False)
-    record = ToolCallRecord(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
-        tool_name="charge",
-        arguments="{}",
-        policy=snapshot,
-        status=CallStatus.PENDING,
-        error=None,
-        result=None,
-        attempts=1,
-        requested_at=1.0,
-        finished_at=None,
-        claimed_by="host:123",
-    )
+    record = call_record(policy=snapshot, attempts=1, claimed_by="host:123")
     outcome = claimed_write_outcome(record, 1)
     assert outcome.status is CallStatus.OUTCOME_UNKNOWN
     assert "claimed by host:123" in (outcome.error or "")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.tools.sealing import Scrubber
+from tests.support.stores.call_records import call_record
 
 WRITE = ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE)
 
@@ -42,10 +42,9 @@ def test_a_preview_must_take_the_tools_arguments_by_name() -> None:
 
 def _record(status: CallStatus = CallStatus.AWAITING_APPROVAL, **changes: Any) -> ToolCallRecord:
     policy = resolve_policy(WRITE, None, None, Settings())
-    record = ToolCallRecord(
-        "s/t/c", "s", "t", "c", "ok", "{}", policy, status, None, None, 0, 100.0, None
+    return call_record(
+        status, **{"policy": policy, "tool_name": "ok", "requested_at": 100.0, **changes}
     )
-    return replace(record, **changes)
 
 
 def test_every_output_shows_the_kept_text_pending_or_unavailable() -> None:

@@ -70,7 +70,7 @@ def test_the_reference_app_registers_one_tool_per_effect_class_and_its_checks(
 ) -> None:
     """S1.2: the example domain covers every effect class; S8.4: the single-attempt tools have
     outcome checks registered with the library."""
-    from config.celery_app import create_app
+    from dex_celery.examples.orderdesk.app import create_app
 
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'dex.db'}", redis_url="redis://x:1/0")
     app, dex, _desk = create_app(settings)

@@ -28,7 +28,7 @@ from dex_celery.integrations.mcp.server import (
     call_ids,
 )
 from dex_celery.model.policy import effect_from_annotations
-from dex_celery.tools.schema import check_arguments, check_schema
+from dex_celery.tools.schema import check_against_schema, check_schema
 from dex_celery.tools.signature_schema import arguments_schema
 from dex_celery.tools.tool import Tool
 
@@ -41,15 +41,15 @@ SCHEMA = {
 
 
 def test_arguments_checked_against_the_schema_without_showing_values() -> None:
-    check_arguments("t", SCHEMA, {"order_id": "A", "secret": 3})
+    check_against_schema("t", SCHEMA, {"order_id": "A", "secret": 3})
     with pytest.raises(InvalidArguments, match="'order_id' is a required property"):
-        check_arguments("t", SCHEMA, {})
+        check_against_schema("t", SCHEMA, {})
     with pytest.raises(InvalidArguments) as caught:
-        check_arguments("t", SCHEMA, {"order_id": "A", "secret": "hunter2-value"})
+        check_against_schema("t", SCHEMA, {"order_id": "A", "secret": "hunter2-value"})
     assert "secret: fails type 'integer'" in str(caught.value)
     assert "hunter2-value" not in str(caught.value)  # S10.4: never the value
     with pytest.raises(InvalidArguments, match="Additional properties"):
-        check_arguments("t", SCHEMA, {"order_id": "A", "other": 1})
+        check_against_schema("t", SCHEMA, {"order_id": "A", "other": 1})
 
 
 def test_an_invalid_schema_is_a_registration_error() -> None:

@@ -89,6 +89,9 @@ class _Source:
     def refresh(self) -> None:  # pragma: no cover - not used here
         pass
 
+    def close(self) -> None:  # pragma: no cover - not used here
+        pass
+
 
 def test_a_missing_name_asks_the_sources_and_an_unreachable_one_is_named() -> None:
     catalog = ToolCatalog()

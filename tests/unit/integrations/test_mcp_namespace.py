@@ -11,7 +11,7 @@ from dex_celery.access import Identity, local_identity
 from dex_celery.errors import InvalidId
 from dex_celery.integrations.mcp.namespace import in_a_namespace, namespace_of, scoped_session
 from dex_celery.model.ids import MAX_ID_LENGTH
-from tests.support.fuzz import fuzz_settings
+from tests.support.inputs.fuzz import fuzz_settings
 
 #: Principals whose names read alike: kinds apart, case, characters the tag does not show.
 names = st.sampled_from(["alice", "Alice", "alice.x", "alice x", "alice:x", "ali/ce", "a" * 90])

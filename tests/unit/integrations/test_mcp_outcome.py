@@ -3,12 +3,12 @@ every record status maps to what a client may conclude about the tool's effect (
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mcp_types
 import pytest
 
-from dex_celery import EffectClass, Settings, ToolPolicy
 from dex_celery.errors import InvalidId
-from dex_celery.integrations.mcp.client import IDEMPOTENCY_META_KEY
 from dex_celery.integrations.mcp.outcome import (
     OUTCOME_EXTENSION,
     OUTCOME_META_KEY,
@@ -26,8 +26,8 @@ from dex_celery.integrations.mcp.tasks import (
     created,
     task_of,
 )
+from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
 from dex_celery.model.outcomes import DID_NOT_RUN, CallStatus
-from dex_celery.model.policy import resolve_policy
 from dex_celery.model.records import ToolCallRecord
 
 
@@ -55,29 +55,6 @@ def test_a_did_not_run_sentence_inside_a_tool_error_does_not_count() -> None:
     assert outcome_of(CallStatus.FAILED, f"my tool said: {DID_NOT_RUN}") is Outcome.EXECUTED
 
 
-def _record(status: CallStatus, error: str | None = None) -> ToolCallRecord:
-    policy = resolve_policy(
-        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, None, Settings()
-    )
-    ended = status.terminal
-    return ToolCallRecord(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
-        tool_name="charge",
-        arguments="{}",
-        policy=policy,
-        status=status,
-        error=error,
-        result='"ok"' if status is CallStatus.SUCCEEDED else None,
-        attempts=1 if ended else 0,
-        requested_at=1_800_000_000.0,
-        finished_at=1_800_000_005.0 if ended else None,
-        approval_deadline=1_800_000_600.0 if status is CallStatus.AWAITING_APPROVAL else None,
-    )
-
-
 @pytest.mark.parametrize(
     ("status", "error", "task_status", "outcome"),
     [
@@ -95,11 +72,15 @@ def _record(status: CallStatus, error: str | None = None) -> ToolCallRecord:
     ],
 )
 def test_a_task_shows_the_record_with_its_outcome_field(
-    status: CallStatus, error: str | None, task_status: str, outcome: str
+    status: CallStatus,
+    error: str | None,
+    task_status: str,
+    outcome: str,
+    record_of: Callable[..., ToolCallRecord],
 ) -> None:
     """docs/mcp.md, "Calls as tasks": the task id is the key, every state carries the outcome
     field, an ended call (but a rejected one) completes with its `CallToolResult`."""
-    record = _record(status, error)
+    record = record_of(status, error)
     result = mcp_types.CallToolResult(content=[], is_error=status is not CallStatus.SUCCEEDED)
     task = task_of(record, result if status.terminal else None, poll_interval=1.0)
     assert (task["taskId"], task["status"]) == ("s/t/c", task_status)
@@ -136,10 +117,12 @@ def test_an_opaque_key_names_one_call_in_the_callers_default_session() -> None:
         opaque_call("x" * 201, "mcp-alice")
 
 
-def test_a_call_waiting_for_approval_is_input_required_with_its_form() -> None:
+def test_a_call_waiting_for_approval_is_input_required_with_its_form(
+    record_of: Callable[..., ToolCallRecord],
+) -> None:
     """docs/mcp.md, "Approvals as input_required": the context and an elicitation form that
     the SDK's own types accept."""
-    record = _record(CallStatus.AWAITING_APPROVAL, None)
+    record = record_of(CallStatus.AWAITING_APPROVAL)
     task = task_of(record, None, poll_interval=1.0)
     assert task["status"] == "input_required"
     assert task["_meta"][APPROVAL_META_KEY]["tool"] == record.tool_name

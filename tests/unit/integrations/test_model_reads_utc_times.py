@@ -7,14 +7,13 @@ approval deadline (`dex_celery/model/times.format_utc`, the one way times are sh
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 
 from dex_celery.integrations.frameworks.calls import pending_text
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
-from dex_celery.settings import Settings
 
 DEADLINE = 1796538979.7609718
 SHOWN = "2026-12-06 06:36:19 UTC"
@@ -22,44 +21,25 @@ SHOWN = "2026-12-06 06:36:19 UTC"
 UNIX_SECONDS = re.compile(r"\b\d{9,11}(?:\.\d+)?\b")
 
 
-def waiting() -> ToolCallRecord:
-    policy = resolve_policy(
-        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=True),
-        None,
-        None,
-        Settings(),
-    )
-    return ToolCallRecord(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
-        tool_name="charge",
-        arguments="{}",
-        policy=policy,
-        status=CallStatus.AWAITING_APPROVAL,
-        error=None,
-        result=None,
-        attempts=0,
-        requested_at=DEADLINE - 3600,
-        finished_at=None,
-        approval_deadline=DEADLINE,
-    )
-
-
 def assert_reads_utc(text: str) -> None:
     assert SHOWN in text, text
     assert not UNIX_SECONDS.search(text), text
 
 
-def test_the_framework_adapters_text_of_a_waiting_call() -> None:
+def test_the_framework_adapters_text_of_a_waiting_call(
+    record_of: Callable[..., ToolCallRecord],
+) -> None:
     """CrewAI, Google ADK and every adapter built on `frameworks.calls` return this text."""
-    assert_reads_utc(pending_text(waiting()))
+    assert_reads_utc(pending_text(record_of(CallStatus.AWAITING_APPROVAL, deadline=DEADLINE)))
 
 
-def test_the_mcp_task_status_message_of_a_waiting_call() -> None:
+def test_the_mcp_task_status_message_of_a_waiting_call(
+    record_of: Callable[..., ToolCallRecord],
+) -> None:
     pytest.importorskip("mcp")
     from dex_celery.integrations.mcp.tasks import task_of  # needs the mcp extra
 
-    task = task_of(waiting(), None, poll_interval=1.0)
+    task = task_of(
+        record_of(CallStatus.AWAITING_APPROVAL, deadline=DEADLINE), None, poll_interval=1.0
+    )
     assert_reads_utc(task["statusMessage"])

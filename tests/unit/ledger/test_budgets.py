@@ -4,40 +4,32 @@ unknown, rebuild from SQL in a new life. On fakeredis (Lua), a redis-server and 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from typing import cast
 
 import fakeredis
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from devtools.processes import RedisServer
-from devtools.redis_cluster import RedisClusterNodes
-from dex_celery.ledger.connection import redis_client
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger, OpenReply, OpenResult
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import EPOCH, T0, Knobs, Rig, snapshot
+from tests.support.stores.ledger_rig import (
+    EPOCH,
+    REDIS_KINDS,
+    T0,
+    Knobs,
+    Rig,
+    client_of,
+    snapshot,
+)
 
 WRITE = snapshot(EffectClass.NON_IDEMPOTENT_WRITE)
 
 
-@pytest.fixture(params=["fakeredis", "redis-server", "redis-cluster"])
+@pytest.fixture(params=REDIS_KINDS)
 def brig(request: pytest.FixtureRequest) -> Iterator[Rig]:
-    keys = KeySpace(f"b{uuid.uuid4().hex[:10]}")
-    if request.param == "fakeredis":
-        client: redis.Redis = fakeredis.FakeRedis(
-            server=fakeredis.FakeServer(), decode_responses=True
-        )
-    elif request.param == "redis-server":
-        server = cast(RedisServer, request.getfixturevalue("redis_server"))
-        client = redis.Redis.from_url(server.url, decode_responses=True)
-    else:
-        cluster = cast(RedisClusterNodes, request.getfixturevalue("redis_cluster"))
-        client = redis_client(cluster.url)
-        keys = KeySpace(keys.prefix, shards=1, tagged=True)
+    client, keys = client_of(request, "b", cluster_shards=1)
     knobs = Knobs(freeze=lambda t: client.set(keys.clock, repr(t)))
     knobs.freeze(T0)
     ledger = Ledger(client, keys=keys, clock_refresh=0.0)

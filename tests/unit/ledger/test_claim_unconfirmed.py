@@ -2,7 +2,7 @@
 
 `lose` in mode `unconfirmed` (a write's worker could not commit its SQL claim) ends the call
 `outcome_unknown` with reason `claim_unconfirmed` and only for the fence that holds the attempt;
-`dispatch.unclaimed_write_outcome` turns such an end, and a lost or timed-out one, into the
+`steps.unclaimed_write_outcome` turns such an end, and a lost or timed-out one, into the
 did-not-run outcome the store writes only while SQL holds no claim; the texts never say the
 tool started. Quick checks of the scripts and the texts; the real outage is in
 tests/crash/database/test_database_outage_truth.py.
@@ -11,11 +11,11 @@ tests/crash/database/test_database_outage_truth.py.
 from __future__ import annotations
 
 from dex_celery import DID_NOT_RUN, CallStatus, EffectClass
-from dex_celery.engine.decided import outcome_of
-from dex_celery.engine.request.dispatch import unclaimed_write_outcome
+from dex_celery.engine.decided_outcomes import outcome_of
+from dex_celery.engine.steps import unclaimed_write_outcome
 from dex_celery.ledger.ledger import LoseMode, Step, StepKind
 from dex_celery.model.outcomes import EndReason, error_text
-from tests.support.ledger_rig import Rig, claimed, finished
+from tests.support.stores.ledger_rig import Rig, claimed, finished
 
 
 def test_lose_unconfirmed_needs_the_fence_and_ends_the_write_claim_unconfirmed(rig: Rig) -> None:

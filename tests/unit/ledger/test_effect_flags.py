@@ -2,7 +2,7 @@
 call's class (retry, and what a lost attempt becomes) into its hash, from the class's row of the
 effect table (`model/effects.py`); no script names a class. A hash opened by the previous release
 has no flags: the scripts then look its class up in the table the caller passes (the expand step
-of docs/deploy.md). On fakeredis, a real redis-server and a cluster (the rig of tests/support/ledger_rig.py)."""
+of docs/deploy.md). On fakeredis, a real redis-server and a cluster (the rig of tests/support/stores/ledger_rig.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dex_celery.model.effects import (
     unregister_effect_class,
 )
 from dex_celery.model.outcomes import CallStatus
-from tests.support.ledger_rig import B0, Rig, claimed, finished
+from tests.support.stores.ledger_rig import B0, Rig, claimed, finished
 
 FLAGS = ("retry", "lost", "lost_reason")
 SCRIPTS = Path(__file__).parents[3] / "dex_celery" / "ledger" / "scripts"

@@ -11,8 +11,8 @@ from dex_celery.ledger.freeze import ledger_copy
 from dex_celery.ledger.ledger import ClaimKind, OpenResult
 from dex_celery.model.freeze import ALL_TOOLS, FreezeMode, WriteFreeze, parse_entry
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import T0, Rig, opened, snapshot
-from tests.support.ledger_rig import rig as rig
+from tests.support.stores.ledger_rig import T0, Rig, opened, snapshot
+from tests.support.stores.ledger_rig import rig as rig
 
 WRITES = (EffectClass.NON_IDEMPOTENT_WRITE, EffectClass.UNCLASSIFIED, EffectClass.IDEMPOTENT_WRITE)
 

@@ -20,7 +20,7 @@ from dex_celery.ledger.ledger import (
     join_epochs,
 )
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import (
+from tests.support.stores.ledger_rig import (
     EPOCH,
     HB,
     S2C,

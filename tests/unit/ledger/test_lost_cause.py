@@ -8,7 +8,7 @@ import pytest
 
 from dex_celery.ledger.ledger import Cause, StepKind
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import Rig, claimed, finished
+from tests.support.stores.ledger_rig import Rig, claimed, finished
 
 DETAIL = "the connection to MCP server 'orders' broke after 'cancel' was called"
 

@@ -27,7 +27,7 @@ from dex_celery.ledger.ledger import (
     StepKind,
 )
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import (
+from tests.support.stores.ledger_rig import (
     B0,
     BMAX,
     FINISHED_TTL,
@@ -41,7 +41,7 @@ from tests.support.ledger_rig import (
     opened,
     snapshot,
 )
-from tests.support.ledger_rig import rig as rig
+from tests.support.stores.ledger_rig import rig as rig
 
 # --- open ------------------------------------------------------------------------------------
 

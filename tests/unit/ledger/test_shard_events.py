@@ -1,14 +1,14 @@
 """Event readers on a sharded ledger (S7.3; docs/redis.md, "Redis Cluster"): every shard's
 stream is read, merged by entry id, and a position resumes after exactly what was seen.
 
-Runs on the rig of `tests/support/ledger_rig.py`: fakeredis and a redis-server (one stream, positions as
+Runs on the rig of `tests/support/stores/ledger_rig.py`: fakeredis and a redis-server (one stream, positions as
 before) and a real Redis Cluster with three shards (one stream per shard)."""
 
 from __future__ import annotations
 
 from dex_celery.ledger.events import NOW, START
 from dex_celery.model.policy import EffectClass
-from tests.support.ledger_rig import Rig, opened
+from tests.support.stores.ledger_rig import Rig, opened
 
 
 def _keys(rig: Rig, n: int) -> list[str]:

@@ -13,31 +13,16 @@ from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatKind, judge_repeat
 from dex_celery.settings import Settings
 from dex_celery.tools.repeat_digest import repeat_digest, secrets_digest
+from tests.support.stores.call_records import call_record
 
 NOW = 1_000_000.0
 
 
 def _record(status: CallStatus, **kw: object) -> ToolCallRecord:
-    policy = resolve_policy(
-        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, None, Settings()
-    )
     values: dict[str, object] = dict(
-        key="s/t1/c",
-        session_id="s",
-        turn_id="t1",
-        tool_call_id="c",
-        tool_name="charge",
-        arguments="{}",
-        policy=policy,
-        status=status,
-        error=None,
-        result=None,
-        attempts=1,
-        requested_at=NOW - 10,
-        finished_at=NOW - 5,
+        key="s/t1/c", turn_id="t1", attempts=1, requested_at=NOW - 10, finished_at=NOW - 5
     )
-    values.update(kw)
-    return ToolCallRecord(**values)  # type: ignore[arg-type]
+    return call_record(status, **{**values, **kw})
 
 
 def _judge(record: ToolCallRecord, **kw: object) -> RepeatKind | None:

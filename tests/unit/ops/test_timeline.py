@@ -17,7 +17,7 @@ from dex_celery.model.budgets import Budget, charge_of, charges_json
 from dex_celery.model.freeze import ALL_TOOLS, FreezeMode, WriteFreeze
 from dex_celery.model.links import session_path, session_url
 from dex_celery.model.outcomes import CallStatus
-from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.model.policy import EffectClass
 from dex_celery.model.records import ApprovalDecision, SessionRecord, ToolCallRecord
 from dex_celery.ops.timeline import (
     SOURCES,
@@ -29,6 +29,7 @@ from dex_celery.ops.timeline import (
 )
 from dex_celery.settings import Settings
 from dex_celery.store.freezes import FreezeHold
+from tests.support.stores.call_records import call_record
 
 FACTS = SessionFacts(
     session=SessionRecord("s", EffectClass.READ, 100.0),
@@ -112,25 +113,16 @@ def test_a_write_freeze_joins_the_timeline_as_one_more_source() -> None:
 
 def _call(**fields: object) -> ToolCallRecord:
     """A write of the session `s`, requested at 101."""
-    policy = resolve_policy(
-        ToolPolicy(effect=EffectClass.NON_IDEMPOTENT_WRITE), None, None, Settings()
-    )
     base: dict[str, object] = dict(
-        key="s/t/c",
-        session_id="s",
-        turn_id="t",
-        tool_call_id="c",
+        status=CallStatus.SUCCEEDED,
         tool_name="refund",
         arguments='{"amount":300,"card":"***"}',
-        policy=policy,
-        status=CallStatus.SUCCEEDED,
-        error=None,
         result='"ok"',
         attempts=1,
         requested_at=101.0,
         finished_at=105.0,
     )
-    return ToolCallRecord(**{**base, **fields})  # type: ignore[arg-type]
+    return call_record(**{**base, **fields})
 
 
 def _refunds(limit: int = 2) -> str | None:

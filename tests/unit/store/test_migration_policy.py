@@ -6,7 +6,7 @@ migration's `upgrade()` may only add what old code does not notice: tables, null
 columns with a server default), indexes. Removing or changing what old code reads or writes
 (drop, rename, a column made NOT NULL or given another type) is a contract step: allowed only in
 a migration that names what it removes in a module-level `contracts = (...)`, and only for names
-the previous release's code (`tests.support.releases.PREVIOUS_RELEASE`, migrations aside) does
+the previous release's code (`tests.support.stores.releases.PREVIOUS_RELEASE`, migrations aside) does
 not use. This file checks that over the source of every such migration, with Python's `ast`; the
 real-process check of the same promise is tests/integration/store/test_online_migration.py.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.releases import files_naming
+from tests.support.stores.releases import files_naming
 
 VERSIONS = Path(__file__).resolve().parents[3] / "dex_celery" / "store" / "migrations" / "versions"
 #: The last revision written before the policy: earlier ones are what they are.

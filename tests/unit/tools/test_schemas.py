@@ -24,7 +24,7 @@ from dex_celery.engine.attempt.invoke import encode_result, is_async
 from dex_celery.errors import SealError
 from dex_celery.ledger.ledger import Cause
 from dex_celery.tools.arguments import check_arguments
-from dex_celery.tools.sealing import Scrubber, open_arguments, seal, split
+from dex_celery.tools.sealing import Scrubber, open_arguments, seal, split_secrets
 from dex_celery.tools.tool import Tool
 
 
@@ -123,7 +123,7 @@ def test_tool_definitions_in_three_formats(dex: Dex) -> None:
 
 
 def test_sealed_secrets_open_only_with_the_same_key() -> None:
-    shown, secrets = split({"order": 1, "api_token": "tok-123456"}, ("api_token", "absent"))
+    shown, secrets = split_secrets({"order": 1, "api_token": "tok-123456"}, ("api_token", "absent"))
     assert shown == {"order": 1, "api_token": "***"}
     token = seal(secrets, "key-a")
     assert token is not None and "tok-123456" not in token

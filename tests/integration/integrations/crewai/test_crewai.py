@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.crewai_skip import require_crewai
+from tests.support.frameworks.crewai_skip import require_crewai
 
 require_crewai()
 
@@ -29,9 +29,9 @@ from dex_celery.integrations.frameworks.calls import (  # noqa: E402
 )
 from dex_celery.integrations.frameworks.crewai import dex_crewai_tools  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
-from tests.support import framework_checks as checks  # noqa: E402
-from tests.support.crash import lines, tool_messages  # noqa: E402
-from tests.support.crewai_crew import (  # noqa: E402
+from tests.support.faults.crash import lines, tool_messages  # noqa: E402
+from tests.support.frameworks import checks as checks  # noqa: E402
+from tests.support.frameworks.crewai_crew import (  # noqa: E402
     checkpointed,
     crew,
     desk_flow,

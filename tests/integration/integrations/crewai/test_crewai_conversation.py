@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.crewai_skip import require_crewai
+from tests.support.frameworks.crewai_skip import require_crewai
 
 require_crewai()
 
@@ -29,9 +29,9 @@ from dex_celery import CallStatus, Dex  # noqa: E402
 from dex_celery.model.ids import CallKey  # noqa: E402
 from dex_celery.model.records import MessageRole  # noqa: E402
 from dex_celery.testing.models.crewai import ScriptedLLM, tool_call  # noqa: E402
-from tests.support import framework_checks as checks  # noqa: E402
-from tests.support.crash import lines  # noqa: E402
-from tests.support.crewai_crew import checkpointed, crew, key_of, resumed, session  # noqa: E402
+from tests.support.faults.crash import lines  # noqa: E402
+from tests.support.frameworks import checks as checks  # noqa: E402
+from tests.support.frameworks.crewai_crew import checkpointed, crew, key_of, resumed, session  # noqa: E402
 
 pytestmark = pytest.mark.crash
 

@@ -8,12 +8,12 @@ import re
 import sys
 from pathlib import Path
 
-from tests.support.crewai_skip import require_crewai
+from tests.support.frameworks.crewai_skip import require_crewai
 
 require_crewai()
 
 from dex_celery import Dex  # noqa: E402
-from tests.support.docs_files import run_in, write_files  # noqa: E402
+from tests.support.docs.docs_files import run_in, write_files  # noqa: E402
 
 
 def test_the_crewai_refund_waits_for_a_person_and_the_card_is_never_shown(

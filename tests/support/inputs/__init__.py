@@ -1,0 +1,1 @@
+"""Hostile input for the entry points, and what it must leave behind."""

@@ -1,5 +1,0 @@
-"""The worker app of `tests.support.refund_app`, in the release `$DEX_TEST_REFUND_RELEASE`."""
-
-from tests.support.refund_app import make_app
-
-app, _dex = make_app()

@@ -24,21 +24,20 @@ from celery.exceptions import Ignore, Reject
 from dex_celery.backend_errors import driver_cause, first_line, translate
 from dex_celery.engine import tracing
 from dex_celery.engine.attempt.approval_claim import Bound, claim_approved
+from dex_celery.engine.attempt.hooks import attempt_hooks
 from dex_celery.engine.attempt.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.attempt.outcome_writer import OutcomeWriter
 from dex_celery.engine.attempt.owners import owner_is_dead_here, owner_string
-from dex_celery.engine.attempt.pause_points import PausePoint, pause_at
+from dex_celery.engine.attempt.phases import AttemptPhases, Phase, Phases
 from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
 from dex_celery.engine.counters import count_refused_claim
 from dex_celery.engine.steps import Ran, Steps
 from dex_celery.engine.task_events import (
     AttemptFailed,
     announce_after_worker_lost,
-    refuse_delivery,
     retry,
     task_result,
 )
-from dex_celery.engine.tracing import Span, span
 from dex_celery.errors import CommitUnconfirmed, DexError, LedgerError
 from dex_celery.forks import after_fork
 from dex_celery.ledger.durability import claim_shortfall
@@ -336,6 +335,8 @@ class Worker:
         self.gate = gate or ShutdownGate()
         #: Holds or rejects a call whose claim a write freeze refused (`engine/upkeep/freeze.py`).
         self.on_frozen = on_frozen
+        #: What watches each attempt from its phases' boundaries (`engine/attempt/hooks.py`).
+        self.phases = Phases(attempt_hooks(settings))
 
     def run(
         self,
@@ -350,30 +351,26 @@ class Worker:
         Returns the record's summary when the call succeeded and raises `AttemptFailed` (or
         Celery's `Retry`) otherwise, so the task's state in Flower is the record's
         (`dex_celery.engine.task_events`)."""
-        # The message's trace context: this attempt's span continues the request's trace.
-        parent = None
-        if tracing.enabled():
-            parent = tracing.from_request(getattr(current_task, "request", None))
-        with span(tracing.ATTEMPT, parent, key=key, attempt=attempt, tool=tool.name) as traced:
+        # The phases' hooks (tracing, pause points, task events) watch this sequence from the
+        # outside: `engine/attempt/phases.py`, `engine/attempt/hooks.py`.
+        phases = self.phases.start(key, attempt, tool.name)
+        with phases.phase(Phase.ATTEMPT):
             call = CallKey.parse(key)  # a forged message with a malformed key: InvalidId, no claim
-            tracing.name_session(traced, call.session_id, self.settings.web_base_url)
+            phases.parsed(call.session_id)
             fence = _fences.next()
-            pause_at(
-                PausePoint.BEFORE_CLAIM, key
-            )  # crash tests only (engine/attempt/pause_points.py)
             bound = Bound(tool, arguments, sealed) if approved else None
-            claim, refused, edit = self._claim(key, attempt, fence, traced, tool.name, bound)
+            with phases.phase(Phase.ADMIT):
+                claim, refused, edit = self._claim(key, attempt, fence, phases, tool.name, bound)
             if refused:
                 cause, payload = Cause.RETRYABLE, refused
                 lease_until = time.monotonic() + claim.heartbeat_timeout
             else:
                 cause, payload, lease_until = self._execute(
-                    tool, call, attempt, claim, (arguments, sealed), fence
+                    tool, call, attempt, claim, (arguments, sealed), fence, phases
                 )
-                pause_at(PausePoint.AFTER_TOOL, key)
             try:
                 return self._finish(
-                    tool, call, attempt, arguments, fence, cause, payload, traced, lease_until, edit
+                    tool, call, attempt, arguments, fence, cause, payload, phases, lease_until, edit
                 )
             finally:
                 # Only after a late result is in SQL: the guard must never see neither (S5.4).
@@ -384,37 +381,36 @@ class Worker:
         key: str,
         attempt: int,
         fence: str,
-        traced: Span,
+        phases: AttemptPhases,
         tool: str,
         bound: Bound | None = None,
     ) -> tuple[Claim, str, str | None]:
         """Claim before any tool code; raise `Ignore` if refused. Returns the claim, the
         replica shortfall's text ('' if none) when the claim does not count (the tool then
         does not run), and the approver's edit of the arguments (an approved call, `bound`,
-        S13.3). A claim a write freeze refused (S13.2) holds or rejects the call first."""
+        S13.3). A claim a write freeze refused (S13.2) holds or rejects the call first. Why a
+        delivery is not run goes to `phases` (its hooks trace it and show it in Flower)."""
         owner = owner_id()
         if self.gate.shut_already:
-            traced.set("outcome", "handed_back")
+            phases.not_run("handed_back")
             raise hand_back(key, attempt, "the worker is shutting down")
-        with span(tracing.CLAIM, key=key, attempt=attempt):
+        with phases.phase(Phase.CLAIM):
             claim = claim_attempt(
                 self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate, tool=tool
             )
         if claim is None:
-            traced.set("outcome", "handed_back")
+            phases.not_run("handed_back")
             raise hand_back(key, attempt, "the worker began shutting down during its backoff")
         if claim.kind is ClaimKind.FROZEN:
             self._frozen(key, attempt, claim)
-            traced.set("outcome", "frozen")
-            refuse_delivery(self.settings, key, attempt, claim.reason)
+            phases.not_run("frozen", claim.reason)
             raise Ignore()
         if not claim.ok:
             log.warning("attempt %d of %s not run: claim refused (%s)", attempt, key, claim.reason)
             count_refused_claim(self.ledger, claim.reason)
-            traced.set("outcome", f"claim_refused:{claim.reason}")
-            refuse_delivery(self.settings, key, attempt, claim.reason)
+            phases.not_run(f"claim_refused:{claim.reason}", claim.reason)
             raise Ignore()
-        traced.set("effect", claim.effect)
+        phases.claimed(claim.effect)
         # With `claim_replicas`, the claim counts only once replicas hold it (WAIT); short of
         # that the tool does not run and the attempt ends as not run (ledger/durability.py).
         # Checked before the write fence, so SQL holds claims only of writes that may then run.
@@ -426,13 +422,11 @@ class Worker:
             # worker's tool and arguments (S13.3, `engine/attempt/approval_claim.py`).
             held = claim_approved(self, bound, key, attempt, fence, owner, fenced)
             if not held.ok:
-                traced.set("outcome", "approval_not_bound")
-                refuse_delivery(self.settings, key, attempt, "approval")
+                phases.not_run("approval_not_bound", "approval")
                 raise Ignore()
             edit = held.edit
         elif not refused and fenced and not self._fence_write(key, attempt, fence, owner):
-            traced.set("outcome", "write_fence_refused")
-            refuse_delivery(self.settings, key, attempt, "write_fence")
+            phases.not_run("write_fence_refused", "write_fence")
             raise Ignore()
         return claim, refused or "", edit
 
@@ -461,6 +455,7 @@ class Worker:
         claim: Claim,
         given: tuple[str | dict[str, Any], str | None],
         fence: str,
+        phases: AttemptPhases,
     ) -> tuple[Cause, str, float]:
         """Run the tool under this process's heartbeat pump (`invoke_attempt` runs it);
         `given`: the message's arguments and sealed secrets. Returns the ledger's (cause,
@@ -473,8 +468,7 @@ class Worker:
         ctx = ToolContext(call, attempt, beat=lambda: pump.beat(key), deadline=deadline)
         pump.add(key, fence, ctx, claim.heartbeat_timeout)
         try:
-            pause_at(PausePoint.TOOL_STARTED, key)
-            with span(tracing.RUN, key=key, attempt=attempt) as running:
+            with phases.phase(Phase.RUN):
                 cause, payload = invoke_attempt(
                     self.ledger,
                     self.steps,
@@ -486,7 +480,7 @@ class Worker:
                     start_to_close=claim.start_to_close,
                     effect=claim.effect,
                 )
-                running.set("cause", cause)
+                phases.ran(cause)
         finally:
             lease_until = pump.remove(key)
         return cause, payload, lease_until
@@ -500,17 +494,16 @@ class Worker:
         fence: str,
         cause: Cause,
         payload: str,
-        traced: Span,
+        phases: AttemptPhases,
         lease_until: float,
         edit: str | None = None,
     ) -> str | None:
         """Finish in the ledger and act on the step (`engine/steps.py`: the outcome to the
         writer, the next attempt published, a late result kept), then answer Celery."""
         key = call.key
-        with span(tracing.FINISH, key=key, attempt=attempt) as finishing:
+        with phases.phase(Phase.FINISH):
             step = self._finish_in_ledger(key, attempt, fence, cause, payload, lease_until)
-            finishing.set("step", step.kind)
-        traced.set("outcome", step.status if step.kind is StepKind.FINISHED else step.kind)
+            phases.finished(step)
 
         def write(outcome: Outcome) -> None:
             # SQL gets it in the next batch of the worker's outcome recorder (prefork), else of

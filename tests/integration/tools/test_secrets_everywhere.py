@@ -141,7 +141,7 @@ def _request_then_run(
 ) -> SecretRun:
     """Request a leaking write and a read before any worker runs, search what rests in Redis
     and SQL while their messages sit in the broker's queue, then start a worker (with Flower
-    receiving its events) and wait for both to end."""
+    receiving its events) and wait for both to end: the write failed, the read succeeded."""
     client = dex.client()
     broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
     leaky, read = (
@@ -154,7 +154,10 @@ def _request_then_run(
     worker = start_worker()
     _wait_until_flower_receives_events(dex, flower)
     failed = wait_finished(dex, leaky.key, timeout=30)
-    return SecretRun(broker, worker, failed, wait_finished(dex, read.key, timeout=30))
+    succeeded = wait_finished(dex, read.key, timeout=30)
+    assert failed.status is CallStatus.FAILED, failed
+    assert succeeded.status is CallStatus.SUCCEEDED, succeeded
+    return SecretRun(broker, worker, failed, succeeded)
 
 
 def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
@@ -179,9 +182,7 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     failed, succeeded = run.failed, run.succeeded
 
     # The tool really got the values (the read reports the token's length; the write raised).
-    assert failed.status is CallStatus.FAILED
     assert failed.error == "ValueError: invalid literal for int() with base 10: '***'"
-    assert succeeded.status is CallStatus.SUCCEEDED
     assert json.loads(succeeded.result or "")["token_length"] == len(OTHER)
     assert json.loads(failed.arguments) == {"order": 7, "api_token": "***"}
     assert failed.sealed_arguments  # kept sealed, so a retry or an approval can still run
@@ -247,9 +248,7 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     failed, succeeded = run.failed, run.succeeded
 
     # The tools got the real values, and what they said keeps its shape with *** in place.
-    assert failed.status is CallStatus.FAILED
     assert failed.error == ("ValueError: login refused for bob with password ***, key ***, pin ***")
-    assert succeeded.status is CallStatus.SUCCEEDED
     result = json.loads(succeeded.result or "")
     assert result == {
         "query": "orders",

@@ -131,6 +131,22 @@ def env(env: dict[str, str]) -> dict[str, str]:
     return {**env, "DEX_SCHEDULE_TO_START": "120"}
 
 
+#: Runs the two calls (write, read) and searches for what `absent` is given: a `SecretRun`.
+RequestThenRun = Callable[[list[tuple[str, dict[str, Any]]], Callable[[str, str], None]], SecretRun]
+
+
+@pytest.fixture
+def request_then_run(
+    dex: Dex, env: dict[str, str], start_worker: Callable[[], Worker], flower: Flower
+) -> RequestThenRun:
+    def run(
+        calls: list[tuple[str, dict[str, Any]]], absent: Callable[[str, str], None]
+    ) -> SecretRun:
+        return _request_then_run(dex, env, calls, start_worker, flower, absent)
+
+    return run
+
+
 def _request_then_run(
     dex: Dex,
     env: dict[str, str],
@@ -162,20 +178,15 @@ def _request_then_run(
 
 def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     dex: Dex,
-    env: dict[str, str],
-    start_worker: Callable[..., Worker],
     flower: Flower,
+    request_then_run: RequestThenRun,
     monkeypatch: Any,
 ) -> None:
-    run = _request_then_run(
-        dex,
-        env,
+    run = request_then_run(
         [
             ("leaky", {"order": 7, "api_token": TOKEN}),
             ("with_secret", {"query": "orders", "api_token": OTHER}),
         ],
-        start_worker,
-        flower,
         assert_absent,
     )
     client, broker, worker = dex.client(), run.broker, run.worker
@@ -219,9 +230,8 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
 
 def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     dex: Dex,
-    env: dict[str, str],
-    start_worker: Callable[..., Worker],
     flower: Flower,
+    request_then_run: RequestThenRun,
     monkeypatch: Any,
 ) -> None:
     """Issue 19, finding 5: `credentials={"user": ..., "password": ...}` under
@@ -233,15 +243,11 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     def absent(where: str, text: str) -> None:
         assert_absent(where, text, NESTED)
 
-    run = _request_then_run(
-        dex,
-        env,
+    run = request_then_run(
         [
             ("leaky_nested", {"order": 7, "credentials": CREDENTIALS}),
             ("nested_secret", {"query": "orders", "credentials": CREDENTIALS}),
         ],
-        start_worker,
-        flower,
         absent,
     )
     client, broker, worker = dex.client(), run.broker, run.worker

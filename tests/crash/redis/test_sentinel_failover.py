@@ -209,6 +209,15 @@ class Failover:
         finally:
             supervisor.stop()
 
+    def kill_primary_then_finish(self, supervisor: Supervisor) -> dict[str, ToolCallRecord]:
+        """Every variant's end: the primary dies, calls requested after it are served, every
+        call ends, and each record is honest about what ran (`_assert_honest`)."""
+        self.kill_primary()
+        after = self.serve_after()
+        records = self.finish(supervisor)
+        _assert_honest(records, after)
+        return records
+
 
 def _assert_honest(records: dict[str, ToolCallRecord], after: list[str]) -> None:
     for key, record in records.items():
@@ -251,11 +260,7 @@ class TestWithDurableClaims:
         # In flight when the primary dies: requested while the replicas lag.
         run.request("t2", "echo", "echo")
         run.request("t2", "write", "slow_non_idempotent_write", seconds=0)
-        run.kill_primary()
-        after = run.serve_after()
-        records = run.finish(supervisor)
-
-        _assert_honest(records, after)
+        records = run.kill_primary_then_finish(supervisor)
         for key, record in zip(writes, refused, strict=True):
             assert lines(key, "start") == [], key
             assert record.status is CallStatus.FAILED
@@ -281,10 +286,7 @@ class TestWithDurableClaimsBrokerRollback:
             # expired in the queue: either ends without running the tool (checked below). The
             # wait covers the 60 s queue deadline of this variant.
             wait_finished(run.dex, key, timeout=90)
-        run.kill_primary()
-        after = run.serve_after()
-        records = run.finish(supervisor)
-        _assert_honest(records, after)
+        run.kill_primary_then_finish(supervisor)
 
 
 class TestWithoutDurableClaims:
@@ -299,9 +301,6 @@ class TestWithoutDurableClaims:
         queued = run.writes_queued_behind_busy_slots()
         for key in queued:
             wait_started(key, timeout=30)  # claimed on the primary only
-        run.kill_primary()
-        after = run.serve_after()
-        records = run.finish(supervisor)
+        run.kill_primary_then_finish(supervisor)
         for key in queued:
             assert [a for a, _, _ in lines(key, "start")] == [1], key
-        _assert_honest(records, after)

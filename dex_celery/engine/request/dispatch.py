@@ -49,6 +49,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("dex_celery.engine.request.dispatch")
 
 
+#: Tool arguments as a caller gives them: a JSON object, or its text (`parse_arguments` checks
+#: either the same way).
+GivenArguments = Mapping[str, Any] | str
+
+
 @dataclass(frozen=True, slots=True)
 class CallRequest:
     """One tool call the model asked for."""
@@ -57,14 +62,12 @@ class CallRequest:
     turn_id: str
     tool_call_id: str
     tool_name: str
-    arguments: Mapping[str, Any] | str
+    arguments: GivenArguments
     #: Who the app acts for (a user or tenant): the scope of budgets kept per principal (S13.1).
     principal: str | None = None
 
 
-def parse_arguments(
-    arguments: Mapping[str, Any] | str, *, limit: int
-) -> tuple[dict[str, Any], str]:
+def parse_arguments(arguments: GivenArguments, *, limit: int) -> tuple[dict[str, Any], str]:
     """Arguments must be a JSON object within the size limit (S9.3). Returns (dict, JSON text)."""
     deep = InvalidArguments(f"tool arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
     if isinstance(arguments, str | bytes):

@@ -98,9 +98,8 @@ def dex_adk_tools(
 
     A call still running after a few seconds reports its progress (`CallProgress`) to
     `progress` and to the log."""
-    source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, options)
-    return [DexAdkTool(tool, bridge) for tool in select_tools(source, names)]
+    bridge = _Bridge(runtime_source(dex), session_id, options)
+    return [DexAdkTool(tool, bridge) for tool in select_tools(bridge.source, names)]
 
 
 class _Bridge(FrameworkBridge[ToolContext]):

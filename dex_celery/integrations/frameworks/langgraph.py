@@ -91,8 +91,8 @@ def dex_tools(
 ) -> list[BaseTool]:
     """LangChain tools of the named dex tools (all registered tools by default).
 
-    The progress (`calls.CallProgress`) of a call still running after a few seconds goes to
-    `progress`, else to the graph's custom stream as `{"dex_progress": {...}}`
+    A call still running after a few seconds reports its progress (`CallProgress`) to
+    `progress`, else as a custom stream event `{"dex_progress": {...}}` of the graph
     (`stream_mode="custom"`)."""
     source = calls.runtime_source(dex)
     bridge = _Bridge(

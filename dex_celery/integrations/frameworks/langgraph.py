@@ -66,7 +66,18 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine import RuntimeSource
 from dex_celery.errors import ConfigurationError
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.frameworks import calls
+from dex_celery.integrations.frameworks.calls import (
+    AdapterOptions,
+    CallProgress,
+    Decision,
+    FrameworkBridge,
+    FrameworkCall,
+    resolve_session,
+    responses_through,
+    runtime_source,
+    select_tools,
+    turn_id,
+)
 from dex_celery.model.conversation import SeenMessage
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.signature_schema import arguments_schema
@@ -87,21 +98,21 @@ def dex_tools(
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
-    **options: Unpack[calls.AdapterOptions],
+    **options: Unpack[AdapterOptions],
 ) -> list[BaseTool]:
     """LangChain tools of the named dex tools (all registered tools by default).
 
     A call still running after a few seconds reports its progress (`CallProgress`) to
     `progress`, else as a custom stream event `{"dex_progress": {...}}` of the graph
     (`stream_mode="custom"`)."""
-    source = calls.runtime_source(dex)
+    source = runtime_source(dex)
     bridge = _Bridge(
         source, session_id, {**options, "progress": options.get("progress") or _stream_progress}
     )
-    return [bridge.tool(tool) for tool in calls.select_tools(source, names)]
+    return [bridge.tool(tool) for tool in select_tools(source, names)]
 
 
-class _Bridge(calls.FrameworkBridge[ToolRuntime]):
+class _Bridge(FrameworkBridge[ToolRuntime]):
     framework = "LangGraph"
     default_approver = DEFAULT_APPROVER
 
@@ -126,7 +137,7 @@ class _Bridge(calls.FrameworkBridge[ToolRuntime]):
 
     def framework_call(
         self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]
-    ) -> calls.FrameworkCall:
+    ) -> FrameworkCall:
         """The call this runtime belongs to: the session, its turn in the graph's messages
         state, the tool call id, and the messages that led to it."""
         if not isinstance(runtime, ToolRuntime) or not runtime.tool_call_id:
@@ -136,28 +147,26 @@ class _Bridge(calls.FrameworkBridge[ToolRuntime]):
             )
         session = self.session(runtime, lambda: _thread_id(runtime.config, "dex_tools"))
         messages, call_id = _messages(runtime.state), runtime.tool_call_id
-        turn = calls.turn_id(
-            calls.responses_through(
+        turn = turn_id(
+            responses_through(
                 messages,
                 lambda m: isinstance(m, AIMessage),
                 lambda m: any(call.get("id") == call_id for call in m.tool_calls),
             )
         )
-        return calls.FrameworkCall(session, turn, call_id, tool, arguments, seen_messages(messages))
+        return FrameworkCall(session, turn, call_id, tool, arguments, seen_messages(messages))
 
     def run(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
         call = self.framework_call(tool, runtime, arguments)
         # The graph stops here for a person's decision; it is resumed with it (the preview
         # shown with the request).
-        return self.call(
-            call, lambda record: calls.Decision.parse(interrupt(self.shown(call, record)))
-        )
+        return self.call(call, lambda record: Decision.parse(interrupt(self.shown(call, record))))
 
     async def arun(self, tool: Tool, runtime: ToolRuntime, arguments: dict[str, Any]) -> str:
         call = self.framework_call(tool, runtime, arguments)
 
-        async def ask(record: ToolCallRecord) -> calls.Decision:
-            return calls.Decision.parse(interrupt(await self.ashown(call, record)))
+        async def ask(record: ToolCallRecord) -> Decision:
+            return Decision.parse(interrupt(await self.ashown(call, record)))
 
         return await self.acall(call, ask)
 
@@ -189,7 +198,7 @@ def dex_messages(
     your own, call it in the node before the model. `DexConversation` does it for
     `create_agent`."""
     texts = [m.text for m in seen_messages(messages) if m.role is MessageRole.USER]
-    pending = Conversation(calls.runtime_source(dex)).undelivered(session_id, texts)
+    pending = Conversation(runtime_source(dex)).undelivered(session_id, texts)
     return [
         HumanMessage(content=m.text or "", id=f"{DEX_MESSAGE_ID_PREFIX}{m.id}") for m in pending
     ]
@@ -214,12 +223,12 @@ class DexConversation(AgentMiddleware):
         session_id: str | Callable[[Mapping[str, Any]], str] | None = None,
     ) -> None:
         super().__init__()
-        self.source = calls.runtime_source(dex)
+        self.source = runtime_source(dex)
         self.session_id = session_id
 
     def _session(self) -> str:
         config = get_config()
-        return calls.resolve_session(
+        return resolve_session(
             self.session_id, config, lambda: _thread_id(config, "DexConversation")
         )
 
@@ -233,7 +242,7 @@ class DexConversation(AgentMiddleware):
         return await asyncio.to_thread(self.before_model, state, runtime)
 
 
-def _stream_progress(progress: calls.CallProgress) -> None:
+def _stream_progress(progress: CallProgress) -> None:
     """A waiting call's progress as a custom stream event of the graph run."""
     try:
         writer = get_stream_writer()

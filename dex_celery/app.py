@@ -159,7 +159,10 @@ class Dex:
             sealed: str | None = None,
             approved: bool = False,
         ) -> str | None:
-            return self.runtime.worker.run(tool, key, attempt, arguments, sealed, approved)
+            # The message's defaults are the task's (above); the worker is told them outright.
+            return self.runtime.worker.run(
+                tool, key, attempt, arguments, sealed=sealed, approved=approved
+            )
 
         execute.__name__ = execute.__qualname__ = tool.name
         execute.__doc__ = tool.description

@@ -19,8 +19,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
-from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE, make_app
-from dex_celery import Dex, Settings
+from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE
+from dex_celery import Dex
 from dex_celery.engine.upkeep.sweep import run_forever
 from tests.support.faults.rabbitmq import (
     RABBITMQ,
@@ -34,6 +34,7 @@ from tests.support.processes.workers import each_stopped
 from tests.support.runs.failures_now import register as register_failures_now
 from tests.support.runs.phase_times import register as register_phase_times
 from tests.support.stores.databases import SQLITE, database_url
+from tests.support.stores.env_dex import dex_of
 
 #: The fuzz tests' budget (tests/integration/bad_input/test_fuzz_*.py, `FUZZ_PROFILE`): a fixed
 #: number of examples and no per-example deadline (a loaded 2-core machine is slow, not wrong),
@@ -159,11 +160,7 @@ def env(
 
 @pytest.fixture
 def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    _app, dex = make_app(Settings.from_env(env))
-    dex.store.create_schema()
-    return dex
+    return dex_of(env, monkeypatch)
 
 
 @pytest.fixture

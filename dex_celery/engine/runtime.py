@@ -6,7 +6,7 @@ threads. Who calls whom (docs/architecture.md):
 
     Steps(celery, ledger, store, settings)                      ledger steps -> actions, publish
     Opener(celery, ledger, store, epoch, steps, settings)       open and publish attempt 1
-    Dispatcher(celery, ledger, store, epoch, tools, settings, opener)   requests -> records
+    Dispatcher(tools, opener)                                   requests -> records
     Sweeper(ledger, store, steps, opener, settings, epoch)      what stopped moving
     Worker(celery, ledger, store, steps, settings, writer)      one attempt in a task
     OutcomeWriter(store, ledger)                                batched SQL writes of outcomes
@@ -91,9 +91,7 @@ class Runtime:
         self.epoch = LedgerEpoch(self.ledger, lambda: store.engine, location)
         self.steps = Steps(celery, self.ledger, store, settings)
         self.opener = Opener(celery, self.ledger, store, self.epoch, self.steps, settings)
-        self.dispatcher = Dispatcher(
-            celery, self.ledger, store, self.epoch, tools, settings, self.opener
-        )
+        self.dispatcher = Dispatcher(tools, self.opener)
         self.sweeper = Sweeper(self.ledger, store, self.steps, self.opener, settings, self.epoch)
         self.writer = OutcomeWriter(store, self.ledger)
         self.freeze = WriteFreezeControl(store, self.ledger, self.opener, tools)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
-from typing import Any, cast
+from typing import Any, Required, TypedDict, Unpack, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -224,6 +224,16 @@ class LedgerCall:
 #: One broker command of a message (command, target key or channel, value) as Kombu's Redis
 #: transport would send it: `lpush` to a queue, `pexpire` of one, `publish` of an event.
 BrokerCommand = tuple[str, str, str | bytes]
+
+
+class OpenOptions(TypedDict, total=False):
+    """How calls are opened (`Ledger.open_replies`'s keywords, but for write budgets)."""
+
+    epoch: Required[str]
+    announce: bool
+    may_have_run: bool
+    sends: Sequence[Sequence[BrokerCommand]] | None
+    passed: float | None
 
 
 def _load(name: str) -> str:
@@ -488,25 +498,11 @@ class Ledger:
         )[0]
 
     def open_many(
-        self,
-        calls: Sequence[tuple[str, PolicySnapshot]],
-        *,
-        epoch: str,
-        announce: bool = True,
-        may_have_run: bool = False,
-        sends: Sequence[Sequence[BrokerCommand]] | None = None,
-        passed: float | None = None,
+        self, calls: Sequence[tuple[str, PolicySnapshot]], **options: Unpack[OpenOptions]
     ) -> list[OpenResult]:
-        """`open` for the calls of one turn in one round trip (each open is still atomic)."""
-        replies = self.open_replies(
-            calls,
-            epoch=epoch,
-            announce=announce,
-            may_have_run=may_have_run,
-            sends=sends,
-            passed=passed,
-        )
-        return [reply.result for reply in replies]
+        """`open` for the calls of one turn in one round trip (each open is still atomic); the
+        options are `open_replies`'s, but for its write budgets."""
+        return [reply.result for reply in self.open_replies(calls, **options)]
 
     def open_replies(
         self,

@@ -344,8 +344,9 @@ class Worker:
         key: str,
         attempt: int,
         arguments: str | dict[str, Any],
-        sealed: str | None = None,
-        approved: bool = False,
+        *,
+        sealed: str | None,
+        approved: bool,
     ) -> str | None:
         """Body of every `dex.tool.<name>` task (how the tool is invoked: `dex_celery.engine.attempt.invoke`).
         Returns the record's summary when the call succeeded and raises `AttemptFailed` (or

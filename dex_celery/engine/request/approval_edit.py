@@ -9,10 +9,7 @@ The record of the edit shows the arguments before and after by the one display r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from dex_celery.engine.request.dispatch import parse_arguments
+from dex_celery.engine.request.dispatch import GivenArguments, parse_arguments
 from dex_celery.errors import DexError, InvalidEdit, InvalidRequest
 from dex_celery.model.approval_binding import ApprovalEdit
 from dex_celery.model.records import ToolCallRecord
@@ -28,7 +25,7 @@ from dex_celery.tools.tool import Tool
 def edited_arguments(
     record: ToolCallRecord,
     tool: Tool,
-    edit: Mapping[str, Any] | str,
+    edit: GivenArguments,
     *,
     by: str,
     now: float,

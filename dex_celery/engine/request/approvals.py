@@ -22,6 +22,7 @@ from dex_celery.backend_errors import translating_backend_errors
 from dex_celery.engine import tracing
 from dex_celery.engine.held_back_evidence import repeat_evidence
 from dex_celery.engine.request.approval_edit import edited_arguments
+from dex_celery.engine.request.dispatch import GivenArguments
 from dex_celery.engine.request.previews import shown_preview
 from dex_celery.engine.tracing import span
 from dex_celery.errors import (
@@ -225,7 +226,7 @@ class Approvals:
         approver: str,
         note: str | None = None,
         *,
-        edit: Mapping[str, Any] | str | None = None,
+        edit: GivenArguments | None = None,
     ) -> ToolCallRecord:
         """Approve a waiting call and dispatch it under its recorded policy snapshot (S6.2).
 

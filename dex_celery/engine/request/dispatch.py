@@ -36,9 +36,7 @@ from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.policy import PolicySnapshot, ToolPolicy, resolve_policy
 from dex_celery.model.records import ToolCallRecord
 from dex_celery.model.repeat_rule import RepeatHazard, judge_repeat
-from dex_celery.settings import Settings
 from dex_celery.store.repeat_guards import RepeatCheck
-from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall, arguments_json
 from dex_celery.tools.call_identity import identify, identity_text
 from dex_celery.tools.definition_digest import definition_digest
@@ -46,13 +44,14 @@ from dex_celery.tools.sealing import seal, split_secrets
 from dex_celery.tools.tool import Tool, find_tool
 
 if TYPE_CHECKING:
-    from celery import Celery
-
-    from dex_celery.engine.epoch import LedgerEpoch
     from dex_celery.engine.request.opening import Opener
-    from dex_celery.ledger.ledger import Ledger
 
 log = logging.getLogger("dex_celery.engine.request.dispatch")
+
+
+#: Tool arguments as a caller gives them: a JSON object, or its text (`parse_arguments` checks
+#: either the same way).
+GivenArguments = Mapping[str, Any] | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +62,12 @@ class CallRequest:
     turn_id: str
     tool_call_id: str
     tool_name: str
-    arguments: Mapping[str, Any] | str
+    arguments: GivenArguments
     #: Who the app acts for (a user or tenant): the scope of budgets kept per principal (S13.1).
     principal: str | None = None
 
 
-def parse_arguments(
-    arguments: Mapping[str, Any] | str, *, limit: int
-) -> tuple[dict[str, Any], str]:
+def parse_arguments(arguments: GivenArguments, *, limit: int) -> tuple[dict[str, Any], str]:
     """Arguments must be a JSON object within the size limit (S9.3). Returns (dict, JSON text)."""
     deep = InvalidArguments(f"tool arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
     if isinstance(arguments, str | bytes):
@@ -107,25 +104,19 @@ def parse_arguments(
 
 
 class Dispatcher:
-    """Records requests and starts the new calls; one per process, built by `runtime`."""
+    """Records requests and starts the new calls; one per process, built by `runtime`.
 
-    def __init__(
-        self,
-        celery: Celery,
-        ledger: Ledger,
-        store: Store,
-        epoch: LedgerEpoch,
-        tools: Mapping[str, Tool],
-        settings: Settings,
-        opener: Opener,
-    ) -> None:
-        self.celery = celery
-        self.ledger = ledger
-        self.store = store
-        self.epoch = epoch
+    It records and starts calls in the deployment its `Opener` opens them in: the broker, ledger,
+    store, epoch and settings are the opener's own, so the two can never disagree."""
+
+    def __init__(self, tools: Mapping[str, Tool], opener: Opener) -> None:
         self.tools = tools
-        self.settings = settings
         self.opener = opener
+        self.celery = opener.celery
+        self.ledger = opener.ledger
+        self.store = opener.store
+        self.epoch = opener.epoch
+        self.settings = opener.settings
 
     def request(self, requests: Sequence[CallRequest]) -> list[ToolCallRecord]:
         """`_request` inside a `dex.request` span (key, effect and status of a single call)."""

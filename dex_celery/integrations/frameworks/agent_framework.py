@@ -79,17 +79,7 @@ from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine import RuntimeSource
 from dex_celery.errors import DexError, UnknownCall
 from dex_celery.integrations.conversation import call_secrets
-from dex_celery.integrations.frameworks.calls import (
-    AdapterOptions,
-    Decision,
-    FrameworkBridge,
-    FrameworkCall,
-    record_text,
-    runtime_source,
-    same_arguments,
-    select_tools,
-    turn_id,
-)
+from dex_celery.integrations.frameworks import calls
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
 from dex_celery.model.records import MessageRole, ToolCallRecord
 from dex_celery.tools.signature_schema import arguments_schema
@@ -131,7 +121,7 @@ def decision(
     return response
 
 
-class _Bridge(FrameworkBridge[AgentSession]):
+class _Bridge(calls.FrameworkBridge[AgentSession]):
     framework = "Microsoft Agent Framework"
     default_approver = DEFAULT_APPROVER
 
@@ -147,11 +137,11 @@ class DexTools(ContextProvider):
         *,
         session_id: SessionIdSource | None = None,
         source_id: str = SOURCE_ID,
-        **options: Unpack[AdapterOptions],
+        **options: Unpack[calls.AdapterOptions],
     ) -> None:
         super().__init__(source_id)
-        self.bridge = _Bridge(runtime_source(dex), session_id, options)
-        self._tools = {t.name: t for t in select_tools(self.bridge.source, names)}
+        self.bridge = _Bridge(calls.runtime_source(dex), session_id, options)
+        self._tools = {t.name: t for t in calls.select_tools(self.bridge.source, names)}
         #: The Agent Framework tools, one per dex tool.
         self.tools: list[DexFunctionTool] = [DexFunctionTool(t, self) for t in self._tools.values()]
         self._middleware: list[FunctionMiddleware | ChatMiddleware] = [_DexCalls(), _DexTurns(self)]
@@ -177,8 +167,8 @@ class DexTools(ContextProvider):
         state = self.state_of(session)
         turns = state.get(_TURNS) or {}
         if call_id in turns:
-            return turn_id(int(turns[call_id]))
-        return turn_id(int(state.get(_BEFORE_RUN, 0)) + 1)
+            return calls.turn_id(int(turns[call_id]))
+        return calls.turn_id(int(state.get(_BEFORE_RUN, 0)) + 1)
 
     def key_of(self, session: AgentSession | None, call_id: str) -> tuple[str, str]:
         return self.session_of(session), self.turn_of(session, call_id)
@@ -246,11 +236,13 @@ class DexTools(ContextProvider):
                     dex_session, turn, str(call.call_id), tool.name, asked
                 )
             who, reason = self.decided_by(response)
-            edited = bool(response.approved) and not same_arguments(
+            edited = bool(response.approved) and not calls.same_arguments(
                 json.loads(record.arguments), asked
             )
             if edited or not response.approved:
-                await self.bridge.arecord_decision(record, Decision(False, who, reason, edited))
+                await self.bridge.arecord_decision(
+                    record, calls.Decision(False, who, reason, edited)
+                )
         except DexError as e:
             # The tool, or the model's next request, reads what the record says.
             log.warning("could not record the decision on %s in dex: %s", call.call_id, e)
@@ -290,7 +282,7 @@ class DexTools(ContextProvider):
             record = await self.bridge.decisions.aclient.get_call(f"{dex_session}/{turn}/{call_id}")
         except DexError:
             return None
-        return record_text(record) if record.finished else None
+        return calls.record_text(record) if record.finished else None
 
     async def after_model(
         self, session: AgentSession | None, messages: Sequence[Message], response: ChatResponse
@@ -382,20 +374,20 @@ class DexFunctionTool(FunctionTool):
         dex_session, turn = self.owner.key_of(session, call_id)
         # The messages that led to the call were copied after the model's response
         # (`DexTools.after_model`); the request scrubs those copies of the call's secrets.
-        call = FrameworkCall(dex_session, turn, call_id, self.tool, args, history=())
+        call = calls.FrameworkCall(dex_session, turn, call_id, self.tool, args, history=())
 
-        async def ask(record: ToolCallRecord) -> Decision | AfContent:
+        async def ask(record: ToolCallRecord) -> calls.Decision | AfContent:
             """Approved in the framework (its approval response), or asked for: the run ends
             with the framework's own approval request."""
             response = metadata.get("approval_response")
             if not isinstance(response, AfContent) or not response.approved:
                 return await self._approval_request(call, record, metadata)
-            return Decision(True, self.owner.decided_by(response)[0], None)
+            return calls.Decision(True, self.owner.decided_by(response)[0], None)
 
         return await self.owner.bridge.acall(call, ask)
 
     async def _approval_request(
-        self, call: FrameworkCall, record: ToolCallRecord, metadata: Mapping[str, Any]
+        self, call: calls.FrameworkCall, record: ToolCallRecord, metadata: Mapping[str, Any]
     ) -> AfContent:
         occurrence = metadata.get("function_call_occurrence_id")
         requested = AfContent.from_function_call(

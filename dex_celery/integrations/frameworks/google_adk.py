@@ -57,18 +57,7 @@ from google.genai import types
 from dex_celery.client.dex_client import AsyncDexClient, DexClient
 from dex_celery.engine import RuntimeSource
 from dex_celery.integrations.conversation import Conversation
-from dex_celery.integrations.frameworks.calls import (
-    AdapterOptions,
-    Decision,
-    FrameworkBridge,
-    FrameworkCall,
-    resolve_session,
-    responses_through,
-    runtime_source,
-    same_arguments,
-    select_tools,
-    turn_id,
-)
+from dex_celery.integrations.frameworks import calls
 from dex_celery.model.conversation import DEX_MESSAGE_ID, SeenMessage
 from dex_celery.model.records import Message, MessageRole, ToolCallRecord
 from dex_celery.tools.signature_schema import arguments_schema
@@ -92,18 +81,17 @@ def dex_adk_tools(
     names: Sequence[str] | None = None,
     *,
     session_id: SessionIdSource | None = None,
-    **options: Unpack[AdapterOptions],
+    **options: Unpack[calls.AdapterOptions],
 ) -> list[BaseTool]:
     """ADK tools of the named dex tools (all registered tools by default).
 
     A call still running after a few seconds reports its progress (`CallProgress`) to
     `progress` and to the log."""
-    source = runtime_source(dex)
-    bridge = _Bridge(source, session_id, options)
-    return [DexAdkTool(tool, bridge) for tool in select_tools(source, names)]
+    bridge = _Bridge(calls.runtime_source(dex), session_id, options)
+    return [DexAdkTool(tool, bridge) for tool in calls.select_tools(bridge.source, names)]
 
 
-class _Bridge(FrameworkBridge[ToolContext]):
+class _Bridge(calls.FrameworkBridge[ToolContext]):
     framework = "Google ADK"
     default_approver = DEFAULT_APPROVER
 
@@ -125,25 +113,27 @@ class DexAdkTool(BaseTool):
 
     # --- the call ------------------------------------------------------------------------------
 
-    def framework_call(self, tool_context: ToolContext, args: dict[str, Any]) -> FrameworkCall:
+    def framework_call(
+        self, tool_context: ToolContext, args: dict[str, Any]
+    ) -> calls.FrameworkCall:
         """The call this context belongs to: the session, its turn among the session's events,
         the function call's id, and the conversation that led to it."""
         call_id = tool_context.function_call_id or ""
         session = self.bridge.session(tool_context, lambda: tool_context.session.id)
         events = tool_context.session.events
-        turn = turn_id(
-            responses_through(
+        turn = calls.turn_id(
+            calls.responses_through(
                 events,
                 _is_model_response,
                 lambda e: any(call.id == call_id for call in e.get_function_calls()),
             )
         )
-        return FrameworkCall(session, turn, call_id, self.tool, args, seen_events(events))
+        return calls.FrameworkCall(session, turn, call_id, self.tool, args, seen_events(events))
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         call = self.framework_call(tool_context, args)
 
-        async def ask(record: ToolCallRecord) -> Decision | None:
+        async def ask(record: ToolCallRecord) -> calls.Decision | None:
             """ADK's tool confirmation: asked for now (the call waits, and the model reads so),
             or the person's answer to it."""
             confirmation = tool_context.tool_confirmation
@@ -159,14 +149,14 @@ class DexAdkTool(BaseTool):
         return await self.bridge.acall(call, ask)
 
 
-def confirmed_decision(asked: Mapping[str, Any], confirmed: bool, payload: Any) -> Decision:
+def confirmed_decision(asked: Mapping[str, Any], confirmed: bool, payload: Any) -> calls.Decision:
     """The person's answer in ADK's confirmation (`{"decided_by", "reason"}` in its payload); a
     payload with other `args` than the model asked for is refused."""
     answer = payload if isinstance(payload, Mapping) else {}
     by = answer.get("decided_by")
     reason = answer.get("reason")
-    edited = "args" in answer and not same_arguments(asked, answer["args"] or {})
-    return Decision(
+    edited = "args" in answer and not calls.same_arguments(asked, answer["args"] or {})
+    return calls.Decision(
         confirmed and not edited,
         by if isinstance(by, str) and by else None,
         reason if isinstance(reason, str) else None,
@@ -203,13 +193,13 @@ class DexConversation(BasePlugin):
         name: str = "dex_conversation",
     ) -> None:
         super().__init__(name=name)
-        self.conversation = Conversation(runtime_source(dex))
+        self.conversation = Conversation(calls.runtime_source(dex))
         self.session_id = session_id
         #: Per invocation: the messages handed to its model request whose reply is not stored yet.
         self._unstored: dict[str, list[Message]] = {}
 
     def _session(self, callback_context: CallbackContext) -> str:
-        return resolve_session(
+        return calls.resolve_session(
             self.session_id, callback_context, lambda: callback_context.session.id
         )
 
@@ -290,5 +280,5 @@ def _is_model_response(event: Event) -> bool:
     content = event.content
     if content is None or content.role != "model" or event.partial or not content.parts:
         return False
-    calls = [p.function_call for p in content.parts if p.function_call is not None]
-    return not calls or any(c.name != CONFIRMATION_CALL for c in calls)
+    function_calls = [p.function_call for p in content.parts if p.function_call is not None]
+    return not function_calls or any(c.name != CONFIRMATION_CALL for c in function_calls)

@@ -92,8 +92,8 @@ def wait_ended(truth: Store, key: str, *, timeout: float = 90) -> None:
     wait_for(ended, timeout=timeout, what=f"a terminal record of {key}")
 
 
+@pytest.mark.usefixtures("dex")
 def test_writes_whose_claim_could_not_connect_end_failed_did_not_run_once_the_database_answers(
-    dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     pg_behind_proxy: tuple[str, CuttableProxy],
@@ -142,8 +142,8 @@ def test_writes_whose_claim_could_not_connect_end_failed_did_not_run_once_the_da
 
 
 @pytest.mark.parametrize("commit_reaches_the_server", [True, False], ids=["applied", "dropped"])
+@pytest.mark.usefixtures("dex")
 def test_a_claim_whose_commit_is_unconfirmed_is_judged_from_sql_and_never_said_to_have_started(
-    dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     pg_behind_proxy: tuple[str, CuttableProxy],
@@ -181,8 +181,8 @@ def test_a_claim_whose_commit_is_unconfirmed_is_judged_from_sql_and_never_said_t
         assert error.startswith(DID_NOT_RUN), error
 
 
+@pytest.mark.usefixtures("dex")
 def test_a_write_whose_worker_died_in_its_claims_commit_ends_did_not_run_not_lost_after_start(
-    dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     pg_behind_proxy: tuple[str, CuttableProxy],
@@ -216,8 +216,8 @@ def test_a_write_whose_worker_died_in_its_claims_commit_ends_did_not_run_not_los
 
 
 @pytest.mark.parametrize("commit_reaches_the_server", [True, False], ids=["applied", "dropped"])
+@pytest.mark.usefixtures("dex")
 def test_a_request_whose_insert_commit_is_unconfirmed_says_so_and_the_same_ids_run_it_once(
-    dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     pg_behind_proxy: tuple[str, CuttableProxy],

@@ -31,10 +31,10 @@ def proxy(own_redis: RedisServer) -> Iterator[TcpProxy]:
 
 
 @pytest.mark.parametrize("fault", ["reset", "drop"])
+@pytest.mark.usefixtures("env")
 def test_a_heartbeating_write_survives_a_blip_shorter_than_its_lease(
     fault: str,
     own_dex: Dex,
-    env: dict[str, str],
     own_redis: RedisServer,
     proxy: TcpProxy,
     start_worker: Callable[..., Worker],

@@ -132,16 +132,19 @@ class Failover:
         self.keys.append(self.client.request_call("s1", turn, call, tool, arguments).key)
         return self.keys[-1]
 
-    def writes_queued_behind_busy_slots(self) -> list[str]:
-        """Both worker slots busy with reads, two writes queued behind them, then the replicas
-        fall behind: where variants 2 and 3 start."""
+    def writes_queued_behind_busy_slots(
+        self, start_worker: Callable[..., Worker]
+    ) -> tuple[Supervisor, list[str]]:
+        """The workers started, both slots of the supervised one busy with reads, two writes
+        queued behind them, then the replicas fall behind: where variants 2 and 3 start."""
+        supervisor = Supervisor(start_worker)
         for i in range(2):
             wait_started(self.request("t1", f"busy{i}", "slow_read", seconds=3))
         queued = [
             self.request("t2", f"w{i}", "slow_non_idempotent_write", seconds=60) for i in (0, 1)
         ]
         self.replicas_fall_behind()
-        return queued
+        return supervisor, queued
 
     def replicas_fall_behind(self) -> None:
         ReplicatedRedis.wait_replicated(self.primary, len(self.group.followers))
@@ -209,6 +212,15 @@ class Failover:
         finally:
             supervisor.stop()
 
+    def kill_primary_then_finish(self, supervisor: Supervisor) -> dict[str, ToolCallRecord]:
+        """Every variant's end: the primary dies, calls requested after it are served, every
+        call ends, and each record is honest about what ran (`_assert_honest`)."""
+        self.kill_primary()
+        after = self.serve_after()
+        records = self.finish(supervisor)
+        _assert_honest(records, after)
+        return records
+
 
 def _assert_honest(records: dict[str, ToolCallRecord], after: list[str]) -> None:
     for key, record in records.items():
@@ -229,13 +241,12 @@ class TestWithDurableClaims:
         self, failover: Failover, start_worker: Callable[..., Worker]
     ) -> None:
         """Variant 1: the failover loses no claim of a tool that ran."""
-        run = failover
         supervisor = Supervisor(start_worker, {BLOCK_BEFORE_CLAIM_ENV: "1"})
         # Both writes delivered and held before their claims, with every replica in sync.
         # Held for a minute if they ran: without the option they would be running when the
         # primary dies, their claims lost with it.
         writes = [
-            run.request("t1", f"w{i}", "slow_non_idempotent_write", seconds=60) for i in (0, 1)
+            failover.request("t1", f"w{i}", "slow_non_idempotent_write", seconds=60) for i in (0, 1)
         ]
         task_ids = [CallKey.parse(key).task_id(1) for key in writes]
         wait_for(
@@ -245,17 +256,13 @@ class TestWithDurableClaims:
         )
         # Every tool task is acknowledged late (docs/ledger.md, "Celery options"): the writes'
         # messages stay unacknowledged until they end; their claims, not the broker, fence them.
-        run.replicas_fall_behind()
-        (Path(run.env[LOG_ENV]) / "release-prerun").write_text("go")
-        refused = [wait_finished(run.dex, key, timeout=30) for key in writes]
+        failover.replicas_fall_behind()
+        (Path(failover.env[LOG_ENV]) / "release-prerun").write_text("go")
+        refused = [wait_finished(failover.dex, key, timeout=30) for key in writes]
         # In flight when the primary dies: requested while the replicas lag.
-        run.request("t2", "echo", "echo")
-        run.request("t2", "write", "slow_non_idempotent_write", seconds=0)
-        run.kill_primary()
-        after = run.serve_after()
-        records = run.finish(supervisor)
-
-        _assert_honest(records, after)
+        failover.request("t2", "echo", "echo")
+        failover.request("t2", "write", "slow_non_idempotent_write", seconds=0)
+        records = failover.kill_primary_then_finish(supervisor)
         for key, record in zip(writes, refused, strict=True):
             assert lines(key, "start") == [], key
             assert record.status is CallStatus.FAILED
@@ -273,18 +280,13 @@ class TestWithDurableClaimsBrokerRollback:
         self, failover: Failover, start_worker: Callable[..., Worker]
     ) -> None:
         """Variant 2: the promoted broker gives back messages the dead primary had handed out."""
-        run = failover
-        supervisor = Supervisor(start_worker)
-        queued = run.writes_queued_behind_busy_slots()
+        supervisor, queued = failover.writes_queued_behind_busy_slots(start_worker)
         for key in queued:
             # Refused (no replica holds the claim), or, on a machine too loaded to claim in time,
             # expired in the queue: either ends without running the tool (checked below). The
             # wait covers the 60 s queue deadline of this variant.
-            wait_finished(run.dex, key, timeout=90)
-        run.kill_primary()
-        after = run.serve_after()
-        records = run.finish(supervisor)
-        _assert_honest(records, after)
+            wait_finished(failover.dex, key, timeout=90)
+        failover.kill_primary_then_finish(supervisor)
 
 
 class TestWithoutDurableClaims:
@@ -294,14 +296,9 @@ class TestWithoutDurableClaims:
         self, failover: Failover, start_worker: Callable[..., Worker]
     ) -> None:
         """Variant 3: writes claimed and running on the primary alone when it dies."""
-        run = failover
-        supervisor = Supervisor(start_worker)
-        queued = run.writes_queued_behind_busy_slots()
+        supervisor, queued = failover.writes_queued_behind_busy_slots(start_worker)
         for key in queued:
             wait_started(key, timeout=30)  # claimed on the primary only
-        run.kill_primary()
-        after = run.serve_after()
-        records = run.finish(supervisor)
+        failover.kill_primary_then_finish(supervisor)
         for key in queued:
             assert [a for a, _, _ in lines(key, "start")] == [1], key
-        _assert_honest(records, after)

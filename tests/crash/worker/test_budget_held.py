@@ -21,8 +21,7 @@ from sqlalchemy import select
 
 from devtools.processes import Worker, wait_for
 from devtools.redis_cluster import RedisClusterNodes
-from devtools.toolapp import make_app
-from dex_celery import CallStatus, Dex, DidNotRun, OutcomeChecks, Settings, WentThrough
+from dex_celery import CallStatus, Dex, DidNotRun, OutcomeChecks, WentThrough
 from dex_celery.audit.keys import Signer
 from dex_celery.audit.verify import verify_database
 from dex_celery.ops.timeline import EntryKind, session_timeline
@@ -50,15 +49,6 @@ def env(env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[dict[st
         assert isinstance(cluster, RedisClusterNodes)
         out |= {"DEX_REDIS_URL": cluster.url, "DEX_BROKER_URL": env["DEX_REDIS_URL"]}
     yield out
-
-
-@pytest.fixture
-def dex(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Dex:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    _app, dex = make_app(Settings.from_env(env))
-    dex.store.create_schema()
-    return dex
 
 
 def _held_after_kill(dex: Dex, worker: Worker, session: str) -> str:

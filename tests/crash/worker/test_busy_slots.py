@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,11 +74,11 @@ def assert_served_by(dex: Dex, shorts: list[ToolCallRecord], idle: Worker, since
 
 
 @POOLS_AND_BROKERS
+@pytest.mark.usefixtures("sweeper")
 def test_short_calls_never_wait_behind_long_writes_nor_for_a_warm_shutdown(
     dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
-    sweeper: threading.Event,
     pool: str,
 ) -> None:
     busy = start_worker(concurrency=2, pool=pool)
@@ -122,11 +121,11 @@ def test_short_calls_never_wait_behind_long_writes_nor_for_a_warm_shutdown(
     [("prefork", REDIS), ("threads", REDIS), ("prefork", RABBITMQ)],
     indirect=["broker_kind"],
 )
+@pytest.mark.usefixtures("sweeper")
 def test_a_write_not_yet_claimed_at_a_warm_shutdown_runs_elsewhere_once(
     dex: Dex,
     env: dict[str, str],
     start_worker: Callable[..., Worker],
-    sweeper: threading.Event,
     pool: str,
 ) -> None:
     """S3.2, S3.3: a write delivered to the stopping worker but not yet claimed (held before its

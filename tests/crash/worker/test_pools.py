@@ -20,15 +20,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import VISIBILITY_TIMEOUT_ENV
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallRequest, CallStatus, Dex
-from tests.support.faults.crash import (
-    finished_events,
-    lines,
-    release_tools,
-    tool_messages,
-    wait_finished,
-    wait_late_result,
-    wait_started,
-)
+from tests.support.faults import crash
 
 pytestmark = pytest.mark.crash
 
@@ -56,28 +48,30 @@ def test_async_tools_on_every_pool(
         ]
     )
 
-    ok = wait_finished(dex, keys["ok"], timeout=30)
+    ok = crash.wait_finished(dex, keys["ok"], timeout=30)
     assert ok.status is CallStatus.SUCCEEDED, ok
     assert json.loads(ok.result or "") == {"text": pool, "attempt": 1}
 
-    error = wait_finished(dex, keys["error"], timeout=30)
+    error = crash.wait_finished(dex, keys["error"], timeout=30)
     assert error.status is CallStatus.FAILED
     assert error.error == "order 7 is gone"
     assert error.attempts == 1
 
-    overtime = wait_finished(dex, keys["overtime"], timeout=30)
+    overtime = crash.wait_finished(dex, keys["overtime"], timeout=30)
     assert overtime.status is CallStatus.FAILED
     assert (overtime.error or "").startswith(TIMEOUT_PREFIX), overtime.error
     # Fence, then cancel: the coroutine saw CancelledError and never reached its end.
-    wait_for(lambda: lines(keys["overtime"], "cancelled") != [], timeout=15, what="the cancel")
-    assert lines(keys["overtime"], "end") == []
-    assert finished_events(dex, keys["overtime"]) == 1
+    wait_for(
+        lambda: crash.lines(keys["overtime"], "cancelled") != [], timeout=15, what="the cancel"
+    )
+    assert crash.lines(keys["overtime"], "end") == []
+    assert crash.finished_events(dex, keys["overtime"]) == 1
 
     # 4 s in one await, heartbeat timeout 1.5 s: one attempt, never presumed lost.
-    long_await = wait_finished(dex, keys["long_await"], timeout=30)
+    long_await = crash.wait_finished(dex, keys["long_await"], timeout=30)
     assert long_await.status is CallStatus.SUCCEEDED, long_await
     assert long_await.attempts == 1
-    assert [a for a, _, _ in lines(keys["long_await"], "start")] == [1]
+    assert [a for a, _, _ in crash.lines(keys["long_await"], "start")] == [1]
 
     # SIGKILL with a write and a read in flight.
     client.request_calls(
@@ -86,25 +80,25 @@ def test_async_tools_on_every_pool(
             CallRequest("s1", "t1", "r", "async_slow_read", {"seconds": 60}),
         ]
     )
-    wait_started(keys["w"])
-    wait_started(keys["r"])
+    crash.wait_started(keys["w"])
+    crash.wait_started(keys["r"])
     worker.kill_all()
-    release_tools(env)  # a retry returns at once; the killed attempts can no longer return
+    crash.release_tools(env)  # a retry returns at once; the killed attempts can no longer return
     start_worker(pool=pool, extra_env={VISIBILITY_TIMEOUT_ENV: "2"})
 
-    write = wait_finished(dex, keys["w"], timeout=40)
+    write = crash.wait_finished(dex, keys["w"], timeout=40)
     assert write.status is CallStatus.OUTCOME_UNKNOWN, write
     assert write.attempts == 1
-    (message,) = tool_messages(dex, keys["w"])
+    (message,) = crash.tool_messages(dex, keys["w"])
     assert OUTCOME_UNKNOWN_TOOL_RESULT in message
 
-    read = wait_finished(dex, keys["r"], timeout=40)
+    read = crash.wait_finished(dex, keys["r"], timeout=40)
     assert read.status is CallStatus.SUCCEEDED, read
     assert read.attempts == 2
-    assert [a for a, _, _ in lines(keys["r"], "start")] == [1, 2]
-    assert [a for a, _, _ in lines(keys["r"], "end")] == [2]
+    assert [a for a, _, _ in crash.lines(keys["r"], "start")] == [1, 2]
+    assert [a for a, _, _ in crash.lines(keys["r"], "end")] == [2]
     # The write never ran again, not even after the broker had time to redeliver.
-    assert [a for a, _, _ in lines(keys["w"], "start")] == [1]
+    assert [a for a, _, _ in crash.lines(keys["w"], "start")] == [1]
     assert "never awaited" not in worker.log()
 
 
@@ -120,12 +114,14 @@ def test_start_to_close_without_a_soft_time_limit_or_a_sweeper(
     a = client.request_call("s1", "t1", "async", "async_overtime", {"seconds": 20})
     s = client.request_call("s1", "t1", "sync", "overtime", {"seconds": 3})
     for record in (a, s):
-        done = wait_finished(dex, record.key, timeout=15)
+        done = crash.wait_finished(dex, record.key, timeout=15)
         assert done.status is CallStatus.FAILED
         assert "(worker watchdog)" in (done.error or ""), done.error
-    wait_for(lambda: lines(a.key, "cancelled") != [], timeout=10, what="the coroutine's cancel")
-    assert lines(a.key, "end") == []
-    late = wait_late_result(dex, s.key, timeout=15)
+    wait_for(
+        lambda: crash.lines(a.key, "cancelled") != [], timeout=10, what="the coroutine's cancel"
+    )
+    assert crash.lines(a.key, "end") == []
+    late = crash.wait_late_result(dex, s.key, timeout=15)
     assert json.loads(json.loads(late.late_result or "{}")["payload"]) == "late value"
     assert late.status is CallStatus.FAILED
 
@@ -143,20 +139,20 @@ def test_threads_pool_with_50_calls_in_flight_killed(
     ]
     records = dex.client().request_calls(requests)
     for record in records:
-        wait_started(record.key, timeout=60)
+        crash.wait_started(record.key, timeout=60)
     worker.kill_all()
-    release_tools(env)
+    crash.release_tools(env)
     start_worker(pool="threads", concurrency=50, extra_env={VISIBILITY_TIMEOUT_ENV: "2"})
     for record, tool in zip(records, tools, strict=True):
-        done = wait_finished(dex, record.key, timeout=60)
-        starts = [a for a, _, _ in lines(record.key, "start")]
+        done = crash.wait_finished(dex, record.key, timeout=60)
+        starts = [a for a, _, _ in crash.lines(record.key, "start")]
         if tool == "slow_non_idempotent_write":
             assert done.status is CallStatus.OUTCOME_UNKNOWN, done
             assert (done.attempts, starts) == (1, [1])
-            assert lines(record.key, "end") == []
+            assert crash.lines(record.key, "end") == []
         else:
             assert done.status is CallStatus.SUCCEEDED, done
             assert (done.attempts, starts) == (2, [1, 2])
-            assert [a for a, _, _ in lines(record.key, "end")] == [2]
-        assert len(tool_messages(dex, record.key)) == 1
-        assert finished_events(dex, record.key) == 1
+            assert [a for a, _, _ in crash.lines(record.key, "end")] == [2]
+        assert len(crash.tool_messages(dex, record.key)) == 1
+        assert crash.finished_events(dex, record.key) == 1

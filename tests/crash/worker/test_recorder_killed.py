@@ -20,10 +20,16 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import Worker, wait_for
-from devtools.toolapp import STALL_RECORDER_ENV, executions
+from devtools.toolapp import executions
 from dex_celery import CallStatus, Dex
 from dex_celery.engine.upkeep.sweep import run_forever
-from tests.support.faults.crash import finished_events, release_tools, tool_messages, wait_finished
+from tests.support.faults.crash import (
+    finished_events,
+    release_tools,
+    stalled_recorder_writes,
+    tool_messages,
+    wait_finished,
+)
 
 pytestmark = pytest.mark.crash
 
@@ -32,12 +38,8 @@ def test_outcomes_pending_in_a_killed_recorder_are_recorded_once(
     dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "recorder.pid"
-    start_worker(extra_env={STALL_RECORDER_ENV: str(pid_file)})
+    records = stalled_recorder_writes(dex, start_worker, pid_file)
     client = dex.client()
-    records = [
-        client.request_call("s1", "t1", f"c{i}", "slow_non_idempotent_write", {"seconds": 0})
-        for i in range(3)
-    ]
     release_tools(env)
 
     # Every outcome decided in the ledger, none in SQL: they wait in the (stalled) recorder.

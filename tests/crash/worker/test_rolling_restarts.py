@@ -23,15 +23,7 @@ import pytest
 from devtools.processes import ROOT, Worker, wait_for
 from dex_celery import OUTCOME_UNKNOWN_TOOL_RESULT, CallStatus, Dex, EffectClass
 from dex_celery.model.records import ToolCallRecord
-from tests.support.faults.crash import (
-    finished_events,
-    lines,
-    release_tools,
-    runs_in,
-    tool_messages,
-    wait_finished,
-    wait_started,
-)
+from tests.support.faults import crash
 
 POOLS = pytest.mark.parametrize("pool", ["prefork", "threads"])
 #: Requester processes, and calls each requests (one every `load_requester.PACE` seconds).
@@ -99,16 +91,16 @@ def test_three_rolling_warm_restarts_under_load_surface_nothing(
 
     keys = keys_file.read_text().split()
     assert len(keys) == REQUESTERS * CALLS_EACH
-    records = [wait_finished(dex, key, timeout=90) for key in keys]
+    records = [crash.wait_finished(dex, key, timeout=90) for key in keys]
     not_clean = [r for r in records if r.status is not CallStatus.SUCCEEDED or r.attempts != 1]
     assert not not_clean, [(r.key, r.status, r.attempts, r.error) for r in not_clean]
     for record in records:
-        starts = lines(record.key, "start")
+        starts = crash.lines(record.key, "start")
         if record.effect in WRITES:
             assert len(starts) == 1, (record.key, starts)
-        assert len(lines(record.key, "end")) >= 1
-        assert finished_events(dex, record.key) == 1
-        (message,) = tool_messages(dex, record.key)
+        assert len(crash.lines(record.key, "end")) >= 1
+        assert crash.finished_events(dex, record.key) == 1
+        (message,) = crash.tool_messages(dex, record.key)
         assert record.result is not None and record.result.strip('"') in message
 
 
@@ -144,10 +136,10 @@ def test_sigterm_then_sigkill_after_the_grace_costs_only_the_running_writes(
             "s1", "t1", effect.value, f"slow_{effect.value}", {"seconds": 15}
         )
     for record in running.values():
-        assert runs_in(stopped, wait_started(record.key))
+        assert crash.runs_in(stopped, crash.wait_started(record.key))
     other = start_worker(concurrency=2, pool=pool)
     elsewhere = client.request_call("s1", "t2", "busy", "slow_read", {"seconds": 15})
-    assert runs_in(other, wait_started(elsewhere.key))
+    assert crash.runs_in(other, crash.wait_started(elsewhere.key))
 
     assert stopped.process is not None
     os.kill(stopped.pid, signal.SIGTERM)
@@ -175,21 +167,21 @@ def test_sigterm_then_sigkill_after_the_grace_costs_only_the_running_writes(
         assert stopped.process.wait(timeout=10) == 70
         assert "a second SIGTERM with 4 attempt(s) still running" in stopped.log()
         stopped.stop()
-    release_tools(env)  # the other worker's tools, and every retry, now return at once
+    crash.release_tools(env)  # the other worker's tools, and every retry, now return at once
 
     for effect, record in running.items():
-        done = wait_finished(dex, record.key, timeout=30)
+        done = crash.wait_finished(dex, record.key, timeout=30)
         if effect in WRITES:
             assert done.status is CallStatus.OUTCOME_UNKNOWN, done
-            (message,) = tool_messages(dex, record.key)
+            (message,) = crash.tool_messages(dex, record.key)
             assert OUTCOME_UNKNOWN_TOOL_RESULT in message
-            assert [a for a, _, _ in lines(record.key, "start")] == [1]
+            assert [a for a, _, _ in crash.lines(record.key, "start")] == [1]
         else:
             assert done.status is CallStatus.SUCCEEDED, done
             assert done.attempts == 2, done
-            (first, retried) = lines(record.key, "start")
-            assert (first[0], retried[0]) == (1, 2) and runs_in(other, retried[1])
+            (first, retried) = crash.lines(record.key, "start")
+            assert (first[0], retried[0]) == (1, 2) and crash.runs_in(other, retried[1])
     for record in (elsewhere, queued):
-        done = wait_finished(dex, record.key, timeout=30)
+        done = crash.wait_finished(dex, record.key, timeout=30)
         assert done.status is CallStatus.SUCCEEDED, done
-        assert done.attempts == 1 and len(lines(record.key, "start")) == 1
+        assert done.attempts == 1 and len(crash.lines(record.key, "start")) == 1

@@ -29,7 +29,12 @@ import pytest
 from devtools.processes import Worker, wait_for
 from devtools.toolapp import STALL_RECORDER_ENV, charges, executions
 from dex_celery import CallStatus, CallTimeout, Dex
-from tests.support.faults.crash import events, finished_events, tool_messages
+from tests.support.faults.crash import (
+    events,
+    finished_events,
+    stalled_recorder_writes,
+    tool_messages,
+)
 
 pytestmark = pytest.mark.crash
 
@@ -44,12 +49,8 @@ def test_wait_returns_outcomes_a_stalled_recorder_holds_and_records_them_once(
     dex: Dex, start_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "recorder.pid"
-    start_worker(extra_env={STALL_RECORDER_ENV: str(pid_file)})
+    records = stalled_recorder_writes(dex, start_worker, pid_file)
     client = dex.client()
-    records = [
-        client.request_call("s1", "t1", f"c{i}", "slow_non_idempotent_write", {"seconds": 0})
-        for i in range(3)
-    ]
     keys = [r.key for r in records]
     wait_for(
         lambda: _decided_in_the_ledger(dex, keys),

@@ -13,7 +13,6 @@ from click.testing import CliRunner, Result
 from prometheus_client import generate_latest
 from starlette.testclient import TestClient
 
-from devtools.toolapp import make_app
 from dex_celery import CallStatus, Dex, Settings
 from dex_celery.cli.main import main
 from dex_celery.ops.metrics import registry_for
@@ -21,6 +20,7 @@ from dex_celery.ops.timeline import EntryKind, session_timeline
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
 from tests.support.stores.databases import ON_BOTH_DATABASES
+from tests.support.stores.env_dex import dex_of
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
@@ -39,10 +39,7 @@ WAITING = "2 of 2 writes in this session already used or in doubt; this call nee
 @pytest.fixture
 def budgeted(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Dex]:
     env["DEX_BUDGETS"] = BUDGETS
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    _app, dex = make_app(Settings.from_env(env))
-    dex.store.create_schema()
+    dex = dex_of(env, monkeypatch)
     import devtools.toolapp as toolapp
 
     monkeypatch.setattr(toolapp, "dex", dex)

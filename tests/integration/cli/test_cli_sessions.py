@@ -29,6 +29,7 @@ from tests.support.apps.session_story import (
     SECRET,
     SESSION,
     STORY_ENV,
+    UNKNOWN_KINDS,
     USER_TEXT,
     Story,
     make_story,
@@ -153,17 +154,7 @@ def test_sessions_show_tells_the_session_in_time_order(
     unknown = kinds_of(entries, story.unknown)
     # (The TOOL message is written with the outcome, at its end or, by the sweeper, a little
     # after it: before or after the charge held at that end.)
-    assert [k for k in unknown if k != "tool_result"] == [
-        "call_requested",
-        "budget_charged",
-        "attempt_claimed",
-        "attempt_ended",
-        "call_ended",
-        "budget_settled",
-        "outcome_surfaced",
-        "budget_settled",
-        "report",
-    ], unknown
+    assert [k for k in unknown if k != "tool_result"] == UNKNOWN_KINDS, unknown
     assert unknown.index("call_ended") < unknown.index("tool_result") < unknown.index("report")
     moves = [
         e["state"]

@@ -19,7 +19,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ import redis
 
 from devtools.processes import ROOT, RedisServer, free_port, wait_for
 from dex_celery.store import migrate
+from tests.support.docs.readme import reader_env
 from tests.support.stores.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
@@ -60,11 +60,7 @@ def stack(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, str]]
     """The reference app's environment, with its worker running (the compose file's command,
     one process)."""
     redis.Redis.from_url(redis_server.url).flushall()
-    bin_dir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEX_")}
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
+    env = reader_env(
         DEX_REDIS_URL=redis_server.url,
         DEX_KEY_PREFIX=f"t{uuid.uuid4().hex[:8]}",
         # The worker's door, which the probes ask (a free port here).

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import ROOT, RedisServer, wait_for
-from tests.support.docs.readme import recipe
+from tests.support.docs.readme import reader_env, recipe
 from tests.support.stores.pg_database import fresh_database
 
 pytestmark = pytest.mark.postgres
@@ -46,8 +46,7 @@ def test_the_readme_recipe_runs(redis_server: RedisServer, tmp_path: Path) -> No
     assert (project / "shop" / "celery.py").exists() and (project / "request.py").exists()
 
     bin_dir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEX_")}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1")
+    env = reader_env()
     background: list[subprocess.Popen[bytes]] = []
     outputs: list[str] = []
     extras = set(

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from devtools.processes import ROOT, RedisServer, free_port, wait_for
-from tests.support.docs.readme import recipe
+from tests.support.docs.readme import reader_env, recipe
 from tests.support.stores.pg_database import fresh_database
 
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
@@ -123,11 +123,7 @@ def test_the_readme_operator_commands_run(redis_server: RedisServer, tmp_path: P
             path = project / body.splitlines()[0][2:].strip()
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(body)
-    bin_dir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEX_")}
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONUNBUFFERED="1",
+    env = reader_env(
         DEX_REDIS_URL=redis_server.url,
         DEX_SECRET_KEY="readme-operators-test-secret",
     )

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import ROOT, Worker, wait_for
-from devtools.toolapp import charges, log_dir, make_app
-from dex_celery import CallStatus, Dex, Settings
+from devtools.toolapp import charges, log_dir
+from dex_celery import CallStatus, Dex
 from tests.support.faults.crash import lines, wait_finished
 from tests.support.processes.budget_requester import order
+from tests.support.stores.env_dex import dex_of
 
 ROUNDS = 5
 N = 3
@@ -35,10 +36,7 @@ EACH = 3
 @pytest.fixture
 def budgeted(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Dex]:
     env["DEX_BUDGETS"] = BUDGETS
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    _app, dex = make_app(Settings.from_env(env))
-    dex.store.create_schema()
+    dex = dex_of(env, monkeypatch)
     yield dex
 
 

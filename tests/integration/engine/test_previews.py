@@ -25,7 +25,7 @@ from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from tests.support.stores.databases import ON_BOTH_DATABASES
 from tests.support.web.web_session import CREDENTIALS, signed_in
-from tests.support.web.webhook_receiver import Receiver
+from tests.support.web.webhook_receiver import Receiver, awaiting_approval, delivered
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -110,12 +110,10 @@ def test_the_preview_is_shown_on_every_approval_surface_and_runs_as_a_read(
 
         # The approval webhook carries it.
         assert sender.queue_new_events() >= 1
-        sender.deliver_due(wait=True)
-        wait_for(lambda: receiver.requests, timeout=10, what="the webhook")
-        bodies = [json.loads(body) for _, body in receiver.requests]
+        bodies = delivered(sender, receiver)
     finally:
         receiver.close()
-    (body,) = [b for b in bodies if b["event"] == "tool_call_awaiting_approval"]
+    body = awaiting_approval(bodies)
     assert body["preview"] == text and CARD not in json.dumps(body)
 
     # Approving runs the write once, as without a preview.

@@ -18,14 +18,12 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from devtools.processes import wait_for
 from dex_celery import CallStatus, Dex, EffectClass, Settings, ToolContext, ToolPolicy
 from dex_celery.cli.main import main
 from dex_celery.model.records import MessageRole
-from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from dex_celery.web.auth import Credentials
-from tests.support.web.webhook_receiver import Receiver
+from tests.support.web.webhook_receiver import approval_webhook
 
 CARD = "4111-1111-1111-1111"
 ASK = f"Please refund order 1002 to my card {CARD}, it arrived broken."
@@ -174,16 +172,6 @@ def test_the_person_deciding_sees_the_request_that_led_to_the_call(
     if not key.startswith("sdk-"):  # the SDK saves the model's text after the turn ends
         assert [m["text"] for m in conversation if m["role"] == "assistant"] == [SAID]
 
-    receiver = Receiver()
-    try:
-        sender = WebhookSender(dex, urls=[receiver.url])
-        dex.redis.set(dex.keys.webhook_cursor, "0")
-        sender.queue_new_events()
-        sender.deliver_due(wait=True)
-        wait_for(lambda: receiver.requests, timeout=10, what="the webhook")
-        bodies = [json.loads(body) for _, body in receiver.requests]
-    finally:
-        receiver.close()
-    (body,) = [b for b in bodies if b["event"] == "tool_call_awaiting_approval"]
+    body = approval_webhook(dex)
     assert body["conversation"][0]["text"] == shown_ask
     assert CARD not in json.dumps(body)

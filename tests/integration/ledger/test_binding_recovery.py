@@ -31,6 +31,7 @@ from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.errors import LedgerMismatch
 from dex_celery.ledger import private_redis
 from dex_celery.store.bindings import (
+    Binding,
     LedgerOrigin,
     bind,
     read_binding,
@@ -79,6 +80,25 @@ def _bind_first(dex: Dex) -> str:
     binding = read_binding(dex.store.engine)
     assert binding is not None
     return binding.ledger_id
+
+
+def _claimed_then_gone(
+    env: dict[str, str], servers: Callable[..., RedisServer]
+) -> tuple[str, Binding | None]:
+    """A write claimed on the deployment's (configured) Redis "first", which then dies: the
+    write's key and the database's binding to that Redis's ledger."""
+    first = servers("first", private=False)
+    before = _dex_on(env, first)
+    write = before.client().request_call(
+        "s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0}
+    )
+    assert before.store.claim_write(
+        write.key, 1, fence="f1", owner="celery@gone:7", now=before.ledger.now()
+    )
+    old = read_binding(before.store.engine)
+    before.ledger.client.close()
+    first.kill()
+    return write.key, old
 
 
 def _cli(env: dict[str, str], server: RedisServer, *args: str) -> subprocess.CompletedProcess[str]:
@@ -199,18 +219,8 @@ def test_a_configured_ledger_keeps_refusing_until_the_operator_rebinds(
 ) -> None:
     """The refusal names the command; the command without --yes changes nothing; with it the
     database is bound to the app's Redis and the claimed write is judged from SQL."""
-    first = servers("first", private=False)
-    before = _dex_on(env, first)
-    write = before.client().request_call(
-        "s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0}
-    )
-    assert before.store.claim_write(
-        write.key, 1, fence="f1", owner="celery@gone:7", now=before.ledger.now()
-    )
-    old = read_binding(before.store.engine)
+    key, old = _claimed_then_gone(env, servers)
     assert old is not None and old.origin is LedgerOrigin.CONFIGURED
-    before.ledger.client.close()
-    first.kill()
     second = servers("second", private=False)  # the deployment's Redis now
     after = _dex_on(env, second)
 
@@ -263,7 +273,7 @@ def test_a_configured_ledger_keeps_refusing_until_the_operator_rebinds(
                 timeout=30,
                 what="the sweeper loop to sweep the rebound ledger",
             )
-            done = wait_finished(after, write.key, timeout=30)
+            done = wait_finished(after, key, timeout=30)
             assert done.status is CallStatus.OUTCOME_UNKNOWN, done
         finally:
             stop.set()
@@ -291,17 +301,7 @@ def test_a_dev_stack_on_a_configured_ledgers_database_is_told_to_release_it(
 ) -> None:
     """A `dev` or `demo` stack's Redis lives only while it runs: the way out is to release the
     database (SQL only, no Redis needed), and the stack's next look binds it to its ledger."""
-    first = servers("first", private=False)
-    before = _dex_on(env, first)
-    write = before.client().request_call(
-        "s1", "t1", "c1", "slow_non_idempotent_write", {"seconds": 0}
-    )
-    assert before.store.claim_write(
-        write.key, 1, fence="f1", owner="celery@gone:7", now=before.ledger.now()
-    )
-    old = read_binding(before.store.engine)
-    before.ledger.client.close()
-    first.kill()
+    key, old = _claimed_then_gone(env, servers)
     stack = _dex_on(env, servers("stack", private=True))
     with pytest.raises(LedgerMismatch, match="db rebind-ledger --release --yes`, naming the app"):
         stack.sweeper.sweep_once()
@@ -320,11 +320,11 @@ def test_a_dev_stack_on_a_configured_ledgers_database_is_told_to_release_it(
 
     def judged() -> bool:
         stack.sweeper.sweep_once()
-        record = stack.store.get_call(write.key)
+        record = stack.store.get_call(key)
         return record is not None and record.finished
 
     wait_for(judged, timeout=30, what="the claimed write to be judged in the stack's ledger")
-    assert stack.store.get_call(write.key).status is CallStatus.OUTCOME_UNKNOWN  # type: ignore[union-attr]
+    assert stack.store.get_call(key).status is CallStatus.OUTCOME_UNKNOWN  # type: ignore[union-attr]
     now = read_binding(dex.store.engine)
     assert now is not None and now.origin is LedgerOrigin.PRIVATE
     again = _cli(env, gone, "db", "rebind-ledger", "--release")

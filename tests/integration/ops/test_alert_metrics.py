@@ -83,12 +83,11 @@ def web(env: dict[str, str], dex: Dex, tmp_path: Path) -> Iterator[WebServer]:
     server.stop()
 
 
+@pytest.mark.usefixtures("env", "sweeper")
 def test_the_dashboard_and_the_rules_name_only_served_metrics(
     dex: Dex,
-    env: dict[str, str],
     web: WebServer,
     start_worker: Callable[..., Worker],
-    sweeper: object,
 ) -> None:
     named = dashboard_metrics() | rule_metrics()
     # The metrics added for the rules are among them (the test reads something real).

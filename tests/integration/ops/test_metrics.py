@@ -50,12 +50,11 @@ def scrape(url: str, token: str | None = TOKEN) -> Samples:
     return parse(response.text)
 
 
+@pytest.mark.usefixtures("env", "sweeper")
 def test_every_counter_moves_with_calls_of_each_outcome(
     dex: Dex,
-    env: dict[str, str],
     web: WebServer,
     start_worker: Callable[..., Worker],
-    sweeper: object,
 ) -> None:
     assert (
         httpx.get(f"{web.url}/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401

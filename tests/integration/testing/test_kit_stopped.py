@@ -123,6 +123,14 @@ def _pytest(project: Path, mark: Path, test: str) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
+def _blocking_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """The kit's project written into `tmp_path / "project"`, its blocking test started; the run
+    and the file it marks once mid-test."""
+    project, mark = tmp_path / "project", tmp_path / "mid-test"
+    _project(project)
+    return _pytest(project, mark, "test_blocking.py"), mark
+
+
 def _mid_test(run: subprocess.Popen[bytes], mark: Path) -> dict[str, Any]:
     def marked() -> bool:
         if run.poll() is not None:
@@ -159,9 +167,7 @@ def _running(processes: dict[int, str]) -> list[int]:
 def test_a_stopped_kit_run_leaves_no_process_and_no_folder(
     tmp_path: Path, stop: signal.Signals
 ) -> None:
-    project, mark = tmp_path / "project", tmp_path / "mid-test"
-    _project(project)
-    run = _pytest(project, mark, "test_blocking.py")
+    run, mark = _blocking_run(tmp_path)
     try:
         found = _mid_test(run, mark)
         processes = _processes(found)
@@ -182,9 +188,8 @@ def test_a_stopped_kit_run_leaves_no_process_and_no_folder(
 
 
 def test_what_a_sigkilled_run_leaves_the_next_run_cleans(tmp_path: Path) -> None:
-    project, mark = tmp_path / "project", tmp_path / "mid-test"
-    _project(project)
-    run = _pytest(project, mark, "test_blocking.py")
+    run, mark = _blocking_run(tmp_path)
+    project = tmp_path / "project"
     try:
         found = _mid_test(run, mark)
         processes = _processes(found)

@@ -23,15 +23,14 @@ from click.testing import CliRunner
 from mcp import Client, StdioServerParameters
 
 import devtools.toolapp as toolapp
-from devtools.processes import ROOT, wait_for
+from devtools.processes import ROOT
 from dex_celery import CallStatus, Dex
 from dex_celery.cli.main import main
 from dex_celery.integrations.mcp.wire import IDEMPOTENCY_META_KEY
-from dex_celery.ops.webhooks import WebhookSender
 from dex_celery.web.app import WebApp
 from tests.support.web.web_session import CREDENTIALS as WEB_USERS
 from tests.support.web.web_session import signed_in
-from tests.support.web.webhook_receiver import Receiver
+from tests.support.web.webhook_receiver import approval_webhook
 
 CARD_NUMBER = "4111-2222-3333-4444"
 CVC = "8642"
@@ -113,17 +112,7 @@ def test_every_output_shows_a_calls_arguments_the_same_way(
     assert row is not None
     shown["web approvals page"] = json.loads(html.unescape(row.group(1)))
 
-    receiver = Receiver()
-    try:
-        sender = WebhookSender(dex, urls=[receiver.url])
-        dex.redis.set(dex.keys.webhook_cursor, "0")  # a first sender starts at "now": not here
-        sender.queue_new_events()
-        sender.deliver_due(wait=True)
-        wait_for(lambda: receiver.requests, timeout=10, what="the webhook")
-        bodies = [json.loads(body) for _, body in receiver.requests]
-    finally:
-        receiver.close()
-    (body,) = [b for b in bodies if b["event"] == "tool_call_awaiting_approval"]
+    body = approval_webhook(dex)
     texts["webhook body"] = json.dumps(body)
     shown["webhook body"] = body["arguments"]
 

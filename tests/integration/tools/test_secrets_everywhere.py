@@ -131,6 +131,22 @@ def env(env: dict[str, str]) -> dict[str, str]:
     return {**env, "DEX_SCHEDULE_TO_START": "120"}
 
 
+#: Runs the two calls (write, read) and searches for what `absent` is given: a `SecretRun`.
+RequestThenRun = Callable[[list[tuple[str, dict[str, Any]]], Callable[[str, str], None]], SecretRun]
+
+
+@pytest.fixture
+def request_then_run(
+    dex: Dex, env: dict[str, str], start_worker: Callable[[], Worker], flower: Flower
+) -> RequestThenRun:
+    def run(
+        calls: list[tuple[str, dict[str, Any]]], absent: Callable[[str, str], None]
+    ) -> SecretRun:
+        return _request_then_run(dex, env, calls, start_worker, flower, absent)
+
+    return run
+
+
 def _request_then_run(
     dex: Dex,
     env: dict[str, str],
@@ -141,7 +157,7 @@ def _request_then_run(
 ) -> SecretRun:
     """Request a leaking write and a read before any worker runs, search what rests in Redis
     and SQL while their messages sit in the broker's queue, then start a worker (with Flower
-    receiving its events) and wait for both to end."""
+    receiving its events) and wait for both to end: the write failed, the read succeeded."""
     client = dex.client()
     broker = redis.Redis.from_url(env["DEX_REDIS_URL"])
     leaky, read = (
@@ -154,34 +170,30 @@ def _request_then_run(
     worker = start_worker()
     _wait_until_flower_receives_events(dex, flower)
     failed = wait_finished(dex, leaky.key, timeout=30)
-    return SecretRun(broker, worker, failed, wait_finished(dex, read.key, timeout=30))
+    succeeded = wait_finished(dex, read.key, timeout=30)
+    assert failed.status is CallStatus.FAILED, failed
+    assert succeeded.status is CallStatus.SUCCEEDED, succeeded
+    return SecretRun(broker, worker, failed, succeeded)
 
 
 def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
     dex: Dex,
-    env: dict[str, str],
-    start_worker: Callable[..., Worker],
     flower: Flower,
+    request_then_run: RequestThenRun,
     monkeypatch: Any,
 ) -> None:
-    run = _request_then_run(
-        dex,
-        env,
+    run = request_then_run(
         [
             ("leaky", {"order": 7, "api_token": TOKEN}),
             ("with_secret", {"query": "orders", "api_token": OTHER}),
         ],
-        start_worker,
-        flower,
         assert_absent,
     )
     client, broker, worker = dex.client(), run.broker, run.worker
     failed, succeeded = run.failed, run.succeeded
 
     # The tool really got the values (the read reports the token's length; the write raised).
-    assert failed.status is CallStatus.FAILED
     assert failed.error == "ValueError: invalid literal for int() with base 10: '***'"
-    assert succeeded.status is CallStatus.SUCCEEDED
     assert json.loads(succeeded.result or "")["token_length"] == len(OTHER)
     assert json.loads(failed.arguments) == {"order": 7, "api_token": "***"}
     assert failed.sealed_arguments  # kept sealed, so a retry or an approval can still run
@@ -218,9 +230,8 @@ def test_a_secret_appears_in_no_output_and_not_in_clear_at_rest(
 
 def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     dex: Dex,
-    env: dict[str, str],
-    start_worker: Callable[..., Worker],
     flower: Flower,
+    request_then_run: RequestThenRun,
     monkeypatch: Any,
 ) -> None:
     """Issue 19, finding 5: `credentials={"user": ..., "password": ...}` under
@@ -232,24 +243,18 @@ def test_a_secret_inside_a_dict_or_list_appears_nowhere(
     def absent(where: str, text: str) -> None:
         assert_absent(where, text, NESTED)
 
-    run = _request_then_run(
-        dex,
-        env,
+    run = request_then_run(
         [
             ("leaky_nested", {"order": 7, "credentials": CREDENTIALS}),
             ("nested_secret", {"query": "orders", "credentials": CREDENTIALS}),
         ],
-        start_worker,
-        flower,
         absent,
     )
     client, broker, worker = dex.client(), run.broker, run.worker
     failed, succeeded = run.failed, run.succeeded
 
     # The tools got the real values, and what they said keeps its shape with *** in place.
-    assert failed.status is CallStatus.FAILED
     assert failed.error == ("ValueError: login refused for bob with password ***, key ***, pin ***")
-    assert succeeded.status is CallStatus.SUCCEEDED
     result = json.loads(succeeded.result or "")
     assert result == {
         "query": "orders",

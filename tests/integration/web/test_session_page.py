@@ -25,16 +25,7 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex
 from dex_celery.model.links import session_path
-from tests.support.apps.session_story import (
-    FREEZE_REASON,
-    NOTE,
-    REPORT,
-    SECRET,
-    SESSION,
-    STORY_ENV,
-    USER_TEXT,
-    make_story,
-)
+from tests.support.apps import session_story
 from tests.support.web.web_process import WebServer, chromium, shot, texts
 
 USERS = "alice:alice-password"
@@ -44,7 +35,7 @@ TOKENS = "reader:reader-token,agent:agent-token:tools:call"
 @pytest.fixture
 def env(env: dict[str, str]) -> dict[str, str]:
     """The story's write budget, for the test process, its workers and the web app alike."""
-    return {**env, **STORY_ENV}
+    return {**env, **session_story.STORY_ENV}
 
 
 @pytest.fixture
@@ -70,7 +61,7 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
 ) -> None:
     from selenium.webdriver.common.by import By  # deferred: selenium is a test-only dependency
 
-    story = make_story(dex, start_worker)
+    story = session_story.make_story(dex, start_worker)
     with chromium() as driver:
         d: Any = driver
         d.get(f"{web.url}/calls/{quote(story.unknown)}")
@@ -81,7 +72,7 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
                  what="the unknown call's page")  # fmt: skip
         d.find_element(By.ID, "session-link").click()
         wait_for(lambda: d.find_elements(By.ID, "timeline"), timeout=10, what="the session page")
-        assert d.find_element(By.ID, "session-id").text == SESSION
+        assert d.find_element(By.ID, "session-id").text == session_story.SESSION
         assert not d.find_elements(By.ID, "live")  # nothing open: no refresh
         assert not d.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
 
@@ -89,23 +80,13 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
         rows = d.find_elements(By.CSS_SELECTOR, "#timeline tr[data-kind]")
         order = [r.get_attribute("data-kind") for r in rows]
         assert order[:3] == ["session_opened", "user", "assistant"]
-        assert USER_TEXT in rows[1].text
+        assert session_story.USER_TEXT in rows[1].text
         times = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#timeline td.at")]
         assert len(times) == len(rows) and all(t.endswith(" UTC") for t in times)
         unknown = kinds(d, story.unknown)
         # (Its TOOL message is written at its end or, by the sweeper, a little after it.)
-        assert [k for k in unknown if k != "tool_result"] == [
-            "call_requested",
-            "budget_charged",
-            "attempt_claimed",
-            "attempt_ended",
-            "call_ended",
-            "budget_settled",
-            "outcome_surfaced",
-            "budget_settled",
-            "report",
-        ], unknown
-        assert order[-1] == "report" and REPORT in rows[-1].text
+        assert [k for k in unknown if k != "tool_result"] == session_story.UNKNOWN_KINDS, unknown
+        assert order[-1] == "report" and session_story.REPORT in rows[-1].text
         # Its charge: reserved, held while unknown, spent once reconciled (S13.1.3).
         charge = d.find_elements(
             By.CSS_SELECTOR, f'#timeline tr[data-key="{story.unknown}"][data-kind^="budget"]'
@@ -141,7 +122,7 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
             By.CSS_SELECTOR,
             f'#timeline tr[data-key="{story.frozen}"][data-kind="held_by_freeze"]',
         )
-        assert "frozen by ann" in held.text and FREEZE_REASON in held.text
+        assert "frozen by ann" in held.text and session_story.FREEZE_REASON in held.text
         thawed = d.find_element(
             By.CSS_SELECTOR,
             f'#timeline tr[data-key="{story.frozen}"][data-kind="released_by_thaw"]',
@@ -151,13 +132,13 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
             By.CSS_SELECTOR,
             f'#timeline tr[data-key="{story.approved}"][data-kind="approval_decided"]',
         )
-        assert "approved by alice" in decided.text and NOTE in decided.text
+        assert "approved by alice" in decided.text and session_story.NOTE in decided.text
         expired = d.find_element(
             By.CSS_SELECTOR,
             f'#timeline tr[data-key="{story.expired}"][data-kind="approval_decided"]',
         )
         assert "expired" in expired.text
-        assert SECRET not in d.page_source
+        assert session_story.SECRET not in d.page_source
         # The style sheet applies under the Content-Security-Policy.
         background = d.execute_script("return getComputedStyle(document.body).backgroundColor")
         assert background == "rgb(246, 247, 249)", background
@@ -169,7 +150,9 @@ def test_a_reconciled_session_reads_as_one_story_in_chromium(
 
         # A call asked for now: the page says so and refreshes itself until it has ended.
         start_worker()
-        waiting = dex.client().request_call(SESSION, "t4", "again", "guarded_write", {"value": 3})
+        waiting = dex.client().request_call(
+            session_story.SESSION, "t4", "again", "guarded_write", {"value": 3}
+        )
         d.refresh()
         wait_for(lambda: texts(d, "live"), timeout=10, what="the open call to be noticed")
         dex.client().approve(waiting.key, "alice", "second refund agreed")
@@ -189,9 +172,9 @@ def test_the_session_route_checks_the_caller_the_host_and_the_id(dex: Dex, web: 
     """S11.3 on the new route: sign-in or a token with `calls:read`; the `Host` check; a
     session that is not there, or an id no call could have, is a 404 page."""
     client = dex.client()
-    client.open_session(SESSION)
-    client.send_user_message(SESSION, "hello")
-    path = session_path(SESSION)
+    client.open_session(session_story.SESSION)
+    client.send_user_message(session_story.SESSION, "hello")
+    path = session_path(session_story.SESSION)
     anonymous = httpx.get(f"{web.url}{path}", timeout=10)
     assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
     assert "hello" not in anonymous.text

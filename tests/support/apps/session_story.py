@@ -32,6 +32,20 @@ REPORT = "Note from the order desk: the refund of order 1002 went through."
 FREEZE_REASON = "incident 42: the card processor double-charges"
 #: The write budget the killed write draws on: two refunds per session.
 STORY_ENV = {"DEX_BUDGETS": "refunds: tools=slow_non_idempotent_write limit=2 label=refunds"}
+#: What the killed write's timeline tells, in order, leaving out its TOOL message (written with
+#: the outcome, at its end or, by the sweeper, a little after it): charged to the budget, lost,
+#: outcome_unknown (its charge held), surfaced, then the report, which says it went through (spent).
+UNKNOWN_KINDS = [
+    "call_requested",
+    "budget_charged",
+    "attempt_claimed",
+    "attempt_ended",
+    "call_ended",
+    "budget_settled",
+    "outcome_surfaced",
+    "budget_settled",
+    "report",
+]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +17,7 @@ import redis
 from sqlalchemy import func, select
 
 from devtools.processes import Worker, wait_for
-from devtools.toolapp import LOG_ENV, executions, log_dir, make_app
+from devtools.toolapp import LOG_ENV, STALL_RECORDER_ENV, executions, log_dir, make_app
 from dex_celery import Dex, Settings
 from dex_celery.engine.upkeep.sweep import run_forever
 from dex_celery.model.ids import CallKey
@@ -210,3 +210,16 @@ def dex_with_sweeper(environ: dict[str, str]) -> Iterator[Dex]:
     yield own
     stop.set()
     thread.join(timeout=15)
+
+
+def stalled_recorder_writes(
+    dex: Dex, start_worker: Callable[..., Worker], pid_file: Path
+) -> list[ToolCallRecord]:
+    """Start a worker whose outcome recorder stalls (writing its pid to `pid_file`), then
+    request three quick writes of one turn for it."""
+    start_worker(extra_env={STALL_RECORDER_ENV: str(pid_file)})
+    client = dex.client()
+    return [
+        client.request_call("s1", "t1", f"c{i}", "slow_non_idempotent_write", {"seconds": 0})
+        for i in range(3)
+    ]

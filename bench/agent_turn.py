@@ -34,20 +34,19 @@ from collections.abc import Callable
 
 from celery import group
 
-from bench.agent_shaped import _not_succeeded
 from bench.common import header
 from bench.per_step import TOOLS, tool_call
 from bench.sides import (
-    DBOS,
     DEX,
     PLAIN,
-    Session,
     Sides,
-    interleaved,
+    add_side_arguments,
     latency_lines,
     new_session,
     redis_lines,
-    started,
+    setup_line,
+    started_for,
+    timed_rounds,
 )
 from dex_celery import run_tool_calls
 
@@ -99,12 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reads", type=int, default=8, help="parallel reads per turn")
     parser.add_argument("--warmup", type=int, default=5, help="untimed turns per session")
-    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("--pool", choices=("prefork", "threads"), default="prefork")
-    parser.add_argument("--concurrency", type=int, default=2, help="Celery pool size")
-    parser.add_argument("--dbos-concurrency", type=int, default=8, help="DBOS worker threads")
-    parser.add_argument("--dbos-poll", type=float, default=0.01, help="DBOS polling interval s")
-    parser.add_argument("--no-dbos", action="store_true", help="leave DBOS out")
+    add_side_arguments(parser)
     parser.add_argument(
         "--plain-group-get",
         choices=("join", "get"),
@@ -116,42 +110,19 @@ def main(argv: list[str] | None = None) -> int:
         f"agent_turn: {args.reads} parallel reads then 1 write per turn, dex-celery vs plain "
         "Celery and DBOS"
     )
-    sessions: list[Session] = []
-    with started(
-        "agent-turn",
-        kind=args.database,
-        pool=args.pool,
-        concurrency=args.concurrency,
-        dbos=not args.no_dbos,
-        dbos_concurrency=args.dbos_concurrency,
-        dbos_poll=args.dbos_poll,
-    ) as sides:
-        if sides.skipped:
-            print(sides.skipped, flush=True)
-        sides.measure_idle(2.0)
-        for r, side in interleaved(sides, args.rounds):
-            turn, session = turner(sides, side, args.reads, args.plain_group_get)
-            done = sides.timed(side, args.turns, turn, args.warmup)
-            if session is not None and (failed := _not_succeeded(sides.dx, session)):
-                raise SystemExit(f"dex calls did not all succeed: {failed}")
-            sessions.append(done)
-            print(
-                f"round {r + 1} {side:>5}: {done.wall:6.2f} s for {args.turns} turns "
-                f"({done.wall / args.turns * 1e3:6.2f} ms/turn)",
-                flush=True,
-            )
+    with started_for("agent-turn", args) as sides:
+        sessions = timed_rounds(
+            sides,
+            args,
+            args.turns,
+            "turn",
+            lambda side: turner(sides, side, args.reads, args.plain_group_get),
+        )
         print()
         print(
             f"{args.turns} turns x {args.rounds} rounds of {args.reads} reads + 1 write, "
-            f"{args.warmup} untimed first; database {args.database}; Celery {args.pool} -c "
-            f"{args.concurrency}, task events off; plain waits for the group with "
-            f"{args.plain_group_get}()"
-            + (
-                f"; DBOS worker concurrency {args.dbos_concurrency}, polling "
-                f"{args.dbos_poll * 1000:.0f} ms"
-                if DBOS in sides.names
-                else ""
-            )
+            f"{args.warmup} untimed first; {setup_line(args, sides)}; plain waits for the "
+            f"group with {args.plain_group_get}()"
         )
         for line in latency_lines(sessions, sides.names, "turn"):
             print(line)

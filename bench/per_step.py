@@ -31,20 +31,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from bench.agent_shaped import _not_succeeded
 from bench.common import header
 from bench.sides import (
-    DBOS,
     DEX,
     PLAIN,
-    Session,
     Sides,
-    interleaved,
+    add_side_arguments,
     latency_lines,
     new_session,
     redis_lines,
     role_table,
-    started,
+    setup_line,
+    started_for,
+    timed_rounds,
 )
 from dex_celery import run_tool_calls
 
@@ -89,43 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=20, help="untimed steps per session")
     parser.add_argument("--tool", choices=tuple(TOOLS), default="read")
-    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
-    parser.add_argument("--pool", choices=("prefork", "threads"), default="prefork")
-    parser.add_argument("--concurrency", type=int, default=2, help="Celery pool size")
     parser.add_argument("--monitor-steps", type=int, default=100, help="steps under MONITOR")
-    parser.add_argument("--dbos-concurrency", type=int, default=8, help="DBOS worker threads")
-    parser.add_argument("--dbos-poll", type=float, default=0.01, help="DBOS polling interval s")
-    parser.add_argument("--no-dbos", action="store_true", help="leave DBOS out")
+    add_side_arguments(parser)
     args = parser.parse_args(argv)
     header(
         f"per_step: {args.steps} sequential {args.tool} steps, dex-celery vs plain Celery "
         "delay().get() and DBOS"
     )
     tool = TOOLS[args.tool]
-    sessions: list[Session] = []
-    with started(
-        "per-step",
-        kind=args.database,
-        pool=args.pool,
-        concurrency=args.concurrency,
-        dbos=not args.no_dbos,
-        dbos_concurrency=args.dbos_concurrency,
-        dbos_poll=args.dbos_poll,
-    ) as sides:
-        if sides.skipped:
-            print(sides.skipped, flush=True)
-        sides.measure_idle(2.0)
-        for r, side in interleaved(sides, args.rounds):
-            step, session = stepper(sides, side, tool)
-            done = sides.timed(side, args.steps, step, args.warmup)
-            if session is not None and (failed := _not_succeeded(sides.dx, session)):
-                raise SystemExit(f"dex steps did not all succeed: {failed}")
-            sessions.append(done)
-            print(
-                f"round {r + 1} {side:>5}: {done.wall:6.2f} s for {args.steps} steps "
-                f"({done.wall / args.steps * 1e3:6.2f} ms/step)",
-                flush=True,
-            )
+    with started_for("per-step", args) as sides:
+        sessions = timed_rounds(
+            sides, args, args.steps, "step", lambda side: stepper(sides, side, tool)
+        )
         counted = {}
         for side in (PLAIN, DEX):
             step, _ = stepper(sides, side, tool)
@@ -138,14 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(
             f"{args.steps} steps x {args.rounds} rounds, {args.warmup} untimed first; tool "
-            f"{args.tool} (dex `{tool}`); database {args.database}; Celery {args.pool} -c "
-            f"{args.concurrency}, task events off"
-            + (
-                f"; DBOS worker concurrency {args.dbos_concurrency}, polling "
-                f"{args.dbos_poll * 1000:.0f} ms"
-                if DBOS in sides.names
-                else ""
-            )
+            f"{args.tool} (dex `{tool}`); {setup_line(args, sides)}"
         )
         for line in latency_lines(sessions, sides.names, "step"):
             print(line)

@@ -15,6 +15,7 @@ attributes the commands clients sent to the process that sent them (`bench/round
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import os
@@ -31,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from bench import round_trips
+from bench.agent_shaped import _not_succeeded
 from bench.common import (
     BenchWorker,
     CeleryWorker,
@@ -204,6 +206,68 @@ def started(
                     peer.close()
     finally:
         server.kill()
+
+
+def add_side_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every side-by-side bench takes: the database, the Celery pool, DBOS's."""
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--pool", choices=("prefork", "threads"), default="prefork")
+    parser.add_argument("--concurrency", type=int, default=2, help="Celery pool size")
+    parser.add_argument("--dbos-concurrency", type=int, default=8, help="DBOS worker threads")
+    parser.add_argument("--dbos-poll", type=float, default=0.01, help="DBOS polling interval s")
+    parser.add_argument("--no-dbos", action="store_true", help="leave DBOS out")
+
+
+def started_for(name: str, args: argparse.Namespace) -> contextlib.AbstractContextManager[Sides]:
+    """`started` with the options of `add_side_arguments`."""
+    return started(
+        name,
+        kind=args.database,
+        pool=args.pool,
+        concurrency=args.concurrency,
+        dbos=not args.no_dbos,
+        dbos_concurrency=args.dbos_concurrency,
+        dbos_poll=args.dbos_poll,
+    )
+
+
+def timed_rounds(
+    sides: Sides,
+    args: argparse.Namespace,
+    count: int,
+    unit: str,
+    make: Callable[[str], tuple[Callable[[int], None], str | None]],
+) -> list[Session]:
+    """`args.rounds` interleaved rounds of `count` units a side (`make(side)`: the unit and,
+    for dex, its session, whose calls must all have succeeded), after the idle background is
+    measured; each round printed as it ends."""
+    if sides.skipped:
+        print(sides.skipped, flush=True)
+    sides.measure_idle(2.0)
+    sessions: list[Session] = []
+    for r, side in interleaved(sides, args.rounds):
+        one, session = make(side)
+        done = sides.timed(side, count, one, args.warmup)
+        if session is not None and (failed := _not_succeeded(sides.dx, session)):
+            raise SystemExit(f"dex calls did not all succeed: {failed}")
+        sessions.append(done)
+        print(
+            f"round {r + 1} {side:>5}: {done.wall:6.2f} s for {count} {unit}s "
+            f"({done.wall / count * 1e3:6.2f} ms/{unit})",
+            flush=True,
+        )
+    return sessions
+
+
+def setup_line(args: argparse.Namespace, sides: Sides) -> str:
+    """The run's database, pool and DBOS settings, for the summary."""
+    line = f"database {args.database}; Celery {args.pool} -c {args.concurrency}, task events off"
+    if DBOS in sides.names:
+        line += (
+            f"; DBOS worker concurrency {args.dbos_concurrency}, polling "
+            f"{args.dbos_poll * 1000:.0f} ms"
+        )
+    return line
 
 
 def new_session() -> str:

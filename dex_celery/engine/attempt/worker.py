@@ -266,6 +266,10 @@ _fences = _Fences()
 #: Most times a claim waits out a retry's backoff before it gives up waiting and claims anyway
 #: being refused or early again is then the ledger's word.
 _EARLY_WAITS = 8
+#: Seconds a claim that cannot reach Redis (a reset or refused connection, a failover under
+#: way) is tried again before its delivery is handed back to the broker. No tool code has run,
+#: and a repeat with the same fence holds as the first (`claim.lua`), so trying again is safe.
+CLAIM_RETRY_WINDOW = 30.0
 
 
 def claim_attempt(
@@ -279,19 +283,62 @@ def claim_attempt(
     tool: str = "*",
 ) -> Claim | None:
     """Claim, first waiting out a retry's backoff on the ledger's clock (`not_before`). None:
-    the worker's shutdown began while the backoff was waited out, and nothing was claimed.
-    `tool`: the call's tool, for a write freeze of some tools (S13.2)."""
-    claim = ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
+    the worker's shutdown began while the backoff (or Redis) was waited out, and nothing was
+    claimed. `tool`: the call's tool, for a write freeze of some tools (S13.2).
+
+    Raises `Reject` (requeue) when Redis stays out of reach for `CLAIM_RETRY_WINDOW`: the
+    message goes back to the broker, no tool code ran."""
+    claim = _claim_reaching_redis(ledger, key, attempt, owner, fence, gate, tool)
     for _ in range(_EARLY_WAITS):
-        if claim.kind is not ClaimKind.EARLY:
+        if claim is None or claim.kind is not ClaimKind.EARLY:
             break
-        if gate is not None:
-            if not gate.sleep(claim.wait):
-                return None
-        else:
-            time.sleep(claim.wait)
-        claim = ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
+        if not _sleep(gate, claim.wait):
+            return None
+        claim = _claim_reaching_redis(ledger, key, attempt, owner, fence, gate, tool)
     return claim
+
+
+def _claim_reaching_redis(
+    ledger: Ledger,
+    key: str,
+    attempt: int,
+    owner: str,
+    fence: str,
+    gate: ShutdownGate | None,
+    tool: str,
+) -> Claim | None:
+    """`Ledger.claim`, tried again with a short backoff while Redis cannot be reached.
+
+    Raising the client's error instead would fail the Celery task with the call still queued in
+    the ledger: nothing would run it again before its queue deadline (the sweeper then ends a
+    read late, a write as never run)."""
+    give_up = time.monotonic() + CLAIM_RETRY_WINDOW
+    delay = BEAT_RETRY_INITIAL
+    while True:
+        try:
+            return ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
+        except TRANSIENT_LEDGER_ERRORS as e:
+            if time.monotonic() + delay >= give_up:
+                raise hand_back(
+                    key, attempt, f"Redis could not be reached to claim it: {first_line(e)}"
+                ) from None
+            log.warning(
+                "attempt %d of %s: its claim could not reach Redis (%s); trying again",
+                attempt,
+                key,
+                type(e).__name__,
+            )
+        if not _sleep(gate, delay):
+            return None
+        delay = min(delay * 2, BEAT_RETRY_MAX)
+
+
+def _sleep(gate: ShutdownGate | None, seconds: float) -> bool:
+    """Sleep, cut short by the worker's shutdown; True while the worker still claims."""
+    if gate is not None:
+        return gate.sleep(seconds)
+    time.sleep(seconds)
+    return True
 
 
 def hand_back(key: str, attempt: int, why: str) -> Reject:
@@ -395,13 +442,17 @@ class Worker:
         if self.gate.shut_already:
             phases.not_run("handed_back")
             raise hand_back(key, attempt, "the worker is shutting down")
-        with phases.phase(Phase.CLAIM):
-            claim = claim_attempt(
-                self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate, tool=tool
-            )
+        try:
+            with phases.phase(Phase.CLAIM):
+                claim = claim_attempt(
+                    self.ledger, key, attempt, owner=owner, fence=fence, gate=self.gate, tool=tool
+                )
+        except Reject:  # Redis stayed out of reach: the message goes back to the broker
+            phases.not_run("handed_back")
+            raise
         if claim is None:
             phases.not_run("handed_back")
-            raise hand_back(key, attempt, "the worker began shutting down during its backoff")
+            raise hand_back(key, attempt, "the worker began shutting down before its claim")
         if claim.kind is ClaimKind.FROZEN:
             self._frozen(key, attempt, claim)
             phases.not_run("frozen", claim.reason)

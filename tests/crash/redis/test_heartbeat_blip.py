@@ -25,6 +25,13 @@ BLIP = 1.0
 
 
 @pytest.fixture
+def env(env: dict[str, str]) -> dict[str, str]:
+    """A queue deadline well beyond the cuts: a delivery held at its claim by a cut link must
+    not be ended by the sweeper meanwhile (the claim's own retry is under test)."""
+    return {**env, "DEX_SCHEDULE_TO_START": "120"}
+
+
+@pytest.fixture
 def proxy(own_redis: RedisServer) -> Iterator[TcpProxy]:
     with TcpProxy(own_redis.port) as proxy:
         yield proxy
@@ -87,3 +94,45 @@ def test_a_write_that_ends_during_a_blip_is_recorded_succeeded(
     assert finished.status is CallStatus.SUCCEEDED, finished.error
     assert [line.split()[0] for line in executions(key)] == ["start", "end"]
     assert finished.attempts == 1
+
+
+#: Longer than redis-py's own retries of a refused connection (ten, backing off to about a
+#: second each), so the claims really meet the fault: the worker's own retry must carry them.
+CLAIM_CUT = 8.0
+
+
+def test_deliveries_that_meet_a_cut_link_at_their_claim_run_once_it_is_back(
+    own_dex: Dex,
+    own_redis: RedisServer,
+    proxy: TcpProxy,
+    start_worker: Callable[..., Worker],
+) -> None:
+    """The same class of fault before any tool code: a read and a non-idempotent write reach
+    the worker while its link to the ledger is cut, so their claims cannot reach Redis. The
+    claim is tried again (a repeat with the same fence holds as the first, docs/ledger.md), so
+    once the link is back each runs once and succeeds, long before the queue deadline would
+    have let the sweeper end them; nothing is raised to Celery as an unexplained failure."""
+    worker = start_worker(
+        concurrency=2,
+        extra_env={"DEX_REDIS_URL": proxy.url(), "DEX_BROKER_URL": own_redis.url},
+    )
+    proxy.cut()
+    client = own_dex.client()
+    keys = [
+        client.request_call("s1", "t1", "read", "echo", {}).key,
+        client.request_call("s1", "t1", "write", "slow_non_idempotent_write", {"seconds": 0}).key,
+    ]
+    wait_for(
+        lambda: worker.log().count(" received") >= len(keys),
+        timeout=30,
+        what="both deliveries to reach the worker",
+    )
+    proxy.blip(CLAIM_CUT).join()  # the link stays cut for CLAIM_CUT more seconds
+
+    for key in keys:
+        finished = wait_finished(own_dex, key, timeout=30)
+        assert finished.status is CallStatus.SUCCEEDED, (key, finished.error, worker.log()[-3000:])
+        assert finished.attempts == 1, (key, worker.log()[-4000:])
+        assert [line.split()[0] for line in executions(key)][:1] == ["start"], key
+        assert len([line for line in executions(key) if line.startswith("start")]) == 1, key
+    assert "raised unexpected" not in worker.log()

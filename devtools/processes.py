@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from devtools import forkserver
 from dex_celery.engine.attempt.outcome_writer import RECORDER_NAME
 from dex_celery.processes.localstack import free_port
 from dex_celery.processes.parent_death import popen_with_parent_death
@@ -22,6 +23,9 @@ from dex_celery.testing.processes import RedisServer, wait_for
 __all__ = ["ROOT", "CeleryBeat", "CeleryWorker", "RedisServer", "Worker", "free_port", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Pools that patch the standard library when the worker starts: never forked from the test
+#: suite's fork server, whose imports came before any patch (`devtools.forkserver`).
+MONKEY_PATCHING_POOLS = ("gevent", "eventlet")
 
 
 def as_host_args(hostname: str) -> list[str]:
@@ -95,7 +99,7 @@ class CeleryWorker:
     #: Where the worker starts: `-m celery` puts it first on `sys.path`, so a folder holding
     #: another version of the package runs that version (`None`: the repository).
     cwd: Path | None = None
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | forkserver.ForkedProcess | None = None
     logfile: Path = field(default_factory=lambda: Path("/dev/null"))
 
     def start(self, *, timeout: float = 60) -> Self:
@@ -113,11 +117,22 @@ class CeleryWorker:
         env = {**os.environ, **self.env}
         if self.ready_env:
             env[self.ready_env] = str(self.ready_dir)
+        forked = (
+            self.host is None
+            and self.pool not in MONKEY_PATCHING_POOLS
+            and forkserver.usable(env, self.cwd, ROOT)
+        )
         with self.logfile.open("wb") as out:
-            self.process = popen_with_parent_death(
-                args, cwd=self.cwd or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+            if forked:  # the test suite's fork server: the same process, without the imports
+                self.process = forkserver.spawn_module(
+                    "celery", args[3:], env=env, cwd=self.cwd or ROOT, stdout=out.fileno(),
+                    stderr=out.fileno(),
+                )  # fmt: skip
+            else:
+                self.process = popen_with_parent_death(
+                    args, cwd=self.cwd or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
         wait_for(
             lambda: _ready_files(self.ready_dir).items() - before.items() or self.died(),
             timeout=timeout,

@@ -17,6 +17,7 @@ from hypothesis import settings as hypothesis_settings
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from devtools import forkserver
 from devtools.processes import RedisServer, Worker
 from devtools.redis_cluster import RedisClusterNodes
 from devtools.toolapp import LOG_ENV, UNSERVED_QUEUE
@@ -189,6 +190,10 @@ def sweeper(dex: Dex) -> Iterator[threading.Event]:
 def pytest_configure(config: pytest.Config) -> None:
     register_failures_now(config)  # a cut run still names its failures (docs/testing.md)
     register_phase_times(config)  # DEX_TEST_TIMES: each test's seconds as it ends
+    # Workers and `dex-celery` runs fork from a server that imported the stack once
+    # (devtools/forkserver.py; docs/testing.md, "Where the time goes"); DEX_TEST_FORKSERVER=0
+    # starts each as a new interpreter instead.
+    os.environ.setdefault(forkserver.ENABLE_ENV, "1")
     os.environ.setdefault(
         "DEX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     )

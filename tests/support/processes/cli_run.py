@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from devtools import forkserver
 from devtools.processes import ROOT, free_port
 
 SCRIPT = Path(sys.executable).parent / "dex-celery"
@@ -21,6 +22,10 @@ def run(
     environ = {k: v for k, v in os.environ.items() if not k.startswith("DEX_")}
     environ["PYTHONPATH"] = str(ROOT)
     environ.update(env)
+    if forkserver.usable(environ, cwd or ROOT, ROOT):
+        return forkserver.run_function(
+            "dex_celery.cli:main", str(SCRIPT), args, env=environ, cwd=cwd or ROOT, timeout=60
+        )
     return subprocess.run(
         [str(SCRIPT), *args],
         env=environ,

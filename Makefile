@@ -31,7 +31,7 @@ TEST_JOBS ?= 3
 CLAUDE_JS := tests/js/claude
 CLAUDE_STAMP := $(CLAUDE_JS)/node_modules/.installed
 
-.PHONY: demo test docs lint install clean
+.PHONY: demo test crewai-tests docs lint install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,8 +72,13 @@ lint: $(STAMP) $(CREWAI_STAMP) $(JS_STAMP)
 	$(BIN)/mypy
 	$(CREWAI_VENV)/bin/mypy --strict --follow-imports=silent --cache-dir $(CREWAI_VENV)/.mypy_cache $(CREWAI_TYPED)
 
-test: lint $(CLAUDE_STAMP)
+# The linters and the CrewAI venv's tests first, side by side (each keeps one core busy), then
+# the main run, which uses both cores.
+test: $(STAMP) $(CREWAI_STAMP) $(JS_STAMP) $(CLAUDE_STAMP)
+	$(MAKE) --no-print-directory -j2 lint crewai-tests
 	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25
+
+crewai-tests: $(CREWAI_STAMP)
 	DEX_REQUIRE_CREWAI=1 $(CREWAI_VENV)/bin/pytest -q -p no:cacheprovider $(CREWAI_TESTS)
 
 # The API reference from the docstrings (tests/integration/docs/test_docs.py builds it strictly too).

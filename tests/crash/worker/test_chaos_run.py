@@ -1,11 +1,11 @@
 """The chaos run at full size (docs/reliability.md): 2,000 calls of all four effect classes while
 workers and pool processes are SIGKILLed every ~2 s, Redis is restarted once and later brought
 back from a snapshot taken seconds earlier. An attempt may wait 10 s for a worker (the bench's
-default is 30 s): a message lost with a killed worker or with the rolled-back Redis then ends,
-or is retried, within seconds of the last request instead of a minute or more later, and the run
-ends sooner with the same faults. Every invariant must hold: no non-idempotent write
-ran twice (per the tools' own logs), no call whose tool ran is recorded "did not run", every
-call ends with exactly one record and one finished event (S3.2, S4.1-S4.3, S7.3, S10.2)."""
+default is 30 s): an attempt whose message a killed worker or the rolled-back Redis lost ends, or
+is retried, 10 s after it was sent instead of 30 s, so the run ends sooner with the same faults.
+Every invariant must hold: no non-idempotent write ran twice (per the tools' own logs), no call
+whose tool ran is recorded "did not run", every call ends with exactly one record and one
+finished event (S3.2, S4.1-S4.3, S7.3, S10.2)."""
 
 from __future__ import annotations
 

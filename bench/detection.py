@@ -136,7 +136,15 @@ def run_dex(
     return times
 
 
-def run_plain(server: RedisServer, folder: Path, *, late: bool, trials: int, wait: float) -> None:
+def run_plain(
+    server: RedisServer,
+    folder: Path,
+    *,
+    late: bool,
+    trials: int,
+    wait: float,
+    visibility: float = 5.0,
+) -> None:
     env = {
         "BENCH_BROKER_URL": server.url,
         "BENCH_RESULT_BACKEND": server.url,
@@ -144,7 +152,7 @@ def run_plain(server: RedisServer, folder: Path, *, late: bool, trials: int, wai
         "BENCH_QUEUE": f"plain{'late' if late else 'early'}",
     }
     if late:
-        env["BENCH_VISIBILITY_TIMEOUT"] = "5"
+        env["BENCH_VISIBILITY_TIMEOUT"] = f"{visibility:g}"
     os.environ.update(env)
     import importlib
 
@@ -154,14 +162,16 @@ def run_plain(server: RedisServer, folder: Path, *, late: bool, trials: int, wai
     client = redis.Redis.from_url(server.url, decode_responses=True)
     args = ("-Q", env["BENCH_QUEUE"])
     worker = BenchWorker("bench.plain_app", env, folder, extra_args=args).start()
-    label = "late ack, visibility_timeout 5 s" if late else "early ack (Celery's default)"
+    label = (
+        f"late ack, visibility_timeout {visibility:g} s" if late else "early ack (Celery's default)"
+    )
     redelivery: list[float] = []
     try:
         for trial in range(trials):
             tag = f"{'late' if late else 'early'}-{trial}-{uuid.uuid4().hex[:6]}"
             # Late ack: the task is shorter than the visibility timeout; a longer one would be
             # redelivered again every `visibility_timeout` seconds while it still runs.
-            result: Any = plain.hold.delay(tag, 3.0 if late else 30.0)
+            result: Any = plain.hold.delay(tag, 0.6 * visibility if late else 30.0)
 
             def runs(tag: str = tag) -> list[str]:
                 entries = cast(list[str], client.lrange(plain.RUNS_KEY, 0, -1))
@@ -210,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default="default,tight", help="'' for plain Celery only")
     parser.add_argument("--plain-trials", type=int, default=3)
     parser.add_argument("--plain-wait", type=float, default=30.0)
+    parser.add_argument(
+        "--plain-visibility",
+        type=float,
+        default=5.0,
+        help="the late-ack run's Kombu visibility_timeout, s (its task runs 0.6 x as long)",
+    )
     args = parser.parse_args(argv)
     header("detection: worker lost mid-call, kill -> terminal record")
     folder = workdir("detection")
@@ -219,7 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             run_dex(server, folder, CONFIGS[name], args.trials)
         if args.plain_trials:
             run_plain(server, folder, late=False, trials=1, wait=args.plain_wait)
-            run_plain(server, folder, late=True, trials=args.plain_trials, wait=120)
+            run_plain(
+                server,
+                folder,
+                late=True,
+                trials=args.plain_trials,
+                wait=120,
+                visibility=args.plain_visibility,
+            )
     finally:
         server.kill()
     return 0

@@ -209,13 +209,20 @@ def started(
 
 
 def add_side_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every side-by-side bench takes: the database, the Celery pool, DBOS's."""
+    """The options every side-by-side bench takes: the database, the Celery pool, DBOS's, and the
+    window the idle background is measured over."""
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--pool", choices=("prefork", "threads"), default="prefork")
     parser.add_argument("--concurrency", type=int, default=2, help="Celery pool size")
     parser.add_argument("--dbos-concurrency", type=int, default=8, help="DBOS worker threads")
     parser.add_argument("--dbos-poll", type=float, default=0.01, help="DBOS polling interval s")
     parser.add_argument("--no-dbos", action="store_true", help="leave DBOS out")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=2.0,
+        help="seconds over which the idle workers' background reads are measured",
+    )
 
 
 def started_for(name: str, args: argparse.Namespace) -> contextlib.AbstractContextManager[Sides]:
@@ -243,7 +250,7 @@ def timed_rounds(
     measured; each round printed as it ends."""
     if sides.skipped:
         print(sides.skipped, flush=True)
-    sides.measure_idle(2.0)
+    sides.measure_idle(args.idle)
     sessions: list[Session] = []
     for r, side in interleaved(sides, args.rounds):
         one, session = make(side)

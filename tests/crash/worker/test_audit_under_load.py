@@ -1,6 +1,6 @@
 """The audit log of a busy deployment verifies (S13.4.2, S13.4.3, docs/audit.md).
 
-Two prefork workers, a threads worker and four concurrent requesters run 2,000 calls of three
+Two prefork workers, a threads worker and four concurrent requesters run 1,000 calls of three
 effect classes; one prefork worker is SIGKILLed midway (its pool processes and recorder with
 it), so attempts die, outcomes are left to the sweeper and writes end `outcome_unknown`. Once
 every call has its record, `audit verify` finds nothing: every chain whole, every record
@@ -30,7 +30,7 @@ from tests.support.stores.databases import ON_BOTH_DATABASES
 pytestmark = [pytest.mark.crash, ON_BOTH_DATABASES]
 
 SIGNER = Signer.generate()
-CALLS = 2000
+CALLS = 1000
 REQUESTERS = 4
 #: Calls per request (one turn).
 TURN = 10

@@ -3,7 +3,9 @@ ledger and the broker on servers of their own, each one's Redis CPU per call rep
 plain Celery's, for more than one count of worker processes.
 
 Run as `python -m bench.capacity` the way docs/benchmarks.md and docs/scale.md do; the figures
-are never asserted (these machines are too noisy), only that each is reported.
+are never asserted (these machines are too noisy), only that each is reported. The idle CPU
+subtracted from each run is measured over 0.5 s instead of the bench's 2 s: still measured and
+subtracted, which is what the smoke run checks.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from tests.support.processes.bench import run
 def test_capacity_smoke() -> None:
     out = run(
         "capacity", "--calls", "40", "--rounds", "1", "--workers", "1,2", "--warmup", "10",
-        "--batch", "20", timeout=300,
+        "--batch", "20", "--idle", "0.5", timeout=300,
     )  # fmt: skip
     assert "broker a second redis-server" in out
     assert "redis cpu/call (median of all runs): dex ledger" in out
@@ -36,7 +38,7 @@ def test_capacity_smoke_on_rabbitmq() -> None:
     """The broker on RabbitMQ, in a vhost made for the run and deleted after it."""
     out = run(
         "capacity", "--calls", "30", "--rounds", "1", "--workers", "1", "--warmup", "5",
-        "--batch", "15", "--rabbitmq", timeout=300,
+        "--batch", "15", "--idle", "0.5", "--rabbitmq", timeout=300,
     )  # fmt: skip
     assert "broker RabbitMQ" in out
     assert "dex ledger" in out

@@ -56,7 +56,8 @@ def test_requester_cpu_smoke() -> None:
 
 def test_detection_smoke() -> None:
     """Detection (S4.3): after the kill, reads and idempotent writes are retried to success and
-    the writes end outcome_unknown; plain Celery's early-ack task stays STARTED."""
+    the writes end outcome_unknown; plain Celery's early-ack task stays STARTED, its late-ack
+    task (visibility timeout 2 s instead of 5 s) is run again."""
     out = run(
         "detection",
         "--trials",
@@ -66,6 +67,8 @@ def test_detection_smoke() -> None:
         "--plain-trials",
         "1",
         "--plain-wait",
+        "2",
+        "--plain-visibility",
         "2",
     )
     assert "outcomes {'outcome_unknown': 1}" in out

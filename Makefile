@@ -24,7 +24,7 @@ CREWAI_TYPED := dex_celery/integrations/frameworks/crewai.py dex_celery/testing/
 # `make test` runs the test files in this many processes (pytest-xdist; a file's tests stay in
 # one process, in order). The tests mostly wait on real workers, Redis and timers, not on the
 # CPU, so more processes than this machine's 2 cores shortens the run (docs/testing.md).
-TEST_JOBS ?= 3
+TEST_JOBS ?= 4
 
 # The Claude Code CLI the Claude Agent SDK tests drive (npm, from the repository's lock file;
 # docs/frameworks.md, "Claude Agent SDK"). Without npm the tests skip, saying why.

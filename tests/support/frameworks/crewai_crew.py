@@ -18,6 +18,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.events.event_bus import crewai_event_bus  # noqa: E402
 from crewai.flow.flow import Flow, start  # noqa: E402
 from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402
 from crewai.state.checkpoint_config import CheckpointConfig  # noqa: E402
@@ -76,7 +77,11 @@ def resumed(
     dex: Dex, folder: Path, model: ScriptedLLM, names: Sequence[str], **options: Any
 ) -> Crew:
     """The crew restored from its last checkpoint under `folder`, as a new process would: CrewAI
-    keeps the crew's and the task's ids, not the model or the tools, which are attached again."""
+    keeps the crew's and the task's ids, not the model or the tools, which are attached again.
+
+    CrewAI writes a checkpoint from its event bus's thread pool, which may still be at it when
+    `kickoff` returns on a loaded machine: the bus is flushed before the folder is read."""
+    assert crewai_event_bus.flush(timeout=60), "CrewAI's event handlers did not finish in 60 s"
     (path,) = sorted(p for p in folder.rglob("*.json"))[-1:]
     team = Crew.from_checkpoint(CheckpointConfig(restore_from=str(path)))
     tools = dex_crewai_tools(dex, names, **options)

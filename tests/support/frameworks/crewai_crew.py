@@ -68,9 +68,31 @@ def key_of(dex: Dex, session_id: str, tool: str, call_id: str, timeout: float = 
 
 
 def checkpointed(team: Crew, folder: Path) -> Crew:
-    """`team`, checkpointed by CrewAI when its task starts (JSON files under `folder`)."""
+    """`team`, checkpointed by CrewAI when its task starts (JSON files under `folder`).
+
+    CrewAI writes the checkpoint from its event bus's thread pool while the crew goes on; its
+    serializer reads the crew's event record as the crew adds to it, and on a loaded machine it
+    failed ("dictionary changed size during iteration", raised past CrewAI's own handler) and
+    left no checkpoint. So each agent's model waits, before its first answer, until the
+    checkpoint is on disk: the crew adds nothing meanwhile."""
     team.checkpoint = CheckpointConfig(location=str(folder), on_events=["task_started"])
+    for agent in team.agents:
+        _answers_after_the_checkpoint(agent.llm, folder)
     return team
+
+
+def _answers_after_the_checkpoint(model: Any, folder: Path) -> None:
+    call = model.call
+
+    def waiting_call(*args: Any, **kwargs: Any) -> Any:
+        wait_for(
+            lambda: any(folder.rglob("*.json")),
+            timeout=60,
+            what="CrewAI's checkpoint of the task's start",
+        )
+        return call(*args, **kwargs)
+
+    object.__setattr__(model, "call", waiting_call)  # the model is a pydantic model
 
 
 def resumed(

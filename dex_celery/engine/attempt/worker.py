@@ -270,6 +270,14 @@ _EARLY_WAITS = 8
 #: way) is tried again before its delivery is handed back to the broker. No tool code has run,
 #: and a repeat with the same fence holds as the first (`claim.lua`), so trying again is safe.
 CLAIM_RETRY_WINDOW = 30.0
+#: What a claim still meets at the end of that window and hands back: Redis out of reach. An
+#: error Redis answered with (a failover's READONLY for 30 s, a script's fault) fails the task
+#: instead, as before, rather than send the message round again and again.
+UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    OSError,
+)
 
 
 def claim_attempt(
@@ -319,6 +327,8 @@ def _claim_reaching_redis(
             return ledger.claim(key, attempt, owner=owner, fence=fence, tool=tool)
         except TRANSIENT_LEDGER_ERRORS as e:
             if time.monotonic() + delay >= give_up:
+                if not isinstance(e, UNREACHABLE_ERRORS):
+                    raise  # Redis answered, with an error: handing back would loop on it
                 raise hand_back(
                     key, attempt, f"Redis could not be reached to claim it: {first_line(e)}"
                 ) from None

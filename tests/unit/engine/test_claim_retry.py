@@ -6,6 +6,7 @@ tests/crash/redis/test_heartbeat_blip.py."""
 from __future__ import annotations
 
 import socket
+from typing import cast
 
 import pytest
 import redis
@@ -15,6 +16,7 @@ from redis.retry import Retry
 
 from dex_celery.engine.attempt import worker
 from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
+from dex_celery.errors import LedgerError
 from dex_celery.ledger.keys import KeySpace
 from dex_celery.ledger.ledger import Ledger
 
@@ -48,3 +50,20 @@ def test_a_shutdown_during_the_retries_ends_them_without_a_claim(
     gate.shut()
     ledger = _unreachable_ledger()
     assert worker.claim_attempt(ledger, "s/t/c", 1, owner="o", fence="f", gate=gate) is None
+
+
+class _AnsweringWithAnError:
+    """A ledger whose Redis answers every claim with an error (a script's fault)."""
+
+    def claim(self, *_args: object, **_kwargs: object) -> None:
+        raise LedgerError("ledger script claim failed: ERR something the script did")
+
+
+def test_an_error_redis_answers_with_fails_the_task_instead_of_handing_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Handing such a delivery back would send its message round again and again."""
+    monkeypatch.setattr(worker, "CLAIM_RETRY_WINDOW", 0.2)
+    ledger = cast(Ledger, _AnsweringWithAnError())
+    with pytest.raises(LedgerError):
+        worker.claim_attempt(ledger, "s/t/c", 1, owner="o", fence="f")

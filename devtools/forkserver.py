@@ -138,19 +138,19 @@ def _reap(exit_files: dict[int, str]) -> None:
 
 def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     head, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 4)
-    while len(head) < _HEADER.size:
-        more = conn.recv(_HEADER.size - len(head))
+    (size,) = _HEADER.unpack(_read_exactly(conn, _HEADER.size, head))
+    return json.loads(_read_exactly(conn, size)), list(fds)
+
+
+def _read_exactly(conn: socket.socket, size: int, start: bytes = b"") -> bytes:
+    """`size` bytes from `conn` (`start`: those read already); `ConnectionError` if it closes."""
+    data = start
+    while len(data) < size:
+        more = conn.recv(size - len(data))
         if not more:
-            raise ValueError("short request")
-        head += more
-    (size,) = _HEADER.unpack(head)
-    body = b""
-    while len(body) < size:
-        more = conn.recv(size - len(body))
-        if not more:
-            raise ValueError("short request")
-        body += more
-    return json.loads(body), list(fds)
+            raise ConnectionError("the other side closed the connection mid-message")
+        data += more
+    return data
 
 
 def _child(
@@ -324,13 +324,7 @@ class _Server:
             conn.connect(self.path)
             socket.send_fds(conn, [_HEADER.pack(len(body))], [stdout, stderr])
             conn.sendall(body)
-            reply = b""
-            while len(reply) < _HEADER.size:
-                more = conn.recv(_HEADER.size - len(reply))
-                if not more:
-                    raise RuntimeError("the fork server closed the connection")
-                reply += more
-        (pid,) = _HEADER.unpack(reply)
+            (pid,) = _HEADER.unpack(_read_exactly(conn, _HEADER.size))
         return ForkedProcess(pid, args, exit_file)
 
 

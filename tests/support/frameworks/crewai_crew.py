@@ -68,42 +68,41 @@ def key_of(dex: Dex, session_id: str, tool: str, call_id: str, timeout: float = 
 
 
 def checkpointed(team: Crew, folder: Path) -> Crew:
-    """`team`, checkpointed by CrewAI when its task starts (JSON files under `folder`).
+    """`team`, checkpointed under `folder` (CrewAI's JSON files) once its task has started: when
+    each agent's model is first asked, before it answers.
 
-    CrewAI writes the checkpoint from its event bus's thread pool while the crew goes on; its
-    serializer reads the crew's event record as the crew adds to it, and on a loaded machine it
-    failed ("dictionary changed size during iteration", raised past CrewAI's own handler) and
-    left no checkpoint. So each agent's model waits, before its first answer, until the
-    checkpoint is on disk: the crew adds nothing meanwhile."""
-    team.checkpoint = CheckpointConfig(location=str(folder), on_events=["task_started"])
+    The checkpoint is written by CrewAI's own `RuntimeState.checkpoint`, on the crew's thread,
+    after the event bus has run every handler of what came before. CrewAI's `on_events`
+    checkpoints are written from the bus's thread pool while the crew goes on; their serializer
+    read the crew's event record as the crew added to it, and on a loaded machine it failed
+    ("dictionary changed size during iteration", raised past CrewAI's own handler) and left no
+    checkpoint. Here nothing adds to the record while it is written: the crew waits in its
+    model, and the bus is idle."""
     for agent in team.agents:
-        _answers_after_the_checkpoint(agent.llm, folder)
+        _checkpoints_before_its_first_answer(agent.llm, folder)
     return team
 
 
-def _answers_after_the_checkpoint(model: Any, folder: Path) -> None:
+def _checkpoints_before_its_first_answer(model: Any, folder: Path) -> None:
     call = model.call
+    written: list[str] = []
 
-    def waiting_call(*args: Any, **kwargs: Any) -> Any:
-        wait_for(
-            lambda: any(folder.rglob("*.json")),
-            timeout=60,
-            what="CrewAI's checkpoint of the task's start",
-        )
+    def checkpointing_call(*args: Any, **kwargs: Any) -> Any:
+        if not written:
+            assert crewai_event_bus.flush(timeout=60), "CrewAI's event handlers did not finish"
+            state = crewai_event_bus.runtime_state
+            assert state is not None, "CrewAI attached no runtime state to the running crew"
+            written.append(state.checkpoint(str(folder)))
         return call(*args, **kwargs)
 
-    object.__setattr__(model, "call", waiting_call)  # the model is a pydantic model
+    object.__setattr__(model, "call", checkpointing_call)  # the model is a pydantic model
 
 
 def resumed(
     dex: Dex, folder: Path, model: ScriptedLLM, names: Sequence[str], **options: Any
 ) -> Crew:
     """The crew restored from its last checkpoint under `folder`, as a new process would: CrewAI
-    keeps the crew's and the task's ids, not the model or the tools, which are attached again.
-
-    CrewAI writes a checkpoint from its event bus's thread pool, which may still be at it when
-    `kickoff` returns on a loaded machine: the bus is flushed before the folder is read."""
-    assert crewai_event_bus.flush(timeout=60), "CrewAI's event handlers did not finish in 60 s"
+    keeps the crew's and the task's ids, not the model or the tools, which are attached again."""
     (path,) = sorted(p for p in folder.rglob("*.json"))[-1:]
     team = Crew.from_checkpoint(CheckpointConfig(restore_from=str(path)))
     tools = dex_crewai_tools(dex, names, **options)

@@ -37,6 +37,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import Compiled
 
 from dex_celery.model.outcomes import CallStatus
+from dex_celery.store.green_sqlite import held
 from dex_celery.store.many_rows import ManyRows, joined_update, multi_insert
 from dex_celery.store.schema import call_counts, messages, tool_calls
 
@@ -140,15 +141,17 @@ def driver_cursor(engine: Engine) -> Iterator[DBAPICursor]:
         raise DBAPIError.instance(None, None, e, dialect.loaded_dbapi.Error, dialect=dialect) from e
     cursor: DBAPICursor | None = None
     try:
-        cursor = raw.cursor()
-        yield cursor
-        raw.commit()
-    except dialect.loaded_dbapi.Error as e:
-        _roll_back(raw)
-        raise _translated(e, dialect, raw.dbapi_connection, cursor, raw.invalidate) from e
-    except BaseException:
-        _roll_back(raw)
-        raise
+        with held(engine, raw):  # a greenlets' process: one transaction at a time
+            try:
+                cursor = raw.cursor()
+                yield cursor
+                raw.commit()
+            except dialect.loaded_dbapi.Error as e:
+                _roll_back(raw)
+                raise _translated(e, dialect, raw.dbapi_connection, cursor, raw.invalidate) from e
+            except BaseException:
+                _roll_back(raw)
+                raise
     finally:
         if cursor is not None:
             with contextlib.suppress(Exception):

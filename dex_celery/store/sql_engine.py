@@ -12,6 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from dex_celery.backend_errors import safe_url
 from dex_celery.errors import ConfigurationError
 from dex_celery.forks import after_fork, keep_inherited
+from dex_celery.store.green_sqlite import greenlets_are_threads, one_transaction_at_a_time
 from dex_celery.store.statement_trace import trace_from_env
 
 
@@ -52,6 +53,8 @@ def _create(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
+        if greenlets_are_threads():
+            one_transaction_at_a_time(engine)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 

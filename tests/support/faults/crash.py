@@ -60,21 +60,11 @@ def runs_in(worker: Worker, pid: int) -> bool:
 
 
 def wait_finished(dex: Dex, key: str, *, timeout: float = 60) -> ToolCallRecord:
-    """Wait until the SQL record of `key` is terminal and return it."""
-    box: list[ToolCallRecord] = []
-
-    def done() -> bool:
-        record = dex.store.get_call(key)
-        if record is not None and record.finished:
-            box.append(record)
-            return True
-        return False
-
+    """`dex_celery.testing.assertions.wait_finished`, saying on a timeout where the call is."""
     try:
-        wait_for(done, timeout=timeout, what=f"a terminal record of {key}")
+        return assertions.wait_finished(dex, key, timeout=timeout)
     except AssertionError as timed_out:
         raise AssertionError(f"{timed_out}; {_where_is(dex, key)}") from None
-    return box[-1]
 
 
 def _where_is(dex: Dex, key: str) -> str:

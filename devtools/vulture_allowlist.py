@@ -49,6 +49,9 @@ _.collect  # prometheus_client collector protocol (ops/metrics.py)
 
 # --- SQLAlchemy and Alembic: hooks and module attributes read by name --------------------------
 _sqlite_pragmas  # an `event.listens_for` connect listener (store/sql_engine.py)
+_begin  # an `event.listens_for` begin listener (store/green_sqlite.py)
+_end  # an `event.listens_for` commit and rollback listener (store/green_sqlite.py)
+_returned  # an `event.listens_for` pool checkin listener (store/green_sqlite.py)
 _watch  # the statement trace's connect listener (store/statement_trace.py)
 parent_names  # Alembic's `include_name(name, type_, parent_names)` signature (migrations/env.py)
 down_revision  # Alembic reads each migration's module attributes (store/migrations/versions/)

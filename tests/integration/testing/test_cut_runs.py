@@ -28,7 +28,7 @@ import pytest
 
 from devtools.processes import ROOT, wait_for
 from dex_celery.testing.leftovers import start_time
-from tests.support.runs.cut_run import MARK_ENV
+from tests.support.runs.cut_run import MARK_ENV, STACKS_SIGNAL
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 
@@ -69,7 +69,16 @@ def test_a_cut_run_leaves_nothing_running_and_named_its_failure(
         assert len(started) >= 4 and all(started.values()), started  # worker, 2 pool, redis
 
         os.kill(run.pid, stop)
-        run.wait(timeout=120)
+        try:
+            run.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            stacks = mark.with_suffix(".stacks")
+            os.kill(run.pid, STACKS_SIGNAL)
+            wait_for(lambda: stacks.stat().st_size > 0, timeout=10, what="the run's stacks")
+            raise AssertionError(
+                f"the run stopped by {stop.name} still ran 120 s later; its threads:\n"
+                f"{stacks.read_text()}\nits output:\n{output.read_text()[-4000:]}"
+            ) from None
         wait_for(
             lambda: not any(_same_process_alive(p, s) for p, s in started.items()),
             timeout=30,

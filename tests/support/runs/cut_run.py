@@ -8,8 +8,10 @@ writes their pids to `$CUT_RUN_MARK` (the sign it is mid-test) and blocks until 
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +20,11 @@ from devtools.processes import RedisServer, Worker, wait_for
 from dex_celery import Dex
 
 MARK_ENV = "CUT_RUN_MARK"
+
+#: Where the run writes its threads' stacks when it gets SIGUSR1 (`STACKS_SIGNAL`): the outer
+#: test asks for them when a stopped run does not end.
+STACKS_SIGNAL = signal.SIGUSR1
+_stacks: list[object] = []
 
 
 def test_fails_first() -> None:
@@ -34,6 +41,9 @@ def test_blocks_with_a_worker(
     pids = [worker.pid, *worker.children(), redis_server.process.pid]
     pids += [recorder] if recorder is not None else []
     mark = Path(os.environ[MARK_ENV])
+    stacks = mark.with_suffix(".stacks").open("w")
+    _stacks.append(stacks)  # kept open for the rest of the run
+    faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)
     mark.with_suffix(".tmp").write_text(json.dumps(pids))
     mark.with_suffix(".tmp").rename(mark)
     threading.Event().wait(600)  # the outer test stops this run long before

@@ -4,6 +4,7 @@ real Celery prefork workers, and a sweeper running in the test process."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import uuid
 import weakref
@@ -127,6 +128,28 @@ def _close_sql_pools() -> Iterator[None]:
     for engine in list(_engines_used):
         engine.dispose()
     _engines_used.clear()
+
+
+def _main_thread_signals() -> tuple[object, str]:
+    """SIGINT's Python handler and the main thread's blocked and ignored signal masks: what a
+    process this one starts inherits (an ignored or blocked SIGINT outlives `exec`)."""
+    status = Path(f"/proc/self/task/{os.getpid()}/status").read_text().splitlines()
+    masks = " ".join(s for s in status if s.startswith(("SigBlk", "SigIgn")))
+    return signal.getsignal(signal.SIGINT), masks
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_found() -> Iterator[None]:
+    """A test leaves the test process's signals as it found them: the processes later tests
+    start inherit them (a run that inherited SIGINT ignored or blocked never sees a Ctrl-C,
+    tests/integration/testing/test_cut_runs.py). Only in the main thread, where tests run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = _main_thread_signals()
+    yield
+    after = _main_thread_signals()
+    assert after == before, f"the test changed this process's signals: {before} -> {after}"
 
 
 @pytest.fixture

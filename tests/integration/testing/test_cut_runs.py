@@ -45,6 +45,16 @@ def _same_process_alive(pid: int, started: str) -> bool:
     return state != "Z" and start_time(pid) == started
 
 
+def _signal_state(pid: int) -> str:
+    """The process's pending, blocked and ignored signal masks (`/proc/<pid>/status`): a run
+    that inherited SIGINT ignored or blocked never sees the Ctrl-C."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as e:
+        return f"unreadable ({e})"
+    return ", ".join(s for s in status if s.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn")))
+
+
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=lambda s: s.name)
 def test_a_cut_run_leaves_nothing_running_and_named_its_failure(
     tmp_path: Path, stop: signal.Signals
@@ -73,10 +83,12 @@ def test_a_cut_run_leaves_nothing_running_and_named_its_failure(
             run.wait(timeout=120)
         except subprocess.TimeoutExpired:
             stacks = mark.with_suffix(".stacks")
+            signals = _signal_state(run.pid)  # before the stacks' signal adds to it
             os.kill(run.pid, STACKS_SIGNAL)
             wait_for(lambda: stacks.stat().st_size > 0, timeout=10, what="the run's stacks")
             raise AssertionError(
-                f"the run stopped by {stop.name} still ran 120 s later; its threads:\n"
+                f"the run stopped by {stop.name} still ran 120 s later; its signals: {signals} "
+                f"(this test's: {_signal_state(os.getpid())}); its threads:\n"
                 f"{stacks.read_text()}\nits output:\n{output.read_text()[-4000:]}"
             ) from None
         wait_for(

@@ -34,6 +34,15 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 
 INNER = "tests/support/runs/cut_run.py"
 
+#: Runs `python <args>` with SIGINT at its default, as a run started from a terminal has it. A
+#: process started in the background by a non-interactive shell (`make test &` in a script)
+#: ignores SIGINT, and so does everything it starts: Python then installs no Ctrl-C handler,
+#: and the inner run would never see the SIGINT this test sends.
+AS_FROM_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
 
 def _same_process_alive(pid: int, started: str) -> bool:
     """`pid` is still the process noted (not a zombie, not a reused pid)."""
@@ -64,7 +73,8 @@ def test_a_cut_run_leaves_nothing_running_and_named_its_failure(
     env.update({"PYTHONPATH": str(ROOT), MARK_ENV: str(mark)})
     with output.open("wb") as out:
         run = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", INNER],
+            [sys.executable, "-c", AS_FROM_A_TERMINAL, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             INNER],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     started: dict[int, str] = {}

@@ -35,6 +35,7 @@ from tests.support.faults.rabbitmq import (
 from tests.support.processes.workers import each_stopped
 from tests.support.runs.failures_now import register as register_failures_now
 from tests.support.runs.phase_times import register as register_phase_times
+from tests.support.runs.signal_masks import signal_masks
 from tests.support.stores.databases import SQLITE, database_url
 from tests.support.stores.env_dex import dex_of
 
@@ -130,25 +131,15 @@ def _close_sql_pools() -> Iterator[None]:
     _engines_used.clear()
 
 
-def _main_thread_signals() -> tuple[object, str]:
-    """SIGINT's Python handler and the main thread's blocked and ignored signal masks: what a
-    process this one starts inherits (an ignored or blocked SIGINT outlives `exec`)."""
-    status = Path(f"/proc/self/task/{os.getpid()}/status").read_text().splitlines()
-    masks = " ".join(s for s in status if s.startswith(("SigBlk", "SigIgn")))
-    return signal.getsignal(signal.SIGINT), masks
-
-
 @pytest.fixture(autouse=True)
 def _signals_as_found() -> Iterator[None]:
-    """A test leaves the test process's signals as it found them: the processes later tests
-    start inherit them (a run that inherited SIGINT ignored or blocked never sees a Ctrl-C,
-    tests/integration/testing/test_cut_runs.py). Only in the main thread, where tests run."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = _main_thread_signals()
+    """A test leaves the test process's signals as it found them (SIGINT's handler, the main
+    thread's blocked and ignored masks): the processes later tests start inherit them, and a
+    run that inherited SIGINT ignored or blocked never sees a Ctrl-C
+    (tests/integration/testing/test_cut_runs.py)."""
+    before = signal.getsignal(signal.SIGINT), signal_masks(os.getpid(), ("SigBlk", "SigIgn"))
     yield
-    after = _main_thread_signals()
+    after = signal.getsignal(signal.SIGINT), signal_masks(os.getpid(), ("SigBlk", "SigIgn"))
     assert after == before, f"the test changed this process's signals: {before} -> {after}"
 
 

@@ -29,6 +29,7 @@ import pytest
 from devtools.processes import ROOT, wait_for
 from dex_celery.testing.leftovers import start_time
 from tests.support.runs.cut_run import MARK_ENV, STACKS_SIGNAL
+from tests.support.runs.signal_masks import signal_masks
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(300)]
 
@@ -52,16 +53,6 @@ def _same_process_alive(pid: int, started: str) -> bool:
         return False
     state = stat[stat.rindex(")") + 2 :].split()[0]
     return state != "Z" and start_time(pid) == started
-
-
-def _signal_state(pid: int) -> str:
-    """The process's pending, blocked and ignored signal masks (`/proc/<pid>/status`): a run
-    that inherited SIGINT ignored or blocked never sees the Ctrl-C."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError as e:
-        return f"unreadable ({e})"
-    return ", ".join(s for s in status if s.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn")))
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=lambda s: s.name)
@@ -93,12 +84,12 @@ def test_a_cut_run_leaves_nothing_running_and_named_its_failure(
             run.wait(timeout=120)
         except subprocess.TimeoutExpired:
             stacks = mark.with_suffix(".stacks")
-            signals = _signal_state(run.pid)  # before the stacks' signal adds to it
+            signals = signal_masks(run.pid)  # before the stacks' signal adds to it
             os.kill(run.pid, STACKS_SIGNAL)
             wait_for(lambda: stacks.stat().st_size > 0, timeout=10, what="the run's stacks")
             raise AssertionError(
                 f"the run stopped by {stop.name} still ran 120 s later; its signals: {signals} "
-                f"(this test's: {_signal_state(os.getpid())}); its threads:\n"
+                f"(this test's: {signal_masks(os.getpid())}); its threads:\n"
                 f"{stacks.read_text()}\nits output:\n{output.read_text()[-4000:]}"
             ) from None
         wait_for(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import Engine, RowMapping, delete, insert, select, update
@@ -38,6 +39,17 @@ def _freeze(row: RowMapping) -> WriteFreeze:
         thawed_by=row["thawed_by"],
         thawed_at=row["thawed_at"],
     )
+
+
+class Hold(Enum):
+    """What a freeze's hold of a call came to."""
+
+    HELD = "held"
+    #: The call had moved on (ended, decided, or claimed by an attempt of another ledger life).
+    MOVED_ON = "moved_on"
+    #: The freeze had ended before the hold (thawed, or replaced by one of the same scope): the
+    #: call stays `pending`, for its worker to open again.
+    THAWED = "thawed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +147,15 @@ class WriteFreezes:
 
     def hold(
         self, key: str, freeze: WriteFreeze, *, deadline: float, may_have_run: bool, now: float
-    ) -> bool:
+    ) -> Hold:
         """A pending write whose claim the freeze refused waits for a person: one conditional
-        update (`pending`, never claimed in SQL) and the hold's row, in one transaction. False if
-        the call had moved on (ended, or claimed by an attempt of another ledger life)."""
+        update (`pending`, never claimed in SQL) and the hold's row, in one transaction.
+
+        The hold commits only while `freeze` is in force, read under a lock a thaw's `end`
+        must wait for (PostgreSQL: the freeze's row, shared; SQLite: the write lock the update
+        took): so a thaw either ends the freeze first, and no hold of it is made (`THAWED`), or
+        comes after the hold and its `release` sees it. Nothing else releases held calls, and
+        a thaw's report names every call it freed."""
         with self._engine().begin() as conn:
             moved = conn.execute(
                 update(tool_calls)
@@ -148,7 +165,10 @@ class WriteFreezes:
                 .values(status=CallStatus.AWAITING_APPROVAL.value, approval_deadline=deadline)
             ).rowcount
             if moved != 1:
-                return False
+                return Hold.MOVED_ON
+            if not self._in_force(conn, freeze):
+                conn.rollback()
+                return Hold.THAWED
             conn.execute(delete(freeze_holds).where(freeze_holds.c.call_key == key))
             conn.execute(
                 insert(freeze_holds).values(
@@ -161,7 +181,17 @@ class WriteFreezes:
             waits = CallStatus.AWAITING_APPROVAL.value
             appended = self._append(conn, call_entries.asked_again(key, waits, "frozen", deadline))
         appended.committed()
-        return True
+        return Hold.HELD
+
+    @staticmethod
+    def _in_force(conn: Any, freeze: WriteFreeze) -> bool:
+        query = (
+            select(write_freezes.c.id)
+            .where(write_freezes.c.id == freeze.id)
+            .where(write_freezes.c.thawed_at.is_(None))
+            .with_for_update(read=True)
+        )
+        return conn.execute(query).first() is not None
 
     def holders(self, keys: Sequence[str]) -> dict[str, WriteFreeze]:
         """The freeze that holds each of `keys` (calls held and not released)."""

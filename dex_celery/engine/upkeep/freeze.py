@@ -42,7 +42,7 @@ from dex_celery.model.freeze import (
 from dex_celery.model.ids import MAX_ID_LENGTH
 from dex_celery.model.outcomes import CallStatus
 from dex_celery.model.records import ApprovalDecision
-from dex_celery.store.freezes import HeldCall, WriteFreezes
+from dex_celery.store.freezes import HeldCall, Hold, WriteFreezes
 from dex_celery.store.values import Outcome
 
 if TYPE_CHECKING:
@@ -155,10 +155,19 @@ class WriteFreezeControl:
             self._reject(key, freeze, claim.reached, now)
             return
         deadline = now + record.policy.approval_timeout
-        if not self.freezes.hold(
+        held = self.freezes.hold(
             key, freeze, deadline=deadline, may_have_run=claim.reached, now=now
-        ):
+        )
+        if held is Hold.MOVED_ON:
             log.info("call %s moved on before the freeze could hold it", key)
+            return
+        if held is Hold.THAWED:
+            # The freeze ended between the claim and the hold: no thaw will see this call, so
+            # open it again here (the ledger's copy of a freeze in force refuses it again).
+            log.info(
+                "call %s: the freeze %d ended before it was held; opened again", key, freeze.id
+            )
+            self._start(HeldCall(record, may_have_run=claim.reached))
             return
         log.info("call %s held by the write freeze %d", key, freeze.id)
         self.ledger.events.publish(
@@ -168,10 +177,6 @@ class WriteFreezeControl:
             repeat_of="",
             reason=held_reason(freeze),
         )
-        if freeze.id not in {f.id for f in self.freezes.active()}:
-            # Thawed while this worker held the call: the thaw's release may have looked before
-            # this hold was committed, so release it here (a conditional update: one wins).
-            self.release_held()
 
     def _reject(self, key: str, freeze: WriteFreeze, reached: bool, now: float) -> None:
         text = rejected_text(freeze, may_have_run=reached)

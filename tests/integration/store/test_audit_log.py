@@ -411,7 +411,7 @@ def test_bound_approvals_edits_rewaits_budget_and_freeze_holds_verify(
     they moved still agrees with the chain; an UPDATE undoing one shows."""
     from dex_celery.model.freeze import FreezeMode
     from dex_celery.store.approval_binding import ArgumentsEdit
-    from dex_celery.store.freezes import WriteFreezes
+    from dex_celery.store.freezes import Hold, WriteFreezes
 
     approval = dict(effect=EffectClass.NON_IDEMPOTENT_WRITE, approval_timeout=60.0)
     store.insert_calls(
@@ -434,9 +434,10 @@ def test_bound_approvals_edits_rewaits_budget_and_freeze_holds_verify(
     assert store.hold_for_budget("g/t/budget", "over", deadline=clock.now + 60)
     freezes = WriteFreezes(lambda: store.engine, store.audit)
     (frozen,) = freezes.begin(["*"], FreezeMode.HOLD, "incident", "ops", clock.now)
-    assert freezes.hold(
+    held = freezes.hold(
         "g/t/frozen", frozen, deadline=clock.now + 60, may_have_run=False, now=clock.now
     )
+    assert held is Hold.HELD
     clock.now += 1
     freezes.end(None, "ops", clock.now)
     assert [h.record.key for h in freezes.release([], clock.now, lambda _h: None)] == ["g/t/frozen"]

@@ -23,7 +23,8 @@ class PausePoints:
     """The crash tests' named points (`engine/attempt/pause_points.py`) on phase boundaries:
     `before_claim` entering ADMIT (nothing claimed), `tool_started` entering RUN (claimed,
     fenced, the lease renewed by the pump), `after_tool` entering FINISH after the tool ran (the
-    pump no longer renews its lease; the ledger not yet told). `in_tool` is the tool's own, and
+    pump no longer renews its lease; the ledger not yet told). `in_tool` is the tool's own,
+    `before_hold` the hand-over of a claim a write freeze refused (`Worker._frozen`), and
     `before_record` the outcome writer's."""
 
     enters: frozenset[Phase] = frozenset({Phase.ADMIT, Phase.RUN, Phase.FINISH})

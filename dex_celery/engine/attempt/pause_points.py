@@ -12,6 +12,8 @@ call of a cached function and a set lookup: no I/O, no environment read.
 The points, in the order an attempt reaches them (docs/ledger.md, "Crash table"; docs/testing.md):
 
 - `before_claim`: delivered to a worker process, not claimed; the tool has not run (S4.2).
+- `before_hold`: the claim met a write freeze (S13.2) and took the call out of the ledger; the
+  call is not yet held for a person (still `pending`) and its tool has not run.
 - `tool_started`: claimed (and, for a write, fenced in SQL); the tool's code is about to run.
 - `in_tool`: inside the tool, where it says so (`dex_celery.testing.effects.record` calls
   `pause_at(IN_TOOL)` right after writing its side effect): the effect happened, the tool has
@@ -41,6 +43,7 @@ DEFAULT_TIMEOUT = 300.0
 
 class PausePoint(StrEnum):
     BEFORE_CLAIM = "before_claim"
+    BEFORE_HOLD = "before_hold"
     TOOL_STARTED = "tool_started"
     IN_TOOL = "in_tool"
     AFTER_TOOL = "after_tool"

@@ -28,6 +28,7 @@ from dex_celery.engine.attempt.hooks import attempt_hooks
 from dex_celery.engine.attempt.invoke import invoke_attempt, stored_arguments
 from dex_celery.engine.attempt.outcome_writer import OutcomeWriter
 from dex_celery.engine.attempt.owners import owner_is_dead_here, owner_string
+from dex_celery.engine.attempt.pause_points import PausePoint, pause_at
 from dex_celery.engine.attempt.phases import AttemptPhases, Phase, Phases
 from dex_celery.engine.attempt.shutdown_gate import ShutdownGate
 from dex_celery.engine.counters import count_refused_claim
@@ -500,6 +501,7 @@ class Worker:
         count_refused_claim(self.ledger, claim.reason)
         if self.on_frozen is None:
             return
+        pause_at(PausePoint.BEFORE_HOLD, key)  # tests only
         try:
             self.on_frozen(key, claim)
         except Exception as e:

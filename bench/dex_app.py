@@ -18,8 +18,11 @@ from celery import Celery, signals
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from bench import thread_profiles
 from bench.common import announce_ready
 from dex_celery import Dex, EffectClass, Settings, ToolContext, ToolPolicy
+
+thread_profiles.arm_from_env()  # `bench.cpu_profile` only: inert unless BENCH_PROFILE_DIR is set
 
 
 def build(settings: Settings, name: str = "bench_dex") -> tuple[Celery, Dex]:

@@ -23,7 +23,10 @@ from typing import Any
 import redis
 from celery import Celery
 
+from bench import thread_profiles
 from bench.common import announce_ready
+
+thread_profiles.arm_from_env()  # `bench.cpu_profile` only: inert unless BENCH_PROFILE_DIR is set
 
 BROKER = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6399/0")
 BACKEND = os.environ.get("BENCH_RESULT_BACKEND") or None

@@ -34,3 +34,18 @@ def test_throughput_with_the_driver_pinned_reports_cpu_per_call() -> None:
     )
     for variant in ("A", "B", "dex"):
         assert f"cpu us/call {variant:>3}: total" in out
+
+
+def test_cpu_profile_reports_each_process_by_code_and_function() -> None:
+    """`bench.cpu_profile`: every role of each side's worker and the requester, each with its
+    table by code (dex-celery's rooms, the libraries) and by function, then dex-celery minus
+    plain Celery per role."""
+    out = run("cpu_profile", "--calls", "40", "--warmup", "10", "--limit", "5")
+    for role in ("plain, requester", "plain, worker main", "plain, pool"):
+        assert f"## {role}: " in out, out
+    for role in ("requester", "worker main", "pool", "recorder"):
+        assert f"## dex, {role}: " in out, out
+        assert f"### {role}: the functions dex-celery spends most more in" in out, out
+    assert "| dex_celery/engine |" in out and "| celery |" in out, out
+    assert out.count("| function (own time) | us per call | share |") == 7, out
+    assert "## dex-celery - plain Celery, own time per call" in out, out

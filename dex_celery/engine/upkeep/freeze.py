@@ -135,9 +135,9 @@ class WriteFreezeControl:
         try:
             self.opener.start(held.record, may_have_run=held.may_have_run)
         except Exception:
-            # Released in SQL (pending, no ledger entry): the sweeper's orphan check opens
-            # and publishes it. Nothing ran.
-            log.exception("released %s but could not dispatch it; the sweeper will", held)
+            # Pending in SQL with no ledger entry (released, or never held): the sweeper's
+            # orphan check opens and publishes it. Nothing ran.
+            log.exception("could not dispatch %s (pending); the sweeper will", held)
 
     # --- the worker's side -----------------------------------------------------------------------
 

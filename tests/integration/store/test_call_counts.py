@@ -10,7 +10,6 @@ and so must the counts a migration fills in from calls ended before it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,15 +28,8 @@ from dex_celery.store.values import Outcome, OutcomeRow
 from dex_celery.store.views import OperatorViews, OutcomeCount
 from tests.support.stores.pg_database import fresh_database
 from tests.support.stores.store_rig import Clock, new_call
+from tests.support.stores.store_rig import store as store
 from tests.support.stores.store_rig import url as url
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[Store]:
-    store = Store(url, clock=Clock())
-    store.create_schema()
-    yield store
-    store.engine.dispose()
 
 
 def ordered(counts: list[OutcomeCount]) -> list[OutcomeCount]:

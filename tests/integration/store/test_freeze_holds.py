@@ -11,9 +11,7 @@ force, and a thaw that ends the freeze after it sees the hold.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
-import pytest
 from sqlalchemy import func, select
 
 from dex_celery.model.freeze import FreezeMode, WriteFreeze
@@ -23,21 +21,14 @@ from dex_celery.store.freezes import Hold, WriteFreezes
 from dex_celery.store.repository import Store
 from dex_celery.store.schema import audit_log, freeze_holds
 from dex_celery.store.values import NewCall
-from tests.support.stores.store_rig import Clock, new_call
+from tests.support.stores.store_rig import new_call
+from tests.support.stores.store_rig import store as store
 from tests.support.stores.store_rig import url as url
 
 
 def write(key: str) -> NewCall:
     """A write that needs no person: only the freeze holds it."""
     return new_call(key, effect=EffectClass.NON_IDEMPOTENT_WRITE, requires_approval=False)
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[Store]:
-    store = Store(url, clock=Clock())
-    store.create_schema()
-    yield store
-    store.engine.dispose()
 
 
 def holds(store: Store) -> int:

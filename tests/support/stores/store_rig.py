@@ -11,6 +11,7 @@ from dex_celery import Settings
 from dex_celery.engine.request.dispatch import admit
 from dex_celery.model.ids import CallKey
 from dex_celery.model.policy import EffectClass, ToolPolicy, resolve_policy
+from dex_celery.store.repository import Store
 from dex_celery.store.values import Admission, NewCall
 from tests.support.stores.databases import POSTGRESQL, SQLITE, database_url
 
@@ -29,6 +30,15 @@ class Clock:
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with database_url(request.param, tmp_path) as database:
         yield database
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    """A `Store` with its schema on the test's database (`url`), on a fake clock at 1,000."""
+    store = Store(url, clock=Clock())
+    store.create_schema()
+    yield store
+    store.engine.dispose()
 
 
 def new_call(

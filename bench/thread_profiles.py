@@ -5,8 +5,8 @@ thread of the worker's main process and of each process it forks (pool processes
 recorder) runs under a `cProfile.Profile` timed by `time.thread_time`, so a function's figure is
 the CPU its own thread spent in it, not wall time a loaded machine or a wait stretched. When the
 file `snap-<n>` appears in the folder, each process writes `snap<n>-<pid>-<thread>.prof` (the
-profile so far) and then `snap<n>-<pid>.done`; the driver subtracts two snapshots. Off, nothing
-here runs.
+profile so far) and then `snap<n>-<pid>.done`; the driver subtracts two snapshots. A thread
+made from a `Thread` subclass that overrides `run` is not profiled. Off, nothing here runs.
 """
 
 from __future__ import annotations

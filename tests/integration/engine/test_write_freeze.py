@@ -323,6 +323,25 @@ def test_a_worker_killed_before_its_hold_leaves_the_call_to_meet_the_freeze_agai
     assert [line.split()[0] for line in executions(key)] == ["start", "end"]
 
 
+def test_a_thaw_cut_off_after_its_record_is_finished_by_the_next_thaw(
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker]
+) -> None:
+    """The state a `writes thaw` killed right after recording the thaw leaves: the freeze ended
+    in SQL, the ledger's copy still frozen, the held call still waiting. The next `writes thaw`
+    tells the ledger, releases the call and names it (docs/guardrails.md)."""
+    start_worker(concurrency=1)
+    freeze(env, "--reason", "incident 9", "--by", "ann")
+    key = dex.client().request_call("s1", "t1", "c1", WRITE, {"seconds": 0.01}).key
+    wait_status(dex, key, CallStatus.AWAITING_APPROVAL)
+    dex.runtime.freeze.freezes.end(None, "bob", dex.ledger.now())  # the thaw's record, alone
+    assert status_of(dex, key) is CallStatus.AWAITING_APPROVAL
+    out = thaw(env)
+    assert "writes were not frozen" in out and "released 1 held call(s)" in out, out
+    wait_status(dex, key, CallStatus.SUCCEEDED)
+    assert [line.split()[0] for line in executions(key)] == ["start", "end"]
+    assert all(not seen for seen in dex.ledger.read_freezes())
+
+
 def test_cli_bad_input_is_one_error_line_and_writes_nothing(dex: Dex, env: dict[str, str]) -> None:
     for args in (
         ["--reason", "   ", "--by", "ann"],

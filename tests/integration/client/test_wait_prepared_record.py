@@ -24,8 +24,9 @@ import pytest
 from devtools.processes import Worker, wait_for
 from dex_celery import CallStatus, Dex, ToolCallRecord
 from dex_celery.client.dex_client import DexClient
-from dex_celery.engine.attempt.pause_points import PAUSE_AT_ENV, PAUSE_DIR_ENV, PausePoint
+from dex_celery.engine.attempt.pause_points import PausePoint
 from tests.support.faults.crash import finished_events
+from tests.support.faults.pauses import pauses_in
 
 CASES = [
     ("echo", {"n": 1}, CallStatus.SUCCEEDED),
@@ -45,11 +46,8 @@ def test_wait_returns_the_record_sql_holds_prepared_before_the_recorder_wrote_it
     arguments: dict[str, Any],
     status: CallStatus,
 ) -> None:
-    pauses = tmp_path / "pauses"
-    pauses.mkdir()
-    start_worker(
-        extra_env={PAUSE_AT_ENV: PausePoint.BEFORE_RECORD.value, PAUSE_DIR_ENV: str(pauses)}
-    )
+    pauses = pauses_in(tmp_path)
+    start_worker(extra_env=pauses.env(PausePoint.BEFORE_RECORD))
     runtime = dex.runtime
     # This caller must not record the outcome itself while the recorder is held.
     monkeypatch.setattr(runtime, "settings", dataclasses.replace(runtime.settings, record_wait=60))
@@ -68,15 +66,10 @@ def test_wait_returns_the_record_sql_holds_prepared_before_the_recorder_wrote_it
     waiter = threading.Thread(target=lambda: returned.extend(client.wait([requested.key])))
     waiter.start()
     try:
-        marker = f"{PausePoint.BEFORE_RECORD.value}-"
-        wait_for(
-            lambda: any(p.name.startswith(marker) for p in pauses.iterdir()),
-            timeout=30,
-            what="the recorder to hold the decided outcome",
-        )
+        pauses.wait(PausePoint.BEFORE_RECORD, "the recorder to hold the decided outcome")
         wait_for(lambda: bool(reads), timeout=30, what="the caller to read the pending record")
     finally:
-        (pauses / f"release-{PausePoint.BEFORE_RECORD.value}").touch()
+        pauses.release(PausePoint.BEFORE_RECORD)
     waiter.join(timeout=30)
     assert not waiter.is_alive()
 

@@ -20,10 +20,11 @@ from devtools.processes import Worker, wait_for
 from devtools.toolapp import executions, log_dir, prerun_marker
 from dex_celery import CallStatus, Dex, MessageRole
 from dex_celery.client.dex_client import DexClient
-from dex_celery.engine.attempt.pause_points import PAUSE_AT_ENV, PAUSE_DIR_ENV, PausePoint
+from dex_celery.engine.attempt.pause_points import PausePoint
 from dex_celery.model.event_types import EventType
 from dex_celery.model.ids import CallKey
 from dex_celery.ops.timeline import EntryKind, session_timeline
+from tests.support.faults.pauses import Pauses, pauses_in
 from tests.support.processes.cli_run import APP, one_error_line, run
 
 WRITE = "slow_non_idempotent_write"
@@ -260,38 +261,27 @@ def test_the_freeze_survives_redis_losing_it(
 
 
 @pytest.fixture
-def pauses(tmp_path: Path) -> Path:
-    folder = tmp_path / "pauses"
-    folder.mkdir()
-    return folder
+def pauses(tmp_path: Path) -> Pauses:
+    return pauses_in(tmp_path)
 
 
-def paused_before_hold(pauses: Path) -> dict[str, str]:
-    return {PAUSE_AT_ENV: PausePoint.BEFORE_HOLD.value, PAUSE_DIR_ENV: str(pauses)}
-
-
-def wait_before_hold(pauses: Path) -> None:
-    prefix = f"{PausePoint.BEFORE_HOLD.value}-"
-    wait_for(
-        lambda: any(p.name.startswith(prefix) for p in pauses.iterdir()),
-        timeout=30,
-        what="the worker to stand between the refused claim and the hold",
-    )
+HOLD = PausePoint.BEFORE_HOLD
+BEFORE_HOLD = "the worker to stand between the refused claim and the hold"
 
 
 def test_a_thaw_between_a_refused_claim_and_its_hold_reports_no_hold_and_the_call_runs(
-    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], pauses: Path
+    dex: Dex, env: dict[str, str], start_worker: Callable[..., Worker], pauses: Pauses
 ) -> None:
     """The thaw ends the freeze after the claim met it and before the worker held the call: the
     thaw held nothing of it, so it reports no call released, and the worker opens the call again
     itself; it runs once, never held (docs/guardrails.md, "A thaw racing a hold")."""
-    start_worker(concurrency=1, extra_env=paused_before_hold(pauses))
+    start_worker(concurrency=1, extra_env=pauses.env(HOLD))
     freeze(env, "--reason", "incident 7", "--by", "ann")
     key = dex.client().request_call("s1", "t1", "c1", WRITE, {"seconds": 0.01}).key
-    wait_before_hold(pauses)
+    pauses.wait(HOLD, BEFORE_HOLD)
     out = thaw(env)
     assert "released 0 held call(s)" in out, out
-    (pauses / f"release-{PausePoint.BEFORE_HOLD.value}").touch()
+    pauses.release(HOLD)
     wait_status(dex, key, CallStatus.SUCCEEDED)
     assert [line.split()[0] for line in executions(key)] == ["start", "end"]
     assert dex.runtime.freeze.freezes.holds_of([key]) == []
@@ -302,16 +292,16 @@ def test_a_worker_killed_before_its_hold_leaves_the_call_to_meet_the_freeze_agai
     env: dict[str, str],
     start_worker: Callable[..., Worker],
     sweeper: threading.Event,
-    pauses: Path,
+    pauses: Pauses,
 ) -> None:
     """SIGKILL between the refused claim (the call's ledger entry gone) and the hold: the call
     is `pending` with no entry; the sweeper opens it again, its next claim meets the freeze and
     it is held, its tool never run; the thaw names it and it runs once (docs/ledger.md, "Crash
     table")."""
-    worker = start_worker(concurrency=1, extra_env=paused_before_hold(pauses))
+    worker = start_worker(concurrency=1, extra_env=pauses.env(HOLD))
     freeze(env, "--reason", "incident 8", "--by", "ann")
     key = dex.client().request_call("s1", "t1", "c1", WRITE, {"seconds": 0.01}).key
-    wait_before_hold(pauses)
+    pauses.wait(HOLD, BEFORE_HOLD)
     worker.kill_all()
     assert status_of(dex, key) is CallStatus.PENDING
     start_worker(concurrency=1)
